@@ -1,0 +1,288 @@
+"""Typed model of NVIDIA DeepLearningExamples' Dataset Feature Specification.
+
+Four sections: ``feature_spec`` (name -> properties), ``source_spec`` (mapping, i.e. split
+name -> chunks of ``{type, features, files}``), ``channel_spec`` (``label``, ``numerical``,
+``categorical`` -> feature names) and ``metadata``.
+
+The same model describes two things:
+
+* an *input spec*: what a user writes to describe raw data (chunk types ``csv``, ``tsv``,
+  ``parquet``, ``criteo``) plus per-feature preprocessing options;
+* an *output spec* (a dataset): chunk type ``split_binary``, one file per chunk, byte-compatible
+  with NVIDIA's DLRM loaders.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import SpecError
+
+INPUT_CHUNK_TYPES = ("csv", "tsv", "parquet", "criteo")
+OUTPUT_CHUNK_TYPE = "split_binary"
+CHUNK_TYPES = INPUT_CHUNK_TYPES + (OUTPUT_CHUNK_TYPE,)
+CHANNELS = ("label", "numerical", "categorical")
+TRANSFORMS = ("log1p", "identity")
+NUMERICAL_DTYPES = ("float16", "float32")
+CATEGORICAL_DTYPES = ("int8", "int16", "int32", "int64")
+# raw value types a user may declare for an input categorical: `hex` is Criteo's 8-digit hex
+RAW_CATEGORICAL_TYPES = ("str", "int", "hex")
+_COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
+
+
+class Feature(BaseModel):
+    """Properties of one feature. Unknown keys are kept (NVIDIA specs may carry their own)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dtype: str | None = None
+    cardinality: int | Literal["auto"] | None = None
+    # --- input-spec options ---
+    frequency_threshold: int | None = Field(default=None, ge=0)
+    hash_buckets: int | None = None
+    transform: Literal["log1p", "identity"] | None = None
+    # label derivation for labels that are not 0/1
+    positive: Any = None           # value (or list of values) that means label 1, e.g. ">50K"
+    positive_if: str | None = None  # numeric comparison that means label 1, e.g. ">= 4"
+
+    def positive_rule(self) -> tuple[str, float] | None:
+        """``positive_if`` parsed into (operator, number), or None."""
+        if self.positive_if is None:
+            return None
+        m = _COMPARISON.match(str(self.positive_if))
+        if not m:
+            raise ValueError(self.positive_if)
+        return m.group(1), float(m.group(2))
+
+
+class Chunk(BaseModel):
+    """A group of features stored together in one or more files."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    features: list[str]
+    files: list[str] = Field(default_factory=list)
+
+
+class FeatureSpec(BaseModel):
+    """The whole spec. ``base_dir`` is where relative file paths resolve (the YAML's folder)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feature_spec: dict[str, Feature]
+    source_spec: dict[str, list[Chunk]] = Field(default_factory=dict)
+    channel_spec: dict[str, list[str]]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    # ---- channels -------------------------------------------------------------------
+    @property
+    def label_feature(self) -> str:
+        return self.channel_spec["label"][0]
+
+    @property
+    def numerical_features(self) -> list[str]:
+        return list(self.channel_spec.get("numerical", []))
+
+    @property
+    def categorical_features(self) -> list[str]:
+        return list(self.channel_spec.get("categorical", []))
+
+    # ---- kind -----------------------------------------------------------------------
+    @property
+    def is_dataset(self) -> bool:
+        """True for an output spec (every chunk is ``split_binary``)."""
+        chunks = [c for cs in self.source_spec.values() for c in cs]
+        return bool(chunks) and all(c.type == OUTPUT_CHUNK_TYPE for c in chunks)
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.source_spec)
+
+    def cardinality(self, feature: str) -> int:
+        card = self.feature_spec[feature].cardinality
+        if not isinstance(card, int):
+            raise SpecError("has no numeric cardinality.", section="feature_spec", feature=feature,
+                            fix="set `cardinality: <number of embedding rows>` (preprocessing writes it).")
+        return card
+
+    def file_of(self, split: str, feature: str) -> tuple[str, int]:
+        """(relative path, position of the feature within the chunk) for a split-binary feature."""
+        for chunk in self.source_spec.get(split, []):
+            if feature in chunk.features:
+                return chunk.files[0], chunk.features.index(feature)
+        raise SpecError(f"feature '{feature}' has no file in split '{split}'.", section="source_spec",
+                        feature=split, fix=f"add a chunk listing '{feature}' under source_spec.{split}.")
+
+    # ---- validation -----------------------------------------------------------------
+    def validate_spec(self) -> "FeatureSpec":
+        """Check the cross-section rules; raise SpecError naming section, feature and fix."""
+        _check_channels(self)
+        _check_features(self)
+        _check_sources(self)
+        return self
+
+
+def _check_channels(spec: FeatureSpec) -> None:
+    for channel in spec.channel_spec:
+        if channel not in CHANNELS:
+            raise SpecError(f"unknown channel '{channel}'.", section="channel_spec", feature=channel,
+                            fix=f"use only {', '.join(CHANNELS)}.")
+    labels = spec.channel_spec.get("label", [])
+    if len(labels) != 1:
+        raise SpecError(f"needs exactly one label feature (got {labels}).", section="channel_spec",
+                        feature="label", fix="list the one column that holds the click/label under channel_spec.label.")
+    seen: dict[str, str] = {}
+    for channel, names in spec.channel_spec.items():
+        for name in names:
+            if name in seen:
+                raise SpecError(f"feature is in both channel '{seen[name]}' and '{channel}'.",
+                                section="channel_spec", feature=name, fix="keep it in one channel.")
+            seen[name] = channel
+            if name not in spec.feature_spec:
+                raise SpecError(f"channel '{channel}' names a feature that feature_spec does not define.",
+                                section="channel_spec", feature=name,
+                                fix=f"add `{name}: {{}}` under feature_spec or remove it from channel_spec.{channel}.")
+    if not spec.numerical_features and not spec.categorical_features:
+        raise SpecError("has no numerical and no categorical features.", section="channel_spec",
+                        fix="list the model's input columns under channel_spec.numerical / channel_spec.categorical.")
+
+
+def _check_features(spec: FeatureSpec) -> None:
+    numerical, categorical = set(spec.numerical_features), set(spec.categorical_features)
+    dataset = spec.is_dataset
+    for name, f in spec.feature_spec.items():
+        if f.hash_buckets is not None:
+            if name not in categorical:
+                raise SpecError("hash_buckets applies to categorical features only.", section="feature_spec",
+                                feature=name, fix="remove hash_buckets or move the feature to channel_spec.categorical.")
+            if f.hash_buckets < 2:
+                raise SpecError(f"hash_buckets must be >= 2 (got {f.hash_buckets}).", section="feature_spec",
+                                feature=name, fix="set it to the number of embedding rows you want, e.g. 100000, "
+                                "or remove it to build a vocabulary.")
+            if f.frequency_threshold is not None:
+                raise SpecError("has both hash_buckets and frequency_threshold.", section="feature_spec",
+                                feature=name, fix="choose one: hashing keeps every value, the threshold builds a vocabulary.")
+        if f.transform is not None and name not in numerical:
+            raise SpecError(f"transform '{f.transform}' applies to numerical features only.", section="feature_spec",
+                            feature=name, fix="remove transform or move the feature to channel_spec.numerical.")
+        if (f.positive is not None or f.positive_if is not None) and name != spec.label_feature:
+            raise SpecError("positive/positive_if applies to the label only.", section="feature_spec", feature=name,
+                            fix="move it to the label feature.")
+        if f.positive is not None and f.positive_if is not None:
+            raise SpecError("has both positive and positive_if.", section="feature_spec", feature=name,
+                            fix="use `positive: <value>` for a category or `positive_if: '>= 4'` for a number.")
+        if f.positive_if is not None:
+            try:
+                f.positive_rule()
+            except ValueError:
+                raise SpecError(f"positive_if '{f.positive_if}' is not a comparison with a number.",
+                                section="feature_spec", feature=name, fix="write e.g. `positive_if: '>= 4'`.") from None
+        if dataset:
+            _check_dataset_dtype(name, f, spec.label_feature, numerical, categorical)
+        elif name in categorical and f.dtype is not None and f.dtype not in RAW_CATEGORICAL_TYPES:
+            raise SpecError(f"unknown raw categorical dtype '{f.dtype}'.", section="feature_spec", feature=name,
+                            fix=f"use one of {', '.join(RAW_CATEGORICAL_TYPES)} (hex = Criteo's 8-digit hex ids), "
+                            "or leave dtype out.")
+
+
+def _check_dataset_dtype(name: str, f: Feature, label: str, numerical: set, categorical: set) -> None:
+    if name == label and f.dtype not in (None, "bool"):
+        raise SpecError(f"a split_binary label must be bool (got {f.dtype}).", section="feature_spec",
+                        feature=name, fix="set `dtype: bool`.")
+    if name in numerical and f.dtype not in (None, *NUMERICAL_DTYPES):
+        raise SpecError(f"numerical dtype must be one of {NUMERICAL_DTYPES} (got {f.dtype}).",
+                        section="feature_spec", feature=name, fix="set `dtype: float16`.")
+    if name in categorical:
+        if f.dtype not in CATEGORICAL_DTYPES:
+            raise SpecError(f"categorical dtype must be one of {CATEGORICAL_DTYPES} (got {f.dtype}).",
+                            section="feature_spec", feature=name,
+                            fix="set the integer type its file is written in, e.g. `dtype: int32`.")
+        if not isinstance(f.cardinality, int) or f.cardinality < 1:
+            raise SpecError(f"a categorical needs a positive integer cardinality (got {f.cardinality}).",
+                            section="feature_spec", feature=name,
+                            fix="set `cardinality:` to the number of embedding rows (largest index + 1).")
+
+
+def _check_sources(spec: FeatureSpec) -> None:
+    known = set(spec.feature_spec)
+    for split, chunks in spec.source_spec.items():
+        where = f"source_spec.{split}"
+        covered: dict[str, int] = {}
+        for i, chunk in enumerate(chunks):
+            if chunk.type not in CHUNK_TYPES:
+                raise SpecError(f"chunk {i} has unknown type '{chunk.type}'.", section="source_spec", feature=split,
+                                fix=f"use one of {', '.join(CHUNK_TYPES)}.")
+            if not chunk.files:
+                raise SpecError(f"chunk {i} lists no files.", section="source_spec", feature=split,
+                                fix="add `files: [path/relative/to/the/yaml]`.")
+            for path in chunk.files:
+                check_relative_path(path, where=where)
+            for name in chunk.features:
+                if name not in known:
+                    raise SpecError(f"chunk {i} names feature '{name}' that feature_spec does not define.",
+                                    section="source_spec", feature=split, fix=f"define `{name}` under feature_spec.")
+                covered[name] = covered.get(name, 0) + 1
+            if chunk.type == OUTPUT_CHUNK_TYPE and len(chunk.files) != 1:
+                raise SpecError(f"split_binary chunk {i} must have exactly one file (got {len(chunk.files)}).",
+                                section="source_spec", feature=split, fix="give each chunk one file.")
+        if spec.is_dataset:
+            _check_dataset_chunks(spec, split, chunks, covered)
+
+
+def _check_dataset_chunks(spec: FeatureSpec, split: str, chunks: list[Chunk], covered: dict[str, int]) -> None:
+    needed = [spec.label_feature, *spec.numerical_features, *spec.categorical_features]
+    for name in needed:
+        if covered.get(name, 0) != 1:
+            raise SpecError(f"feature '{name}' must be in exactly one chunk (found {covered.get(name, 0)}).",
+                            section="source_spec", feature=split,
+                            fix=f"list '{name}' in one split_binary chunk of source_spec.{split}.")
+    categorical = set(spec.categorical_features)
+    numerical = spec.numerical_features
+    for chunk in chunks:
+        cats = [f for f in chunk.features if f in categorical]
+        if cats and len(chunk.features) != 1:
+            raise SpecError(f"categorical '{cats[0]}' must have a chunk (and file) of its own.",
+                            section="source_spec", feature=split, fix="split the chunk: one cat_<name>.bin per categorical.")
+        nums = [f for f in chunk.features if f in set(numerical)]
+        if nums and nums != numerical:
+            raise SpecError("all numerical features must be in one chunk, in channel_spec order.",
+                            section="source_spec", feature=split,
+                            fix=f"use one chunk with features {numerical}.")
+
+
+def check_relative_path(path: str, *, where: str) -> None:
+    """A file path in a spec must be relative to the YAML and stay inside its folder."""
+    p = path.replace("\\", "/")
+    if "://" in p or p.startswith("/") or re.match(r"^[A-Za-z]:", p):
+        raise SpecError(f"file path '{path}' is absolute.", section=where.split(".")[0], feature=where.split(".", 1)[-1],
+                        fix="write paths relative to the folder of the YAML file.")
+    depth = 0
+    for part in p.split("/"):
+        if part == "..":
+            depth -= 1
+        elif part not in ("", "."):
+            depth += 1
+        if depth < 0:
+            raise SpecError(f"file path '{path}' escapes the folder of the YAML file.", section=where.split(".")[0],
+                            feature=where.split(".", 1)[-1], fix="keep data files in or below the YAML's folder.")
+
+
+def categorical_dtype(cardinality: int) -> str:
+    """Smallest of int8/int16/int32/int64 that holds ``cardinality`` (NVIDIA's rule: cardinality < max)."""
+    for name, limit in (("int8", 2**7 - 1), ("int16", 2**15 - 1), ("int32", 2**31 - 1)):
+        if cardinality < limit:
+            return name
+    return "int64"
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def categorical_file_name(feature: str) -> str:
+    """File name of a categorical's column: ``cat_<feature>.bin`` (unsafe characters become '_')."""
+    name = feature if feature.startswith("cat_") and feature.endswith(".bin") else f"cat_{_SAFE.sub('_', feature)}.bin"
+    return name
