@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 
-class SpecError(ValueError):
+class UserError(Exception):
+    """A problem with the user's input (file, URI, spec, option) rather than a bug.
+
+    The command line prints its message without a traceback. Every package's input errors
+    derive from it; the message says what, where and how to fix it.
+    """
+
+
+class SpecError(UserError, ValueError):
     """A feature spec that cannot be used.
 
     The message names the file (when known), the section, the feature and the fix, e.g.

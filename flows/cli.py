@@ -1,0 +1,73 @@
+"""`dlrmflow`: one console script, one module per subcommand under ``flows/commands/``.
+
+Each command module defines ``HELP`` (one line), ``DESCRIPTION`` (optional, shown by
+``--help``), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
+when their command runs, so ``dlrmflow preprocess`` never pays for importing torch or Prefect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from feature_spec.errors import UserError
+
+COMMANDS = {
+    "synth": "flows.commands.synth",
+    "preprocess": "flows.commands.preprocess",
+    "inspect": "flows.commands.inspect",
+    "train": "flows.commands.train",
+    "evaluate": "flows.commands.evaluate",
+    "plan": "flows.commands.plan",
+    "run": "flows.commands.run",
+    "serve": "flows.commands.serve",
+}
+
+
+def _available() -> dict[str, str]:
+    return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod) is not None}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only``, import just that command's module."""
+    parser = argparse.ArgumentParser(
+        prog="dlrmflow",
+        description="Raw click logs in, a trained and evaluated TorchRec DLRM out.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod_name in _available().items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
+        mod = importlib.import_module(mod_name)
+        p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in COMMANDS else None)
+    if command is None or command not in COMMANDS:
+        # full help (imports each command's module for its one-line help)
+        parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 0 if not argv else 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished work is kept; run the same command again to resume.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
