@@ -1,0 +1,41 @@
+"""The preprocessing configuration: one pydantic model for the CLI, the Python API and the flows."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_SPLIT = "ordered:train=0.8,val=0.1,test=0.1"
+
+
+class PreprocessConfig(BaseModel):
+    """What to preprocess and how. JSON-serialisable; never holds secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[str] = Field(description="Input files, folders or globs (local, file://, s3://, memory://). "
+                              "`split=PATH` assigns the files to a split directly (the `files` split rule).")
+    out: str = Field(description="Artifact store root; the dataset goes to <out>/datasets/<name>-<fingerprint>/.")
+    spec: str = Field(default="criteo", description="`criteo` (built-in preset) or the path/URI of an input spec YAML.")
+    split: str | None = Field(default=None, description="Split rule: `ordered:train=0.8,val=0.1,test=0.1`, "
+                              "`random:train=0.9,test=0.1,seed=0`, `column:COL` (the column's value names the split) "
+                              "or `column:COL:train<V1,val<V2,test` (cut points). Default: the spec's "
+                              f"metadata.preprocessing.split, else `{DEFAULT_SPLIT}`; `split=PATH` inputs use `files`.")
+    frequency_threshold: int | None = Field(default=None, ge=0, description="Values seen fewer than T times in the "
+                                            "counted split(s) map to index 0 (per-feature spec options win). Default 0.")
+    count_on: Literal["train", "all"] = Field(default="train", description="Count values over the training split "
+                                              "only (no test leakage) or over all splits.")
+    numerical_dtype: Literal["float16", "float32"] = Field(default="float16", description="dtype of numerical.bin.")
+    on_bad_row: Literal["error", "skip"] = Field(default="error", description="A malformed row stops the run with "
+                                                 "its file, line and column (error) or is skipped and counted (skip).")
+    max_bad_fraction: float = Field(default=0.001, ge=0, le=1, description="With on_bad_row=skip: fail when more "
+                                    "than this fraction of all rows is bad.")
+    workers: int = Field(default=1, ge=1, description="Worker processes (parallel over input files).")
+    work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts. "
+                                 "Default: <out>/_work for a local store, the system temp folder otherwise.")
+    progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")
+
+    def output_settings(self) -> dict:
+        """The settings that determine the output bytes (part of the fingerprint)."""
+        return self.model_dump(include={"frequency_threshold", "count_on", "numerical_dtype", "on_bad_row"})

@@ -1,0 +1,31 @@
+"""Summary of a preprocessed dataset: rows per split, per-feature cardinality, dtype, share of index 0."""
+
+from __future__ import annotations
+
+import feature_spec as fspec
+
+
+def summary(dataset: str) -> str:
+    """A printable summary of the dataset at ``dataset`` (folder or feature_spec.yaml URI)."""
+    spec = fspec.load(dataset)
+    meta = spec.metadata
+    rows = meta.get("rows") or {}
+    index0 = meta.get("index0_rows") or {}
+    lines = [f"dataset {meta.get('name', '?')}  fingerprint {meta.get('fingerprint', '?')}",
+             "rows: " + ", ".join(f"{s} {rows.get(s, '?'):,}" if isinstance(rows.get(s), int) else f"{s} ?"
+                                  for s in spec.splits)]
+    if spec.numerical_features:
+        dtype = spec.feature_spec[spec.numerical_features[0]].dtype
+        lines.append(f"numerical: {len(spec.numerical_features)} features ({dtype})")
+    lines.append(f"label: {spec.label_feature}")
+    train = "train" if "train" in index0 else next(iter(index0), None)
+    head = f"{'feature':<24} {'cardinality':>12} {'dtype':>6} {'index 0 (' + (train or '-') + ')':>16}"
+    lines += ["", head]
+    for name in spec.categorical_features:
+        f = spec.feature_spec[name]
+        zero = (index0.get(train) or {}).get(name)
+        n = rows.get(train) or 0
+        share = f"{zero / n:.1%}" if zero is not None and n else "-"
+        hashed = " (hashed)" if name in (meta.get("hash_buckets") or {}) else ""
+        lines.append(f"{name:<24} {f.cardinality:>12,} {f.dtype:>6} {share:>16}{hashed}")
+    return "\n".join(lines)

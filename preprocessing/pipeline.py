@@ -1,0 +1,145 @@
+"""`preprocessing.run(config)`: raw inputs -> split-binary dataset, parse once, resumable, parallel."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from feature_spec import Chunk, Feature, FeatureSpec, UserError, categorical_dtype, categorical_file_name
+
+from . import splits, vocab, writer
+from .atomic import read_json
+from .config import PreprocessConfig
+from .parallel import Runner
+from .resolve import FORMAT_VERSION, Resolved, env_flag, resolve
+from .stages import LABEL_FILE, NUMERICAL_FILE, FileTask, Job, count_file, encode_file, parse_file, part_name
+
+log = logging.getLogger("dlrmflow.preprocess")
+
+
+def run(config: PreprocessConfig) -> str:
+    """Preprocess per ``config``; returns the dataset URI (an existing complete one is reused)."""
+    r = resolve(config)
+    if writer.is_complete(r.dataset):
+        _say(f"dataset already complete, nothing to do: {r.dataset}")
+        return r.dataset
+    for folder in ("parsed", "counts", "encoded", "vocab"):
+        (r.work / folder).mkdir(parents=True, exist_ok=True)
+    plan = r.plan
+    job = Job(work=r.work, plan=plan, fmt=r.fmt, types=plan.parse_types(_native_types(r)), rule=r.rule,
+              policy=config.on_bad_row, count_on=config.count_on, numerical_dtype=config.numerical_dtype)
+    tasks = [FileTask(i, f.uri, f.split) for i, f in enumerate(r.inputs)]
+    runner = Runner(config.workers, config.progress and not env_flag("DLRMFLOW_NO_PROGRESS"))
+    with runner.open():
+        metas = runner.map(parse_file, job, tasks, "parse")
+        _check_bad(r, metas)
+        _place(job, r, tasks, metas)
+        rows = sum(m["rows"] for m in metas)
+        runner.map(count_file, job, tasks, "count", rows)
+        cards = _build_vocab(job, r)
+        job.cat_dtypes = {c.name: categorical_dtype(cards[c.name]) for c in plan.categorical}
+        runner.map(encode_file, job, tasks, "encode", rows)
+    _write_dataset(r, job, tasks, metas, cards)
+    shutil.rmtree(r.work, ignore_errors=True)
+    if r.work.parent.name == "_work" and not any(r.work.parent.iterdir()):
+        r.work.parent.rmdir()
+    _say(f"dataset written: {r.dataset}")
+    return r.dataset
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _native_types(r: Resolved) -> dict | None:
+    if r.fmt.kind != "parquet":
+        return None
+    from .readers import parquet_types
+    return parquet_types(r.inputs[0].uri)
+
+
+def _check_bad(r: Resolved, metas: list[dict]) -> None:
+    bad = sum(m["bad_rows"] for m in metas)
+    total = bad + sum(m["rows"] for m in metas)
+    if bad and bad > r.config.max_bad_fraction * total:
+        raise UserError(f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
+                        f"{r.config.max_bad_fraction:g}. Fix: correct the inputs or raise --max-bad-fraction; "
+                        "the parsed files are kept, so a rerun does not parse them again.")
+    if total - bad == 0:
+        raise UserError("the inputs hold no rows. Fix: check the input files.")
+
+
+def _place(job: Job, r: Resolved, tasks: list[FileTask], metas: list[dict]) -> None:
+    """Global first row of each file, the total and the split names."""
+    start = 0
+    for task, meta in zip(tasks, metas):
+        task.start, start = start, start + meta["rows"]
+    job.total_rows = start
+    if r.rule.kind == "column" and not r.rule.cuts:
+        job.split_names = splits.order_names({n for m in metas for n in m["split_names"]})
+    else:
+        job.split_names = list(r.rule.splits)
+    if job.count_on == "train" and "train" not in job.split_names and job.plan.vocab_features:
+        raise UserError(f"no 'train' split to count values on (splits: {', '.join(job.split_names)}). "
+                        "Fix: name the training split 'train', or pass --count-on all.")
+
+
+def _build_vocab(job: Job, r: Resolved) -> dict[str, int]:
+    """Merge the count parts into vocab/<feature>.parquet (kept on resume); returns cardinalities."""
+    cards = {c.name: c.hash_buckets for c in job.plan.categorical if c.hash_buckets is not None}
+    types = job.types
+    for c in job.plan.categorical:
+        if c.hash_buckets is not None:
+            continue
+        path = r.work / "vocab" / f"{c.name}.parquet"
+        if not path.exists():
+            dtype = pl.UInt32 if c.kind == "hex" else types[c.name]
+            files = [r.work / "counts" / part_name(i) / f"{c.name}.arrow" for i in range(len(r.inputs))]
+            table = vocab.build(files, c.threshold, dtype)
+            tmp = path.with_name(path.name + ".tmp")
+            table.write_parquet(tmp, statistics=False)
+            tmp.replace(path)
+        cards[c.name] = pq.read_metadata(path).num_rows + 1
+    return cards
+
+
+def _write_dataset(r: Resolved, job: Job, tasks, metas, cards: dict[str, int]) -> None:
+    parts = [r.work / "encoded" / part_name(t.i) for t in tasks]
+    stats = [read_json(p / "stats.json") for p in parts]
+    files = [LABEL_FILE] + ([NUMERICAL_FILE] if job.plan.numerical else []) + \
+        [categorical_file_name(c.name) for c in job.plan.categorical]
+    checksums = writer.write_splits(r.dataset, parts, job.split_names, files)
+    checksums |= writer.write_vocab(r.dataset, r.work / "vocab", job.plan.vocab_features)
+    rows = {s: sum(st[s]["rows"] for st in stats) for s in job.split_names}
+    index0 = {s: {f: sum(st[s]["index0"][f] for st in stats) for f in job.cat_dtypes} for s in job.split_names}
+    spec = _dataset_spec(r, job, cards, rows, index0, checksums, sum(m["bad_rows"] for m in metas))
+    writer.finish(r.dataset, spec)
+
+
+def _dataset_spec(r: Resolved, job: Job, cards, rows, index0, checksums, bad_rows) -> FeatureSpec:
+    plan = job.plan
+    features = {plan.label: Feature(dtype="bool")}
+    features |= {n: Feature(dtype=job.numerical_dtype) for n, _ in plan.numerical}
+    features |= {c.name: Feature(dtype=job.cat_dtypes[c.name], cardinality=cards[c.name]) for c in plan.categorical}
+    source = {}
+    for s in job.split_names:
+        chunks = [Chunk(type="split_binary", features=[plan.label], files=[f"{s}/{LABEL_FILE}"])]
+        if plan.numerical:
+            chunks.append(Chunk(type="split_binary", features=[n for n, _ in plan.numerical],
+                                files=[f"{s}/{NUMERICAL_FILE}"]))
+        chunks += [Chunk(type="split_binary", features=[c.name], files=[f"{s}/{categorical_file_name(c.name)}"])
+                   for c in plan.categorical]
+        source[s] = chunks
+    metadata = {
+        "format_version": FORMAT_VERSION, "name": r.spec.metadata.get("name") or "dataset",
+        "fingerprint": r.fingerprint, "rows": rows, "bad_rows": bad_rows,
+        "index0_rows": index0, "vocab": {f: f"vocab/{f}.parquet" for f in plan.vocab_features},
+        "hash_buckets": {c.name: c.hash_buckets for c in plan.categorical if c.hash_buckets is not None},
+        "preprocessing": r.settings(), "checksums": checksums,
+    }
+    return FeatureSpec(feature_spec=features, source_spec=source, channel_spec=dict(r.spec.channel_spec),
+                       metadata=metadata).validate_spec()

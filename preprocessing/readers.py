@@ -1,0 +1,187 @@
+"""Streaming readers: one input file -> typed polars batches with their 1-based line numbers.
+
+Text (CSV/TSV, plain or compressed) is read in blocks cut at line ends and parsed once by
+polars with an explicit schema; a block that fails the fast path (wrong field count, a value
+that is not a number) is re-checked line by line so the error names the line and column.
+Parquet is read in row batches with pyarrow. Memory is bounded by the block size.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import fsspec
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from .errors import BadRows, InputError
+
+EXTRA = "__extra"
+BLOCK_BYTES = 64 << 20
+PARQUET_BATCH_ROWS = 262_144
+
+
+@dataclass
+class Format:
+    """How a text input is laid out: separator, quoting, header and (headerless) column names."""
+
+    kind: str                       # csv | tsv | criteo | parquet
+    columns: list[str] | None = None
+    header: bool = False
+
+    @property
+    def separator(self) -> str:
+        return "," if self.kind == "csv" else "\t"
+
+
+def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
+         block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[pl.DataFrame, np.ndarray]]:
+    """Yield (rows with the columns of ``types``, each row's 1-based line number) for one file."""
+    try:
+        if fmt.kind == "parquet":
+            yield from _read_parquet(uri, types, bad)
+        else:
+            yield from _read_text(uri, fmt, types, bad, block_bytes)
+    except FileNotFoundError:
+        raise InputError(f"{uri}: the file does not exist (any more). Fix: check the input path.") from None
+    except (EOFError, zlib.error, OSError) as e:
+        raise InputError(f"{uri}: cannot be read ({type(e).__name__}: {e}); a compressed file may be truncated. "
+                         "Fix: re-download or re-create the file.") from None
+
+
+def _blocks(f, size: int) -> Iterator[bytes]:
+    rest = b""
+    while True:
+        data = f.read(size)
+        if not data:
+            if rest:
+                yield rest if rest.endswith(b"\n") else rest + b"\n"
+            return
+        data = rest + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        yield data[:cut + 1]
+        rest = data[cut + 1:]
+
+
+def _read_text(uri, fmt: Format, types, bad, block_bytes):
+    with fsspec.open(uri, "rb", compression="infer") as f:
+        blocks = _blocks(f, block_bytes)
+        line = 1
+        columns = fmt.columns
+        if fmt.header:
+            first = next(blocks, b"")
+            head, _, body = first.partition(b"\n")
+            columns = next(csv.reader([head.decode()], delimiter=fmt.separator))
+            blocks = _chain(body, blocks)
+            line = 2
+        missing = [c for c in types if c not in columns]
+        if missing:
+            raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(columns[:50])}). "
+                             "Fix: name the columns in the spec as in the file's header.")
+        for block in blocks:
+            if block:
+                df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
+                yield df, lines
+                line += n
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> tuple[pl.DataFrame, np.ndarray, int]:
+    """(typed rows, their line numbers, lines consumed) for one block of whole lines."""
+    schema = {c: types.get(c, pl.String) for c in columns} | {EXTRA: pl.String}
+    try:
+        df = _polars_read(block, fmt, schema, [*types, EXTRA])
+        ok = df[EXTRA].null_count() == len(df)
+        if ok and fmt.kind != "csv":
+            ok = block.count(fmt.separator.encode()) == (len(columns) - 1) * len(df)
+        if ok:
+            return df.drop(EXTRA), np.arange(line, line + len(df), dtype=np.int64), len(df)
+    except pl.exceptions.PolarsError:
+        pass
+    return _parse_slow(block, line, columns, fmt, types, bad)
+
+
+def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:
+    names = list(schema)
+    return pl.read_csv(io.BytesIO(block), has_header=False, separator=fmt.separator, schema=schema,
+                       columns=sorted(names.index(c) for c in select), quote_char='"' if fmt.kind == "csv" else None,
+                       truncate_ragged_lines=True, missing_columns="insert", raise_if_empty=False)
+
+
+def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tuple[pl.DataFrame, np.ndarray, int]:
+    """Line-by-line check of a block that failed the fast path; bad rows go to the policy."""
+    raw_lines = block.split(b"\n")[:-1]
+    if fmt.kind == "csv":
+        counts = [len(r) for r in csv.reader(io.StringIO(block.decode(errors="replace")))]
+    else:
+        sep = fmt.separator.encode()
+        counts = [ln.count(sep) + 1 for ln in raw_lines]
+    keep = []
+    for i, n in enumerate(counts):
+        if n != len(columns):
+            bad.report(line + i, None, f"has {n} fields, expected {len(columns)}.")
+        else:
+            keep.append(i)
+    text = b"\n".join(raw_lines[i] for i in keep) + b"\n"
+    strings = {c: pl.String for c in columns} | {EXTRA: pl.String}
+    df = _polars_read(text, fmt, strings, list(types)) if keep else pl.DataFrame(schema={c: pl.String for c in types})
+    lines = np.asarray(keep, dtype=np.int64) + line
+    df, lines = cast_checked(df, types, lines, bad)
+    return df, lines, len(raw_lines)
+
+
+def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tuple[pl.DataFrame, np.ndarray]:
+    """Cast columns to ``types``; a value that does not convert is a bad row (named by line and column)."""
+    keep = None
+    casts = {}
+    for name, dtype in types.items():
+        col = df[name]
+        if col.dtype == dtype:
+            continue
+        src = col.str.strip_chars() if col.dtype == pl.String else col
+        cast = src.cast(dtype, strict=False)
+        failed = (col.is_not_null() & cast.is_null()).to_numpy()
+        for i in np.flatnonzero(failed):
+            bad.report(int(lines[i]), name, f"value {col[int(i)]!r} is not {'an integer' if dtype.is_integer() else 'a number'}.")
+        keep = ~failed if keep is None else keep & ~failed
+        casts[name] = cast
+    df = df.with_columns(**casts) if casts else df
+    if keep is not None and not keep.all():
+        df, lines = df.filter(pl.Series(keep)), lines[keep]
+    return df, lines
+
+
+def _read_parquet(uri, types, bad):
+    with fsspec.open(uri, "rb") as f:
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        missing = [c for c in types if c not in names]
+        if missing:
+            raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(names[:50])}). "
+                             "Fix: name the columns in the spec as in the Parquet file.")
+        row = 1
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(types)):
+            df = pl.from_arrow(batch)
+            lines = np.arange(row, row + len(df), dtype=np.int64)
+            row += len(df)
+            df = df.with_columns(pl.col(c).cast(pl.String) for c, t in types.items()
+                                 if t == pl.String and df[c].dtype != pl.String)
+            yield cast_checked(df, types, lines, bad)
+
+
+def parquet_types(uri: str) -> dict[str, pl.DataType]:
+    """A Parquet file's own column types (to keep integer categoricals as integers)."""
+    with fsspec.open(uri, "rb") as f:
+        return dict(pl.from_arrow(pq.ParquetFile(f).schema_arrow.empty_table()).schema)

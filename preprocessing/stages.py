@@ -1,0 +1,193 @@
+"""The per-input-file stages, run in worker processes; each writes its result atomically.
+
+A parse: raw file -> typed, transformed rows (Arrow IPC part) + row/bad-row counts.
+B count: value counts of the vocabulary features over the counted splits.
+C encode: indices, labels and numericals -> per-split binary parts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from feature_spec import categorical_file_name
+
+from . import readers, splits, vocab
+from .atomic import atomic_dir, read_json, write_json
+from .errors import BadRows
+from .transforms import SPLIT_COLUMN, Plan, to_intermediate
+
+LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
+# test hook: seconds to sleep after each finished part, so a test can kill a run part-way
+_SLOW = float(os.environ.get("DLRMFLOW_TEST_PART_DELAY_S", "0") or 0)
+
+
+@dataclass
+class Job:
+    """Everything a worker needs, for all stages (picklable)."""
+
+    work: Path
+    plan: Plan
+    fmt: readers.Format
+    types: dict
+    rule: splits.SplitRule
+    policy: str
+    split_names: list[str] = field(default_factory=list)
+    total_rows: int = 0
+    count_on: str = "train"
+    numerical_dtype: str = "float16"
+    cat_dtypes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FileTask:
+    """One input file: position i in input order, its URI, mapped split, first global row."""
+
+    i: int
+    uri: str
+    split: str | None = None
+    start: int = 0
+
+
+def part_name(i: int) -> str:
+    return f"{i:06d}"
+
+
+def parse_file(job: Job, task: FileTask, progress=None) -> dict:
+    """Stage A: parse once; writes parsed/<i>.arrow, then parsed/<i>.json (rows, bad, lines, split names)."""
+    folder = job.work / "parsed"
+    meta_path = folder / f"{part_name(task.i)}.json"
+    if meta_path.exists():
+        return read_json(meta_path)
+    bad = BadRows(task.uri, job.policy)
+    rows, lines, names, writer = 0, 0, set(), None
+    tmp = folder / f"{part_name(task.i)}.arrow.tmp"
+    try:
+        for df, line_numbers in readers.read(task.uri, job.fmt, job.types, bad):
+            lines = int(line_numbers[-1]) if len(line_numbers) else lines
+            out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
+            if job.plan.split_column:
+                names.update(out[SPLIT_COLUMN].unique().to_list())
+            table = out.to_arrow()
+            writer = writer or pa.ipc.new_file(str(tmp), table.schema)
+            writer.write_table(table)
+            rows += len(out)
+            if progress:
+                progress(len(df))
+    finally:
+        if writer:
+            writer.close()
+    if writer:
+        os.replace(tmp, folder / f"{part_name(task.i)}.arrow")
+    meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
+    write_json(meta_path, meta)
+    _pause()
+    return meta
+
+
+def _batches(job: Job, task: FileTask):
+    """(rows, split codes) per batch of a parsed part, in order."""
+    path = job.work / "parsed" / f"{part_name(task.i)}.arrow"
+    if not path.exists():
+        return
+    with pa.memory_map(str(path)) as source:
+        reader = pa.ipc.open_file(source)
+        offset = task.start
+        for k in range(reader.num_record_batches):
+            df = pl.from_arrow(reader.get_batch(k))
+            yield df, _codes(job, task, df, offset)
+            offset += len(df)
+
+
+def _codes(job: Job, task: FileTask, df: pl.DataFrame, offset: int) -> np.ndarray:
+    if job.rule.kind == "files":
+        return np.full(len(df), job.split_names.index(task.split), dtype=np.int8)
+    if job.rule.kind == "column":
+        return df[SPLIT_COLUMN].replace_strict(job.split_names, list(range(len(job.split_names))),
+                                              return_dtype=pl.Int8).to_numpy()
+    return splits.assign(job.rule, offset, len(df), job.total_rows)
+
+
+def count_file(job: Job, task: FileTask, progress=None) -> None:
+    """Stage B: value counts over the counted split(s); writes counts/<i>/<feature>.arrow."""
+    target = job.work / "counts" / part_name(task.i)
+    if target.exists():
+        return
+    counter = vocab.Counter(job.plan.vocab_features)
+    train = job.split_names.index("train") if job.count_on == "train" else None
+    for df, codes in _batches(job, task):
+        counter.add(df if train is None else df.filter(pl.Series(codes == train)))
+        if progress:
+            progress(len(df))
+    with atomic_dir(target) as tmp:
+        counter.write(tmp)
+    _pause()
+
+
+def encode_file(job: Job, task: FileTask, progress=None) -> None:
+    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin and stats.json."""
+    target = job.work / "encoded" / part_name(task.i)
+    if target.exists():
+        return
+    encoders = {f: _encoder(job.work / "vocab" / f"{f}.parquet") for f in job.plan.vocab_features}
+    cat_files = {categorical_file_name(f): f for f in job.cat_dtypes}
+    stats = {s: {"rows": 0, "index0": dict.fromkeys(job.cat_dtypes, 0)} for s in job.split_names}
+    with atomic_dir(target) as tmp:
+        files = {}
+        for df, codes in _batches(job, task):
+            columns = _encode(job, df, encoders)
+            for code in np.unique(codes):
+                split = job.split_names[code]
+                mask = codes == code
+                stats[split]["rows"] += int(mask.sum())
+                for name, values in columns.items():
+                    chosen = values[mask]
+                    if name in cat_files:
+                        stats[split]["index0"][cat_files[name]] += int(np.count_nonzero(chosen == 0))
+                    _out(files, tmp, split, name).write(chosen.tobytes())
+            if progress:
+                progress(len(df))
+        for f in files.values():
+            f.close()
+        write_json(tmp / "stats.json", stats)
+    _pause()
+
+
+def _encode(job: Job, df: pl.DataFrame, encoders) -> dict[str, np.ndarray]:
+    """Output arrays of a batch by output file name: label (0/1 bytes), numerical [n, k], cat_<f> indices."""
+    out = {LABEL_FILE: df[job.plan.label].to_numpy().astype(np.uint8)}
+    if job.plan.numerical:
+        num = np.column_stack([df[n].to_numpy() for n, _ in job.plan.numerical])
+        out[NUMERICAL_FILE] = np.ascontiguousarray(num.astype(job.numerical_dtype))
+    for c in job.plan.categorical:
+        idx = encoders[c.name](df[c.name]) if c.name in encoders else df[c.name].to_numpy()
+        out[categorical_file_name(c.name)] = idx.astype(job.cat_dtypes[c.name])
+    return out
+
+
+def _out(files: dict, folder: Path, split: str, name: str):
+    key = (split, name)
+    if key not in files:
+        (folder / split).mkdir(exist_ok=True)
+        files[key] = open(folder / split / name, "wb")
+    return files[key]
+
+
+_ENCODERS: dict[Path, object] = {}
+
+
+def _encoder(path: Path):
+    if path not in _ENCODERS:
+        _ENCODERS[path] = vocab.encoder(pl.read_parquet(path))
+    return _ENCODERS[path]
+
+
+def _pause() -> None:
+    if _SLOW:
+        time.sleep(_SLOW)

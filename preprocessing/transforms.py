@@ -1,0 +1,141 @@
+"""Per-feature value transforms: label derivation, numerical transform, raw categorical types, hashing."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from feature_spec import FeatureSpec
+
+from .errors import BadRows
+from .hashing import hash_values
+
+_OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
+SPLIT_COLUMN = "__split"
+
+
+@dataclass
+class Categorical:
+    """How one categorical is encoded: raw type (hex/int/str/None), vocabulary threshold or hash buckets."""
+
+    name: str
+    kind: str | None
+    threshold: int = 0
+    hash_buckets: int | None = None
+
+
+@dataclass
+class Plan:
+    """What to do with each input column, resolved from the input spec and the config."""
+
+    label: str
+    positive: list[str] | None = None
+    positive_if: tuple[str, float] | None = None
+    numerical: list[tuple[str, str]] = field(default_factory=list)   # (name, transform)
+    categorical: list[Categorical] = field(default_factory=list)
+    split_column: str | None = None
+    split_numeric: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: FeatureSpec, threshold: int, split_column: str | None = None,
+                  split_numeric: bool = False) -> "Plan":
+        """The plan for a spec; ``threshold`` applies where a feature sets none."""
+        fs = spec.feature_spec
+        label = fs[spec.label_feature]
+        positive = label.positive
+        return cls(
+            label=spec.label_feature,
+            positive=None if positive is None else [str(v) for v in (positive if isinstance(positive, list) else [positive])],
+            positive_if=label.positive_rule(),
+            numerical=[(n, fs[n].transform or "log1p") for n in spec.numerical_features],
+            categorical=[Categorical(n, fs[n].dtype, threshold if fs[n].frequency_threshold is None
+                                     else fs[n].frequency_threshold, fs[n].hash_buckets)
+                         for n in spec.categorical_features],
+            split_column=split_column, split_numeric=split_numeric)
+
+    @property
+    def vocab_features(self) -> list[str]:
+        return [c.name for c in self.categorical if c.hash_buckets is None]
+
+    def parse_types(self, native: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
+        """Column -> type to parse the raw column as (``native``: a Parquet file's own types)."""
+        types: dict[str, pl.DataType] = {self.label: pl.String if self.positive else pl.Float64}
+        types.update({n: pl.Float64 for n, _ in self.numerical})
+        for c in self.categorical:
+            if c.kind == "int" or (c.kind is None and native and native.get(c.name, pl.String).is_integer()):
+                types[c.name] = pl.Int64
+            else:
+                types[c.name] = pl.String
+        if self.split_column:
+            types[self.split_column] = pl.Float64 if self.split_numeric else pl.String
+        return types
+
+
+def to_intermediate(df: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRows,
+                    split_names) -> pl.DataFrame:
+    """Typed raw rows -> label (Int8), transformed numericals (Float32), categoricals (hex -> UInt32,
+    int -> Int64, str -> String, hashed -> final Int64 index), and ``__split`` (String) for column rules.
+    Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy."""
+    cols = [_label(plan).alias(plan.label)]
+    cols += [_numerical(n, t).alias(n) for n, t in plan.numerical]
+    cols += [pl.col(c.name).str.to_integer(base=16, dtype=pl.UInt32, strict=False).alias(c.name)
+             if c.kind == "hex" else pl.col(c.name) for c in plan.categorical]
+    if plan.split_column:
+        cols.append(split_names(df[plan.split_column]).alias(SPLIT_COLUMN))
+    out = df.select(cols)
+    ok = _check(df, out, plan, lines, bad)
+    if ok is not None:
+        out = out.filter(ok)
+    for c in plan.categorical:
+        if c.hash_buckets is not None:
+            out = out.with_columns(hashed_index(out[c.name], c.hash_buckets).alias(c.name))
+    return out
+
+
+def _label(plan: Plan) -> pl.Expr:
+    col = pl.col(plan.label)
+    if plan.positive is not None:
+        return pl.when(col.is_null()).then(None).otherwise(col.is_in(plan.positive)).cast(pl.Int8)
+    if plan.positive_if is not None:
+        op, number = plan.positive_if
+        return _OPS[op](col, number).cast(pl.Int8)
+    return pl.when(col == 1).then(1).when(col == 0).then(0).otherwise(None).cast(pl.Int8)
+
+
+def _numerical(name: str, transform: str) -> pl.Expr:
+    col = pl.col(name)
+    if transform == "log1p":
+        col = col.clip(lower_bound=0).log1p()
+    return col.fill_null(0).cast(pl.Float32)
+
+
+def _check(raw: pl.DataFrame, out: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRows):
+    """Report rows whose values fail a check; returns the keep mask (None when all rows are fine)."""
+    checks = [(plan.label, out[plan.label].is_null(), "label is missing or not 0/1 (set `positive:` or "
+               "`positive_if:` on the label feature in the spec for other labels).")]
+    for c in plan.categorical:
+        if c.kind == "hex":
+            checks.append((c.name, raw[c.name].is_not_null() & out[c.name].is_null(),
+                           "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
+    if plan.split_column:
+        checks.append((plan.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
+    keep = None
+    for name, mask, problem in checks:
+        if not mask.any():
+            continue
+        for i in np.flatnonzero(mask.to_numpy()):
+            value = raw[name][int(i)]
+            bad.report(int(lines[i]), name, f"value {value!r} {problem}" if value is not None else problem)
+        keep = ~mask if keep is None else keep & ~mask
+    return keep
+
+
+def hashed_index(values: pl.Series, buckets: int) -> pl.Series:
+    """Index 1 + stable_hash(value) mod (buckets - 1); 0 for missing. Hashes unique values only."""
+    uniq = values.drop_nulls().unique()
+    raw = uniq.to_numpy() if uniq.dtype.is_integer() else uniq.to_list()
+    idx = (hash_values(raw) % np.uint64(buckets - 1) + np.uint64(1)).astype(np.int64)
+    return values.replace_strict(uniq, pl.Series(idx), default=0, return_dtype=pl.Int64)
