@@ -1,0 +1,63 @@
+"""The final dataset through fsspec: split files concatenated from the parts in input order,
+checksums, vocabularies, the output feature spec and ``_SUCCESS`` (written last)."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from pathlib import Path
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from feature_spec import FeatureSpec, join_uri, save
+
+SUCCESS = "_SUCCESS"
+_COPY_BYTES = 16 << 20
+
+
+def is_complete(dataset: str) -> bool:
+    """True when a dataset folder has its ``_SUCCESS`` marker."""
+    fs, path = fsspec.core.url_to_fs(dataset)
+    return fs.exists(posixpath.join(path, SUCCESS))
+
+
+def _put(dataset: str, rel: str, sources: list[Path]) -> str:
+    """Write the concatenation of local ``sources`` to dataset/rel atomically; returns its blake2b."""
+    fs, path = fsspec.core.url_to_fs(join_uri(dataset, rel))
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    local = isinstance(fs, LocalFileSystem)
+    target = path + ".tmp" if local else path
+    digest = hashlib.blake2b(digest_size=32)
+    with fs.open(target, "wb") as out:
+        for src in sources:
+            with open(src, "rb") as f:
+                while chunk := f.read(_COPY_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if local:
+        fs.mv(target, path)
+    return "blake2b:" + digest.hexdigest()
+
+
+def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list[str]) -> dict[str, str]:
+    """Each <split>/<file> from the encoded parts in input order; returns checksums by relative path."""
+    checksums = {}
+    for split in splits:
+        for name in files:
+            rel = f"{split}/{name}"
+            checksums[rel] = _put(dataset, rel, [p / rel for p in parts if (p / rel).exists()])
+    return checksums
+
+
+def write_vocab(dataset: str, vocab_dir: Path, features: list[str]) -> dict[str, str]:
+    """vocab/<feature>.parquet copied to the dataset; returns checksums by relative path."""
+    return {f"vocab/{f}.parquet": _put(dataset, f"vocab/{f}.parquet", [vocab_dir / f"{f}.parquet"])
+            for f in features}
+
+
+def finish(dataset: str, spec: FeatureSpec) -> None:
+    """Write feature_spec.yaml, then ``_SUCCESS``."""
+    save(spec, dataset)
+    with fsspec.open(join_uri(dataset, SUCCESS), "w") as f:
+        f.write("")
