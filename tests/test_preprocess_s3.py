@@ -1,0 +1,77 @@
+"""The same preprocessing against a real S3 HTTP endpoint on loopback (moto's server) through s3fs."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from preprocessing import PreprocessConfig, run
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture()
+def s3_endpoint():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_endpoint):
+    import boto3
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")
+    s3.create_bucket(Bucket="logs")
+    with gzip.open(criteo_10k, "rb") as f:
+        lines = f.readlines()
+    local = tmp_path / "in"
+    local.mkdir()
+    for i, part in enumerate((lines[:4000], lines[4000:])):
+        body = gzip.compress(b"".join(part), mtime=0)
+        (local / f"day{i}.gz").write_bytes(body)
+        s3.put_object(Bucket="logs", Key=f"raw/day{i}.gz", Body=body)
+
+    cmd = [sys.executable, "-m", "flows", "preprocess", "--input", "s3://logs/raw/", "--out", "s3://logs/store",
+           "--frequency-threshold", "2", "--no-progress"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    dataset = r.stdout.strip().splitlines()[-1]
+    assert dataset.startswith("s3://logs/store/datasets/criteo-")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert "nothing to do" in again.stderr
+
+    ref = Path(run(PreprocessConfig(inputs=[str(local)], out=str(tmp_path / "ref"), frequency_threshold=2,
+                                    progress=False)))
+    prefix = dataset.removeprefix("s3://logs/") + "/"
+    keys = {o["Key"][len(prefix):] for o in s3.list_objects_v2(Bucket="logs", Prefix=prefix)["Contents"]}
+    local_files = {str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file()}
+    assert keys == local_files
+    for rel in local_files - {"feature_spec.yaml"}:
+        assert s3.get_object(Bucket="logs", Key=prefix + rel)["Body"].read() == (ref / rel).read_bytes(), rel
+
+    missing = subprocess.run([*cmd[:5], "s3://logs/nope/x.gz", *cmd[6:]], env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
