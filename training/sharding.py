@@ -1,0 +1,251 @@
+"""Embedding sharding: the config section, the sharder, the planner and a readable plan.
+
+The planner gets its ``Topology`` from a hardware profile (``training.topology``), so a plan for
+64 MI300X can be made on a laptop: planning needs only meta tensors and the topology.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import PlannerError, Topology
+from torchrec.distributed.types import ModuleSharder, ShardingPlan, ShardingType
+from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim import RowWiseAdagrad
+
+from feature_spec import UserError
+
+from .topology import GiB, build_topology, load_profile, resolve_local_world_size
+
+SHARDING_TYPES = [t.value for t in ShardingType]
+COMPUTE_KERNELS = ["dense", "fused", "fused_uvm", "fused_uvm_caching"]
+UVM_CACHING_RATIO = 0.2  # share of a fused_uvm_caching table kept in HBM (TorchRec's default)
+# embedding optimizer -> (torch optimizer class, optimizer-state floats per weight; None: one per row)
+OPTIMIZERS = {"rowwise_adagrad": (RowWiseAdagrad, None), "adam": (torch.optim.Adam, 2.0), "sgd": (torch.optim.SGD, 0.0)}
+
+
+class DoesNotFit(UserError):
+    """The tables do not fit in the memory of the given ranks."""
+
+
+class TableConstraint(BaseModel):
+    """What the planner may choose for one table (None: anything the sharder supports)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sharding_types: list[str] | None = Field(None, description=f"Allowed sharding types: {', '.join(SHARDING_TYPES)}.")
+    compute_kernels: list[str] | None = Field(None, description=f"Allowed kernels: {', '.join(COMPUTE_KERNELS)}.")
+
+    @field_validator("sharding_types")
+    @classmethod
+    def _known_types(cls, v):
+        return _check_names(v, SHARDING_TYPES, "sharding type")
+
+    @field_validator("compute_kernels")
+    @classmethod
+    def _known_kernels(cls, v):
+        return _check_names(v, COMPUTE_KERNELS, "compute kernel")
+
+
+def _check_names(values: list[str] | None, known: list[str], what: str) -> list[str] | None:
+    for v in values or []:
+        if v not in known:
+            raise ValueError(f"unknown {what} '{v}'; use one of {', '.join(known)}")
+    if values is not None and not values:
+        raise ValueError(f"list at least one {what}, or leave the field out")
+    return values
+
+
+class ShardingConfig(BaseModel):
+    """The ``sharding:`` section of the training config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field("cpu", description="Hardware profile (cpu, mi300x, mi325x, mi355x, h100, h200) or a profile YAML.")
+    constraints: dict[str, TableConstraint] = Field(default_factory=dict,
+                                                    description="Per-table constraints, by table name (t_<feature>).")
+    storage_reservation: float = Field(0.10, ge=0, lt=1, description="Share of each device's memory kept for "
+                                       "the dense model, activations and buffers (not given to embedding tables).")
+
+
+class AllTypesSharder(EmbeddingBagCollectionSharder):
+    """EmbeddingBagCollection sharder offering every sharding type on every device.
+
+    TorchRec's CPU sharder refuses row_wise, table_row_wise and grid_shard; on gloo they work and
+    match the unsharded module exactly (unsupported upstream, verified by tests/test_sharding.py).
+    """
+
+    def sharding_types(self, compute_device_type: str) -> list[str]:
+        return list(SHARDING_TYPES)
+
+
+def sharders() -> list[ModuleSharder]:
+    """The sharders to give the planner and DistributedModelParallel."""
+    return [AllTypesSharder()]
+
+
+def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, batch_size: int,
+                 device_type: str) -> EmbeddingShardingPlanner:
+    """A planner for ``world_size`` ranks of the config's profile (whose device type must be ``device_type``)."""
+    profile = load_profile(cfg.profile)
+    if profile.compute_device != device_type:
+        raise UserError(f"hardware profile '{profile.name}' is for {profile.compute_device} devices but this run "
+                        f"uses {device_type}. Fix: set sharding.profile to a {device_type} profile "
+                        f"(e.g. {'cpu' if device_type == 'cpu' else 'mi300x'}).")
+    topology = build_topology(profile, world_size, local_world_size)
+    constraints = {name: ParameterConstraints(sharding_types=c.sharding_types, compute_kernels=c.compute_kernels)
+                   for name, c in cfg.constraints.items()}
+    return EmbeddingShardingPlanner(topology=topology, batch_size=batch_size, constraints=constraints,
+                                    storage_reservation=FixedPercentageStorageReservation(cfg.storage_reservation),
+                                    debug=False)
+
+
+def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_size: int, local_world_size: int,
+                batch_size: int, pg: dist.ProcessGroup | None = None, *, optimizer: str = "rowwise_adagrad",
+                module_path: str = "", device_type: str | None = None) -> ShardingPlan:
+    """Plan an EmbeddingBagCollection of ``tables`` (per-rank ``batch_size``) on meta tensors.
+
+    With ``pg``, rank 0 plans and broadcasts the plan, or its error (raised on every rank, so no
+    rank hangs). Without, the plan is made locally: no process group or hardware needed. The plan
+    is keyed by ``module_path``, the EmbeddingBagCollection's path inside the model given to DMP.
+    ``device_type`` (default: the profile's) must match the profile's device.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown embedding optimizer '{optimizer}'; use one of {', '.join(OPTIMIZERS)}")
+    unknown = set(cfg.constraints) - {t.name for t in tables}
+    if unknown:
+        raise UserError(f"sharding.constraints names unknown tables {sorted(unknown)}. Fix: use table names: "
+                        f"{', '.join(t.name for t in tables)}.")
+    profile = load_profile(cfg.profile)
+    local = resolve_local_world_size(profile, world_size, local_world_size)
+    device_type = device_type or profile.compute_device
+    if pg is None:
+        plan = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type)
+    else:
+        box: list = [None]
+        if dist.get_rank(pg) == 0:
+            try:
+                box[0] = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type)
+            except UserError as e:
+                box[0] = e
+            except Exception as e:  # noqa: BLE001 - every rank must learn that rank 0 failed
+                box[0] = RuntimeError(f"sharding planner failed on rank 0: {type(e).__name__}: {e}")
+        dist.broadcast_object_list(box, group=pg, group_src=0)
+        if isinstance(box[0], Exception):
+            raise box[0]
+        plan = box[0]
+    return ShardingPlan({module_path: module_plan for module_plan in plan.plan.values()})
+
+
+def _plan(tables, cfg, world_size, local_world_size, batch_size, optimizer, device_type) -> ShardingPlan:
+    planner = make_planner(cfg, world_size, local_world_size, batch_size, device_type)
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    apply_optimizer_in_backward(OPTIMIZERS[optimizer][0], ebc.parameters(), {"lr": 0.01})
+    try:
+        return planner.plan(ebc, sharders())
+    except PlannerError as e:
+        topology = build_topology(load_profile(cfg.profile), world_size, local_world_size)
+        raise does_not_fit(tables, cfg, topology, optimizer, str(e)) from None
+
+
+def table_bytes(table: EmbeddingBagConfig, rows: int, cols: int, optimizer: str = "rowwise_adagrad") -> int:
+    """Bytes of ``rows x cols`` of a table's weights plus its optimizer state (fp32)."""
+    weights = rows * cols * DATA_TYPE_NUM_BITS[table.data_type] // 8
+    per_weight = OPTIMIZERS[optimizer][1]
+    state = rows * 4 if per_weight is None else int(rows * cols * 4 * per_weight)
+    return weights + state
+
+
+def does_not_fit(tables, cfg: ShardingConfig, topology: Topology, optimizer: str, detail: str) -> DoesNotFit:
+    """The error for a plan that found no placement: how much is needed, how much there is, what to change."""
+    tier = "HBM" if topology.compute_device == "cuda" else "DDR"
+    per_rank = (topology.devices[0].storage.hbm if tier == "HBM" else topology.devices[0].storage.ddr)
+    usable = per_rank * (1 - cfg.storage_reservation)
+    total = sum(table_bytes(t, t.num_embeddings, t.embedding_dim, optimizer) for t in tables)
+    need_ranks = math.ceil(total / usable) if usable else "more"
+    return DoesNotFit(
+        f"does not fit: the embedding tables need {total / GiB:.1f} GiB ({optimizer} state included), i.e. "
+        f"{total / topology.world_size / GiB:.1f} GiB {tier} per rank on {topology.world_size} ranks, but profile "
+        f"'{cfg.profile}' has {per_rank / GiB:.1f} GiB per rank ({usable / GiB:.1f} GiB after the "
+        f"{cfg.storage_reservation:.0%} reservation). Fix: use more ranks (at least {need_ranks}), a bigger "
+        "frequency threshold or hash_buckets when preprocessing, model.max_table_size, or fp16 embeddings.\n"
+        f"TorchRec planner: {detail.strip().splitlines()[0]}")
+
+
+def rank_usage(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
+               optimizer: str = "rowwise_adagrad") -> list[dict[str, int]]:
+    """Bytes of embedding weights and optimizer state per rank and tier ('hbm', 'ddr') under ``plan``."""
+    usage = [{"hbm": 0, "ddr": 0} for _ in range(topology.world_size)]
+    by_name = {t.name: t for t in tables}
+    fast = "hbm" if topology.compute_device == "cuda" else "ddr"
+    for module_plan in plan.plan.values():
+        for name, ps in module_plan.items():
+            table = by_name[name]
+            if ps.sharding_spec is None:  # data parallel: every rank holds the whole table
+                shards = [(r, table.num_embeddings, table.embedding_dim) for r in ps.ranks]
+            else:
+                shards = [(s.placement.rank(), *s.shard_sizes) for s in ps.sharding_spec.shards]
+            for rank, rows, cols in shards:
+                size = table_bytes(table, rows, cols, optimizer)
+                if ps.compute_kernel in ("fused_uvm", "fused_uvm_caching"):
+                    usage[rank]["ddr"] += size
+                    if ps.compute_kernel == "fused_uvm_caching":
+                        usage[rank]["hbm"] += int(size * UVM_CACHING_RATIO)
+                else:
+                    usage[rank][fast] += size
+    return usage
+
+
+def _ranks(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks))
+
+
+def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
+                optimizer: str = "rowwise_adagrad") -> str:
+    """The plan as text: per table its sharding, kernel and ranks; per rank its memory vs capacity; whether it fits."""
+    nodes = topology.world_size // topology.local_world_size
+    lines = [f"Sharding plan: {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
+             f"device {topology.compute_device}",
+             f"{'table':<24} {'rows':>14} {'dim':>5}  {'sharding':<17} {'kernel':<18} ranks"]
+    by_name = {t.name: t for t in tables}
+    for module_plan in plan.plan.values():
+        for name, ps in module_plan.items():
+            t = by_name[name]
+            lines.append(f"{name:<24} {t.num_embeddings:>14,} {t.embedding_dim:>5}  {ps.sharding_type:<17} "
+                         f"{ps.compute_kernel:<18} {_ranks(ps.ranks or [])}")
+    usage = rank_usage(plan, tables, topology, optimizer)
+    lines += ["", f"Memory per rank (embedding weights + {optimizer} state, GiB; equal ranks grouped):",
+              f"{'ranks':>7}  {'HBM used / capacity':>21}  {'DDR used / capacity':>21}"]
+    worst, rows = 0.0, []
+    for rank, (used, device) in enumerate(zip(usage, topology.devices)):
+        cells = []
+        for tier in ("hbm", "ddr"):
+            cap = getattr(device.storage, tier)
+            if used[tier]:
+                worst = max(worst, used[tier] / cap if cap else math.inf)
+            cells.append(f"{used[tier] / GiB:9.2f} / {cap / GiB:9.2f}" if cap or used[tier] else "-")
+        if rows and rows[-1][2] == cells:
+            rows[-1][1] = rank
+        else:
+            rows.append([rank, rank, cells])
+    for first, last, (hbm, ddr) in rows:
+        lines.append(f"{_ranks(list(range(first, last + 1))):>7}  {hbm:>21}  {ddr:>21}")
+    offloaded = [name for mp in plan.plan.values() for name, ps in mp.items() if "uvm" in ps.compute_kernel]
+    if offloaded:
+        lines.append(f"{len(offloaded)} table(s) live in host memory (fused_uvm*): their lookups cross PCIe, "
+                     "so expect lower throughput than with all tables in HBM (more ranks would avoid it).")
+    verdict = "FITS" if worst <= 1 else "DOES NOT FIT"
+    lines.append(f"{verdict}: the fullest rank uses {worst:.0%} of its memory for embeddings "
+                 "(the rest holds the dense model, activations and buffers).")
+    return "\n".join(lines)
