@@ -74,7 +74,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
             out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
             if job.plan.split_column:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
-            table = out.to_arrow()
+            table = out.rechunk().to_arrow()
             writer = writer or pa.ipc.new_file(str(tmp), table.schema)
             writer.write_table(table)
             rows += len(out)
@@ -135,13 +135,13 @@ def encode_file(job: Job, task: FileTask, progress=None) -> None:
     target = job.work / "encoded" / part_name(task.i)
     if target.exists():
         return
-    encoders = {f: _encoder(job.work / "vocab" / f"{f}.parquet") for f in job.plan.vocab_features}
+    encode = _encoder(job.work / "vocab", job.plan.vocab_features)
     cat_files = {categorical_file_name(f): f for f in job.cat_dtypes}
     stats = {s: {"rows": 0, "index0": dict.fromkeys(job.cat_dtypes, 0)} for s in job.split_names}
     with atomic_dir(target) as tmp:
         files = {}
         for df, codes in _batches(job, task):
-            columns = _encode(job, df, encoders)
+            columns = _encode(job, df, encode)
             for code in np.unique(codes):
                 split = job.split_names[code]
                 mask = codes == code
@@ -159,15 +159,16 @@ def encode_file(job: Job, task: FileTask, progress=None) -> None:
     _pause()
 
 
-def _encode(job: Job, df: pl.DataFrame, encoders) -> dict[str, np.ndarray]:
+def _encode(job: Job, df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
     """Output arrays of a batch by output file name: label (0/1 bytes), numerical [n, k], cat_<f> indices."""
     out = {LABEL_FILE: df[job.plan.label].to_numpy().astype(np.uint8)}
     if job.plan.numerical:
         num = np.column_stack([df[n].to_numpy() for n, _ in job.plan.numerical])
         out[NUMERICAL_FILE] = np.ascontiguousarray(num.astype(job.numerical_dtype))
+    indices = encode(df)
     for c in job.plan.categorical:
-        idx = encoders[c.name](df[c.name]) if c.name in encoders else df[c.name].to_numpy()
-        out[categorical_file_name(c.name)] = idx.astype(job.cat_dtypes[c.name])
+        idx = indices[c.name] if c.name in indices.columns else df[c.name]
+        out[categorical_file_name(c.name)] = idx.to_numpy().astype(job.cat_dtypes[c.name])
     return out
 
 
@@ -182,10 +183,11 @@ def _out(files: dict, folder: Path, split: str, name: str):
 _ENCODERS: dict[Path, object] = {}
 
 
-def _encoder(path: Path):
-    if path not in _ENCODERS:
-        _ENCODERS[path] = vocab.encoder(pl.read_parquet(path))
-    return _ENCODERS[path]
+def _encoder(folder: Path, features: list[str]):
+    """The vocabulary encoder of a work folder (loaded once per worker process)."""
+    if folder not in _ENCODERS:
+        _ENCODERS[folder] = vocab.encoder({f: pl.read_parquet(folder / f"{f}.parquet") for f in features})
+    return _ENCODERS[folder]
 
 
 def _pause() -> None:

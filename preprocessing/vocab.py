@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 # re-aggregate pending per-batch counts once they outgrow the running totals by this factor
@@ -23,10 +22,12 @@ class Counter:
         self.sizes = dict.fromkeys(features, 0)
 
     def add(self, df: pl.DataFrame) -> None:
-        """Count the non-missing values of each feature in ``df``."""
-        for f, parts in self.pending.items():
-            parts.append(df.lazy().select(pl.col(f).alias("value")).drop_nulls().group_by("value")
-                         .agg(pl.len().cast(pl.Int64).alias("count")).collect())
+        """Count the non-missing values of each feature in ``df`` (all features in one parallel pass)."""
+        lazy = df.lazy()
+        queries = [lazy.select(pl.col(f).alias("value")).drop_nulls().group_by("value")
+                   .agg(pl.len().cast(pl.Int64).alias("count")) for f in self.pending]
+        for (f, parts), counts in zip(self.pending.items(), pl.collect_all(queries)):
+            parts.append(counts)
             if sum(map(len, parts)) > _COMPACT_FACTOR * max(self.sizes[f], 1 << 16):
                 self._compact(f)
 
@@ -54,10 +55,11 @@ def build(count_files: list[Path], threshold: int, dtype: pl.DataType) -> pl.Dat
     return kept.with_columns(pl.int_range(1, len(kept) + 1, dtype=pl.Int64).alias("index"))
 
 
-def encoder(vocab: pl.DataFrame):
-    """A function raw values -> int64 indices (0 for missing or not in the vocabulary)."""
-    keys, idx = vocab["value"], vocab["index"]
+def encoder(vocabs: dict[str, pl.DataFrame]):
+    """A function rows -> a frame of int64 indices per vocabulary feature (0: missing or not kept)."""
+    exprs = [pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
+             for f, v in vocabs.items()]
 
-    def encode(values: pl.Series) -> np.ndarray:
-        return values.replace_strict(keys, idx, default=0, return_dtype=pl.Int64).to_numpy()
+    def encode(df: pl.DataFrame) -> pl.DataFrame:
+        return df.select(exprs)
     return encode
