@@ -1,4 +1,6 @@
-"""`preprocessing.run(config)`: raw inputs -> split-binary dataset, parse once, resumable, parallel."""
+"""`preprocessing.run(config)`: raw inputs -> split-binary dataset, parse once, resumable, parallel.
+
+``Preprocessing`` exposes the same job stage by stage (the Prefect flow maps its per-file stages as tasks)."""
 
 from __future__ import annotations
 
@@ -21,34 +23,83 @@ from .stages import LABEL_FILE, NUMERICAL_FILE, FileTask, Job, count_file, encod
 log = logging.getLogger("dlrmflow.preprocess")
 
 
+class Preprocessing:
+    """One preprocessing job, stage by stage: ``plan()``, ``parse(i)`` for every file, ``place(metas)``,
+    ``count(i)``, ``build_vocab()``, ``encode(i)``, ``finish()``. ``run`` and the Prefect flow drive it;
+    every stage skips work that an earlier, interrupted run already finished."""
+
+    def __init__(self, config: PreprocessConfig):
+        self.config = config
+        self.resolved = resolve(config)
+        self.dataset = self.resolved.dataset
+        self.job: Job | None = None
+        self.tasks: list[FileTask] = []
+        self.metas: list[dict] = []
+        self.cards: dict[str, int] = {}
+
+    def is_complete(self) -> bool:
+        """True when the dataset already exists (``_SUCCESS`` written)."""
+        return writer.is_complete(self.dataset)
+
+    def plan(self) -> list[FileTask]:
+        """Create the work folders and the per-file tasks (one per input file, in input order)."""
+        r = self.resolved
+        for folder in ("parsed", "counts", "encoded", "vocab"):
+            (r.work / folder).mkdir(parents=True, exist_ok=True)
+        self.job = Job(work=r.work, plan=r.plan, fmt=r.fmt, types=r.plan.parse_types(_native_types(r)), rule=r.rule,
+                       policy=self.config.on_bad_row, count_on=self.config.count_on,
+                       numerical_dtype=self.config.numerical_dtype)
+        self.tasks = [FileTask(i, f.uri, f.split) for i, f in enumerate(r.inputs)]
+        return self.tasks
+
+    def parse(self, i: int, progress=None) -> dict:
+        return parse_file(self.job, self.tasks[i], progress)
+
+    def place(self, metas: list[dict]) -> int:
+        """Check the bad-row budget, give each file its first global row; returns the total row count."""
+        _check_bad(self.resolved, metas)
+        _place(self.job, self.resolved, self.tasks, metas)
+        self.metas = metas
+        return self.job.total_rows
+
+    def count(self, i: int, progress=None) -> None:
+        count_file(self.job, self.tasks[i], progress)
+
+    def build_vocab(self) -> dict[str, int]:
+        """Merge the counts into vocabularies; returns the cardinality of every categorical feature."""
+        cards = _build_vocab(self.job, self.resolved)
+        self.job.cat_dtypes = {c.name: categorical_dtype(cards[c.name]) for c in self.job.plan.categorical}
+        self.cards = cards
+        return cards
+
+    def encode(self, i: int, progress=None) -> None:
+        encode_file(self.job, self.tasks[i], progress)
+
+    def finish(self) -> str:
+        """Write the dataset (spec and ``_SUCCESS`` last), remove the work folder; returns the dataset URI."""
+        r = self.resolved
+        _write_dataset(r, self.job, self.tasks, self.metas, self.cards)
+        shutil.rmtree(r.work, ignore_errors=True)
+        if r.work.parent.name == "_work" and not any(r.work.parent.iterdir()):
+            r.work.parent.rmdir()
+        return self.dataset
+
+
 def run(config: PreprocessConfig) -> str:
     """Preprocess per ``config``; returns the dataset URI (an existing complete one is reused)."""
-    r = resolve(config)
-    if writer.is_complete(r.dataset):
-        _say(f"dataset already complete, nothing to do: {r.dataset}")
-        return r.dataset
-    for folder in ("parsed", "counts", "encoded", "vocab"):
-        (r.work / folder).mkdir(parents=True, exist_ok=True)
-    plan = r.plan
-    job = Job(work=r.work, plan=plan, fmt=r.fmt, types=plan.parse_types(_native_types(r)), rule=r.rule,
-              policy=config.on_bad_row, count_on=config.count_on, numerical_dtype=config.numerical_dtype)
-    tasks = [FileTask(i, f.uri, f.split) for i, f in enumerate(r.inputs)]
+    p = Preprocessing(config)
+    if p.is_complete():
+        _say(f"dataset already complete, nothing to do: {p.dataset}")
+        return p.dataset
+    tasks = p.plan()
     runner = Runner(config.workers, config.progress and not env_flag("DLRMFLOW_NO_PROGRESS"))
     with runner.open():
-        metas = runner.map(parse_file, job, tasks, "parse")
-        _check_bad(r, metas)
-        _place(job, r, tasks, metas)
-        rows = sum(m["rows"] for m in metas)
-        runner.map(count_file, job, tasks, "count", rows)
-        cards = _build_vocab(job, r)
-        job.cat_dtypes = {c.name: categorical_dtype(cards[c.name]) for c in plan.categorical}
-        runner.map(encode_file, job, tasks, "encode", rows)
-    _write_dataset(r, job, tasks, metas, cards)
-    shutil.rmtree(r.work, ignore_errors=True)
-    if r.work.parent.name == "_work" and not any(r.work.parent.iterdir()):
-        r.work.parent.rmdir()
-    _say(f"dataset written: {r.dataset}")
-    return r.dataset
+        rows = p.place(runner.map(parse_file, p.job, tasks, "parse"))
+        runner.map(count_file, p.job, tasks, "count", rows)
+        p.build_vocab()
+        runner.map(encode_file, p.job, tasks, "encode", rows)
+    _say(f"dataset written: {p.finish()}")
+    return p.dataset
 
 
 def _say(message: str) -> None:
