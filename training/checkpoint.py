@@ -1,0 +1,106 @@
+"""Sharded checkpoints with torch.distributed.checkpoint (DCP) through fsspec.
+
+``<run>/checkpoints/<step>/`` holds one DCP checkpoint; ``_COMPLETE`` is written in it after
+every rank has finished writing, and only then the ``checkpoints/latest`` pointer (and
+``checkpoints/best`` for a new best validation score). A checkpoint without ``_COMPLETE`` is
+never used. DCP reshards on load: a checkpoint saved by N ranks loads on M ranks and under
+another sharding plan.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+from feature_spec.errors import UserError
+from training.rundir import RunDir
+
+DIR = "checkpoints"
+COMPLETE = "_COMPLETE"
+
+
+class Checkpointer:
+    """Saves, finds and loads the checkpoints of one run folder; keeps the newest ``keep`` (and the best)."""
+
+    def __init__(self, run: RunDir, keep: int = 3):
+        self.run, self.keep = run, keep
+
+    # ---- finding ---------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints, ascending."""
+        if not self.run.exists(DIR):
+            return []
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.run.fs.ls(self.run.path(DIR), detail=False)]
+        return sorted(int(n) for n in names if n.isdigit() and self.run.exists(DIR, n, COMPLETE))
+
+    def pointer(self, name: str) -> dict[str, Any] | None:
+        """Content of the ``latest`` or ``best`` pointer (``{"step": ..., ...}``), or None."""
+        if not self.run.exists(DIR, name):
+            return None
+        return json.loads(self.run.read_text(DIR, name))
+
+    def resolve(self, which: str | int = "latest") -> int | None:
+        """Step of ``best``, ``latest`` or a step number, if that checkpoint is complete; else None
+        (for ``latest``: the newest complete checkpoint, whatever the pointer says)."""
+        complete = self.steps()
+        if which == "latest":
+            ptr = self.pointer("latest")
+            if ptr and ptr["step"] in complete:
+                return ptr["step"]
+            return complete[-1] if complete else None
+        if which == "best":
+            ptr = self.pointer("best")
+            return ptr["step"] if ptr and ptr["step"] in complete else None
+        step = int(which)
+        return step if step in complete else None
+
+    def uri(self, step: int) -> str:
+        return self.run.join(DIR, str(step))
+
+    # ---- saving and loading ----------------------------------------------------------------
+    def save(self, step: int, state: dict[str, Any], *, best: dict[str, Any] | None = None) -> None:
+        """Save ``state`` (a dict of state dicts / Stateful objects) on all ranks, then mark it complete.
+
+        ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
+        if step not in self.steps():
+            dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
+            _barrier()
+        if _rank() == 0:
+            self.run.write_text(json.dumps({"step": step}), DIR, str(step), COMPLETE)
+            self.run.write_text(json.dumps({"step": step}), DIR, "latest")
+            if best is not None:
+                self.run.write_text(json.dumps({"step": step, **best}), DIR, "best")
+            self._prune()
+        _barrier()
+
+    def load(self, which: str | int, state: dict[str, Any]) -> int:
+        """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards); returns its step."""
+        step = self.resolve(which)
+        if step is None:
+            raise UserError(f"{self.run.join(DIR)}: no complete checkpoint '{which}' (complete: {self.steps() or 'none'}). "
+                            "Fix: train first, or pick one of the complete steps.")
+        dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options))
+        return step
+
+    def _prune(self) -> None:
+        keep = set(self.steps()[-self.keep:])
+        best = self.pointer("best")
+        if best:
+            keep.add(best["step"])
+        for step in self.steps():
+            if step not in keep:  # unmark first: a half-deleted folder is never taken for complete
+                self.run.fs.rm(self.run.path(DIR, str(step), COMPLETE))
+                self.run.fs.rm(self.run.path(DIR, str(step)), recursive=True)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

@@ -1,0 +1,172 @@
+"""The training configuration: one typed, validated, JSON-serialisable model (pydantic).
+
+The same model is the YAML file (``dlrmflow train --config``), the presets
+(``training/presets/<name>.yaml``), the CLI's overrides and, later, the Prefect flow's
+parameters. Each section is built into its component by that component's module
+(``model.build_model``, ``trainer.build_optimizer``, ``sharding.plan_tables``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import fsspec
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from feature_spec.errors import UserError
+from training.sharding import ShardingConfig
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class ConfigError(UserError):
+    """A training config that cannot be used; the message names the file, the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    """The DLRM: dot interaction (DLRM) or DCN-v2 cross layers (DLRM-DCNv2, MLPerf DLRMv2)."""
+
+    interaction: Literal["dot", "dcn"] = Field("dot", description="Feature interaction: 'dot' (DLRM) or 'dcn' (DCN-v2).")
+    embedding_dim: int = Field(16, ge=1, description="Width of every embedding table.")
+    bottom_mlp: list[int] = Field([64, 16], min_length=1, description="Bottom (dense) MLP layer sizes; the last one must equal embedding_dim.")
+    top_mlp: list[int] = Field([64, 1], min_length=1, description="Top (over) MLP layer sizes; the last one must be 1.")
+    dcn_layers: int = Field(3, ge=1, description="Number of DCN-v2 cross layers (interaction 'dcn').")
+    dcn_rank: int = Field(64, ge=1, description="Low-rank dimension of the DCN-v2 cross layers (interaction 'dcn').")
+    max_table_size: int | None = Field(None, ge=2, description="Cap on rows per table: larger features are hashed (id % cap). None keeps the feature spec's cardinality.")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> "ModelConfig":
+        if self.bottom_mlp[-1] != self.embedding_dim:
+            raise ValueError(f"bottom_mlp must end with embedding_dim={self.embedding_dim} (got {self.bottom_mlp}); "
+                             f"fix: make its last size {self.embedding_dim}")
+        if self.top_mlp[-1] != 1:
+            raise ValueError(f"top_mlp must end with 1 (one logit; got {self.top_mlp})")
+        return self
+
+
+class EmbeddingOptimizerConfig(_Section):
+    """The fused FBGEMM optimizer of the embedding tables (applied inside the backward pass)."""
+
+    type: Literal["rowwise_adagrad", "adam", "sgd"] = Field("rowwise_adagrad", description="Embedding optimizer.")
+    lr: float = Field(0.05, gt=0, description="Peak learning rate of the embeddings.")
+    eps: float = Field(1e-8, gt=0, description="Epsilon of Adagrad/Adam.")
+
+
+class DenseOptimizerConfig(_Section):
+    """The optimizer of the dense MLPs (and data-parallel tables)."""
+
+    type: Literal["adagrad", "adam", "sgd"] = Field("adagrad", description="Dense optimizer.")
+    lr: float = Field(0.05, gt=0, description="Peak learning rate of the dense part.")
+    eps: float = Field(1e-8, gt=0, description="Epsilon of Adagrad/Adam.")
+
+
+class OptimizerConfig(_Section):
+    """Both optimizers and the learning-rate schedule they share."""
+
+    embedding: EmbeddingOptimizerConfig = Field(default_factory=EmbeddingOptimizerConfig, description="Embedding optimizer.")
+    dense: DenseOptimizerConfig = Field(default_factory=DenseOptimizerConfig, description="Dense optimizer.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to the peak rates over this many steps.")
+    decay_start: int | None = Field(None, ge=0, description="Step where the polynomial (power 2) decay to 0 starts; None: no decay.")
+    decay_steps: int = Field(0, ge=0, description="Length of the decay in steps.")
+
+
+class DataConfig(_Section):
+    """How batches are drawn from the dataset's splits."""
+
+    batch_size: int = Field(256, ge=1, description="GLOBAL training batch size: each of the N ranks reads batch_size / N rows per step (must divide).")
+    eval_batch_size: int = Field(4096, ge=1, description="GLOBAL evaluation batch size (divided over the ranks like batch_size).")
+    train_split: str = Field("train", description="Split to train on.")
+    shuffle: bool = Field(True, description="Shuffle the order of global batches each epoch (a function of seed and epoch).")
+    cache_dir: str | None = Field(None, description="Local cache for a remote dataset (None: the data loader's default).")
+
+
+class PrecisionConfig(_Section):
+    """Numeric formats. Keep the defaults on CPU."""
+
+    dense: Literal["fp32", "bf16"] = Field("fp32", description="'bf16': autocast the dense part to bfloat16 (GPU only).")
+    embeddings: Literal["fp32", "fp16"] = Field("fp32", description="Storage type of the embedding weights.")
+
+
+class TrainConfig(_Section):
+    """Everything that decides a training run (the resolved copy is saved as ``<run>/config.yaml``)."""
+
+    dataset: str | None = Field(None, description="Dataset folder or URI (written by `dlrmflow preprocess`).")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The DLRM.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizers and learning-rate schedule.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Batches.")
+    sharding: ShardingConfig = Field(default_factory=ShardingConfig, description="Embedding sharding planner: hardware profile and per-table constraints.")
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig, description="Numeric formats.")
+    epochs: int = Field(1, ge=1, description="Passes over the training split.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many global steps (None: after `epochs`).")
+    eval_every: int | None = Field(None, ge=1, description="Evaluate on eval_split every this many steps (None: at the end of each epoch).")
+    eval_split: str = Field("val", description="Split used for evaluation, early stopping and the best checkpoint.")
+    best_metric: Literal["auc", "logloss"] = Field("auc", description="Validation metric that picks the best checkpoint.")
+    early_stopping_patience: int | None = Field(None, ge=1, description="Stop after this many evaluations without improvement (None: never).")
+    checkpoint_every: int | None = Field(None, ge=1, description="Save a checkpoint every this many steps (always at the end and at each new best).")
+    keep_checkpoints: int = Field(3, ge=1, description="Keep this many most recent checkpoints (the best one is always kept).")
+    log_every: int = Field(10, ge=1, description="Write a metrics.jsonl line every this many steps.")
+    seed: int = Field(0, description="Seed of the initial weights and of the data order.")
+    pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
+    preprocess: dict[str, Any] | None = Field(None, description="Hint only (training ignores it): how the dataset this config was tuned on was preprocessed.")
+
+    # ---- I/O -------------------------------------------------------------------------
+    @classmethod
+    def from_yaml(cls, path: str, **storage_options: Any) -> "TrainConfig":
+        """Load and validate a YAML config (local path or fsspec URI)."""
+        try:
+            with fsspec.open(path, "r", **storage_options) as f:
+                data = yaml.safe_load(f.read()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: training config does not exist. Fix: pass an existing YAML or --preset NAME "
+                              f"({', '.join(preset_names())}).") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: is not valid YAML: {e}") from None
+        return cls.from_dict(data, source=path)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "config") -> "TrainConfig":
+        """Validate parsed YAML/JSON; errors name the source and the field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            raise ConfigError(f"{source}: {field}: {err['msg']} (got {err.get('input')!r}).") from None
+
+    @classmethod
+    def preset(cls, name: str) -> "TrainConfig":
+        """A built-in preset (``training/presets/<name>.yaml``)."""
+        path = PRESET_DIR / f"{name}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
+        return cls.from_yaml(str(path))
+
+    def to_yaml(self) -> str:
+        """YAML text of the full, resolved config."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "TrainConfig":
+        """A copy with dotted-key overrides applied (``{"optimizer.dense.lr": 0.1}``), re-validated."""
+        data = self.model_dump(mode="json")
+        for key, value in overrides.items():
+            node = data
+            *parents, last = key.split(".")
+            for p in parents:
+                if not isinstance(node.get(p), dict):
+                    raise ConfigError(f"override '{key}': '{p}' is not a config section.")
+                node = node[p]
+            if last not in node:
+                raise ConfigError(f"override '{key}': unknown field '{last}'. Fix: see `dlrmflow train --help`.")
+            node[last] = value
+        return TrainConfig.from_dict(data, source="overrides")
+
+
+def preset_names() -> list[str]:
+    """Names of the built-in presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))

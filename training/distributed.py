@@ -1,0 +1,99 @@
+"""Process group, device and backend: chosen here, once, from the hardware.
+
+``cuda`` when a GPU is visible (ROCm builds present as ``cuda`` too) with ``nccl`` (RCCL on
+ROCm); otherwise ``cpu`` with ``gloo``. The process group gets a finite timeout so that one
+rank's failure ends the job instead of leaving the others waiting in a collective forever.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process runs: its ranks, its device and the collective backend."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def choose_device(local_rank: int = 0) -> torch.device:
+    """``cuda:<local_rank>`` when a GPU is visible, else ``cpu``."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    """``nccl`` (RCCL on ROCm) for GPUs, ``gloo`` for CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init(timeout_s: float | None = None) -> DistEnv:
+    """Join (or create) the default process group from torchrun's environment.
+
+    Without torchrun's variables this is a one-process group on a free local port, so the
+    same code runs from a notebook or a test. ``timeout_s`` defaults to
+    ``$DLRMFLOW_PG_TIMEOUT`` or 600 s.
+    """
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    device = choose_device(local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = backend_for(device)
+    timeout = timeout_s if timeout_s is not None else float(os.environ.get("DLRMFLOW_PG_TIMEOUT", DEFAULT_TIMEOUT_S))
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+    return DistEnv(rank, world, local_rank, local_world, device, backend)
+
+
+def destroy() -> None:
+    """Leave the process group (a no-op when none was joined)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate the same-shaped tensor of every rank, in rank order, on every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum of ``t`` over all ranks (a new tensor)."""
+    out = t.clone()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(out)
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

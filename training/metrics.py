@@ -1,0 +1,35 @@
+"""Exact binary-classification metrics on gathered predictions (numpy; padded rows masked)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def valid(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop padded rows (label < 0)."""
+    keep = labels >= 0
+    return np.asarray(probs, np.float64)[keep], np.asarray(labels, np.float64)[keep]
+
+
+def roc_auc(probs: np.ndarray, labels: np.ndarray) -> float:
+    """Exact ROC AUC (Mann-Whitney U with average ranks for ties); NaN if one class is absent."""
+    p, y = valid(probs, labels)
+    pos = y > 0.5
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(p, kind="mergesort")
+    sorted_p = p[order]
+    ranks = np.empty(len(p), np.float64)
+    # average rank of each run of equal scores
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_p)) + 1]
+    ends = np.r_[starts[1:], len(p)]
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def log_loss(probs: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> float:
+    """Mean binary cross-entropy of probabilities (clipped to [eps, 1 - eps])."""
+    p, y = valid(probs, labels)
+    p = np.clip(p, eps, 1 - eps)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))

@@ -1,0 +1,138 @@
+"""The DLRM built from a FeatureSpec and a ModelConfig (TorchRec's DLRM / DLRM_DCN).
+
+One ``EmbeddingBagConfig`` per categorical feature, ``num_embeddings`` = its cardinality from
+the feature spec, or ``max_table_size`` with ids hashed (id % cap) by ``IdHasher`` before the
+batch reaches the model (TorchRec's pipeline needs the batch's KJT to feed the tables directly).
+"""
+
+from __future__ import annotations
+
+import zlib
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchrec.datasets.utils import Batch
+from torchrec.models.dlrm import DLRM, DLRM_DCN
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from feature_spec import FeatureSpec
+from training.config import ModelConfig, PrecisionConfig
+
+INIT_BLOCK_ROWS = 1024
+
+
+def table_name(feature: str) -> str:
+    """Name of a feature's embedding table."""
+    return f"t_{feature}"
+
+
+def embedding_tables(cfg: ModelConfig, spec: FeatureSpec, precision: PrecisionConfig | None = None) -> list[EmbeddingBagConfig]:
+    """One table per categorical feature, sized by the spec's cardinality (capped by max_table_size)."""
+    data_type = DataType.FP16 if precision is not None and precision.embeddings == "fp16" else DataType.FP32
+    tables = []
+    for f in spec.categorical_features:
+        rows = spec.cardinality(f)
+        if cfg.max_table_size is not None:
+            rows = min(rows, cfg.max_table_size)
+        tables.append(EmbeddingBagConfig(name=table_name(f), embedding_dim=cfg.embedding_dim, num_embeddings=rows,
+                                         feature_names=[f], data_type=data_type))
+    return tables
+
+
+class DLRMTask(nn.Module):
+    """A DLRM plus its loss: ``forward(batch) -> (loss, (loss, logits, labels))``, as TorchRec's pipeline expects.
+
+    The loss is the mean over this rank's rows, rows with label < 0 (the loader's padding)
+    counting as zero. TorchRec averages the embedding gradients over ranks (gradient division in
+    its all-to-all) and DDP averages the dense ones, so with equal rows per rank the update is the
+    one of the global mean: 1 rank x 2B and 2 ranks x B train identically.
+    """
+
+    def __init__(self, dlrm: nn.Module, autocast_dtype: torch.dtype | None = None):
+        super().__init__()
+        self.model = dlrm
+        self.autocast_dtype = autocast_dtype
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        dense = batch.dense_features
+        ctx = torch.autocast(dense.device.type, self.autocast_dtype) if self.autocast_dtype else nullcontext()
+        with ctx:
+            logits = self.model(dense, batch.sparse_features).squeeze(-1)
+        logits = logits.float()
+        mask = (batch.labels >= 0).float()
+        bce = F.binary_cross_entropy_with_logits(logits, batch.labels.clamp(min=0), reduction="none")
+        loss = (bce * mask).sum() / batch.labels.numel()
+        return loss, (loss.detach(), logits.detach(), batch.labels)
+
+
+def build_model(cfg: ModelConfig, spec: FeatureSpec, *, device: torch.device,
+                precision: PrecisionConfig | None = None) -> DLRMTask:
+    """The unsharded model: tables on the meta device (DMP materialises its shards), MLPs on ``device``."""
+    ebc = EmbeddingBagCollection(tables=embedding_tables(cfg, spec, precision), device=torch.device("meta"))
+    n_dense = len(spec.numerical_features)
+    if cfg.interaction == "dcn":
+        dlrm = DLRM_DCN(embedding_bag_collection=ebc, dense_in_features=n_dense, dense_arch_layer_sizes=cfg.bottom_mlp,
+                        over_arch_layer_sizes=cfg.top_mlp, dcn_num_layers=cfg.dcn_layers,
+                        dcn_low_rank_dim=cfg.dcn_rank, dense_device=device)
+    else:
+        dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=n_dense, dense_arch_layer_sizes=cfg.bottom_mlp,
+                    over_arch_layer_sizes=cfg.top_mlp, dense_device=device)
+    bf16 = precision is not None and precision.dense == "bf16" and device.type == "cuda"
+    return DLRMTask(dlrm, torch.bfloat16 if bf16 else None)
+
+
+def init_embeddings(state: dict[str, torch.Tensor], tables: list[EmbeddingBagConfig], seed: int) -> None:
+    """Fill every table's local shards with uniform(+-1/sqrt(rows)) values that depend only on
+    (seed, table, row): the same initial model on any number of ranks and any sharding plan.
+    ``state`` is the sharded model's ``state_dict()``."""
+    for t in tables:
+        key = next(k for k in state if k.endswith(f"embedding_bags.{t.name}.weight"))
+        for shard, (r0, c0) in _local_shards(state[key]):
+            rows, cols = shard.shape
+            bound = t.num_embeddings ** -0.5
+            full = initial_rows(seed, t.name, r0, r0 + rows, t.embedding_dim, bound)
+            shard.copy_(full[:, c0:c0 + cols].to(shard.dtype))
+
+
+def initial_rows(seed: int, name: str, start: int, stop: int, dim: int, bound: float) -> torch.Tensor:
+    """Rows [start, stop) of a table's initial values (generated in fixed blocks of rows, so any shard
+    of the table gets the same values)."""
+    if stop <= start:
+        return torch.empty(0, dim)
+    out = []
+    for block in range(start // INIT_BLOCK_ROWS, (stop - 1) // INIT_BLOCK_ROWS + 1):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()) * 7919 + block)
+        values = torch.rand(INIT_BLOCK_ROWS, dim, generator=g) * (2 * bound) - bound
+        lo = max(start - block * INIT_BLOCK_ROWS, 0)
+        hi = min(stop - block * INIT_BLOCK_ROWS, INIT_BLOCK_ROWS)
+        out.append(values[lo:hi])
+    return torch.cat(out)
+
+
+def _local_shards(t) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+    """(local tensor, (row offset, column offset)) of each shard this rank holds."""
+    if hasattr(t, "local_shards"):  # ShardedTensor
+        return [(s.tensor, tuple(s.metadata.shard_offsets)) for s in t.local_shards()]
+    return [(t, (0, 0))]
+
+
+class IdHasher:
+    """Applies ``id % num_embeddings`` to the features whose table is smaller than their cardinality."""
+
+    def __init__(self, tables: list[EmbeddingBagConfig], spec: FeatureSpec):
+        self.caps = {t.feature_names[0]: t.num_embeddings for t in tables
+                     if t.num_embeddings < spec.cardinality(t.feature_names[0])}
+
+    def __call__(self, batch: Batch) -> Batch:
+        if not self.caps:
+            return batch
+        kjt = batch.sparse_features
+        caps = torch.tensor([self.caps.get(k, torch.iinfo(torch.int64).max) for k in kjt.keys()])
+        per_value = caps.repeat_interleave(torch.tensor(kjt.length_per_key()))
+        values = kjt.values() % per_value.to(kjt.values().dtype)
+        hashed = KeyedJaggedTensor(keys=kjt.keys(), values=values, lengths=kjt.lengths())
+        return Batch(dense_features=batch.dense_features, sparse_features=hashed, labels=batch.labels)

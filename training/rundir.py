@@ -1,0 +1,76 @@
+"""The run folder (local path or s3://...) through fsspec: atomic text files and metrics.jsonl.
+
+Layout: ``config.yaml``, ``plan.txt``, ``metrics.jsonl``, ``checkpoints/<step>/`` (see
+``training.checkpoint``). S3 credentials and endpoint come from the standard AWS variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Any
+
+import fsspec
+
+
+def storage_options(uri: str) -> dict[str, Any]:
+    """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if uri.startswith(("s3://", "s3a://")) and endpoint:
+        return {"endpoint_url": endpoint}
+    return {}
+
+
+class RunDir:
+    """Files of one run, written atomically (temporary name, then rename)."""
+
+    def __init__(self, uri: str, options: dict[str, Any] | None = None):
+        self.uri = uri.rstrip("/")
+        self.options = storage_options(uri) if options is None else options
+        self.fs, self.root = fsspec.core.url_to_fs(self.uri, **self.options)
+
+    def join(self, *parts: str) -> str:
+        """URI of a path inside the run folder."""
+        return posixpath.join(self.uri, *parts)
+
+    def path(self, *parts: str) -> str:
+        """Filesystem path (as the fsspec filesystem names it) inside the run folder."""
+        return posixpath.join(self.root, *parts)
+
+    def exists(self, *parts: str) -> bool:
+        return self.fs.exists(self.path(*parts))
+
+    def read_text(self, *parts: str) -> str:
+        with self.fs.open(self.path(*parts), "r") as f:
+            return f.read()
+
+    def write_text(self, text: str, *parts: str) -> None:
+        """Write a file so that readers see the old or the new content, never a part."""
+        target = self.path(*parts)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        tmp = f"{target}.tmp-{os.getpid()}"
+        with self.fs.open(tmp, "w") as f:
+            f.write(text)
+        self.fs.mv(tmp, target)
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one JSON object per line, kept in memory and rewritten atomically on flush
+    (object stores cannot append). On resume, lines after the resumed step are dropped."""
+
+    NAME = "metrics.jsonl"
+
+    def __init__(self, run: RunDir, resume_step: int | None = None):
+        self.run = run
+        self.records: list[dict[str, Any]] = []
+        if resume_step is not None and run.exists(self.NAME):
+            lines = [json.loads(line) for line in run.read_text(self.NAME).splitlines() if line.strip()]
+            self.records = [r for r in lines if r.get("step", 0) <= resume_step]
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def flush(self) -> None:
+        self.run.write_text("".join(json.dumps(r) + "\n" for r in self.records), self.NAME)

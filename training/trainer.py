@@ -1,0 +1,314 @@
+"""The Trainer: builds the sharded DLRM from a TrainConfig and trains it (a Stateful object for DCP).
+
+``Trainer(cfg, env, run)`` builds data, model, sharding plan, DistributedModelParallel and the
+optimizers; ``train()`` runs TrainPipelineSparseDist between evaluation/checkpoint boundaries;
+``predict(split)`` and ``evaluate(split)`` run over a split on all ranks. ``from_run`` rebuilds the
+model of a finished run and loads one of its checkpoints (what evaluation builds on).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from itertools import islice
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.stateful import Stateful
+from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+from tqdm import tqdm
+
+from feature_spec.errors import UserError
+from training import metrics
+from training.checkpoint import Checkpointer
+from training.config import OptimizerConfig, TrainConfig
+from training.data import SplitBinaryDataset
+from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
+from training.model import IdHasher, build_model, embedding_tables, init_embeddings
+from training.rundir import MetricsLog, RunDir, storage_options
+from training.sharding import format_plan, plan_tables, sharders
+from training.topology import build_topology, load_profile
+
+EMBEDDING_OPTIMIZERS = {"rowwise_adagrad": RowWiseAdagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+EBC_PATH = "model.sparse_arch.embedding_bag_collection"  # the tables' module inside DLRMTask
+DENSE_OPTIMIZERS = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def lr_factor(cfg: OptimizerConfig, step: int) -> float:
+    """Multiplier of the peak learning rates at ``step``: linear warmup, then polynomial (power 2) decay to 0."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.decay_start is not None and cfg.decay_steps > 0 and step >= cfg.decay_start:
+        return (1 - min(step - cfg.decay_start, cfg.decay_steps) / cfg.decay_steps) ** 2
+    return 1.0
+
+
+def per_rank(global_batch: int, world_size: int, what: str = "data.batch_size") -> int:
+    """Rows per rank of a global batch size (which must divide evenly)."""
+    if global_batch % world_size:
+        raise UserError(f"{what}={global_batch} is a GLOBAL batch size and must be divisible by the number of "
+                        f"ranks ({world_size}). Fix: use a multiple of {world_size}.")
+    return global_batch // world_size
+
+
+class Trainer(Stateful):
+    """A sharded DLRM, its optimizers, its data and its position in training."""
+
+    def __init__(self, cfg: TrainConfig, env: DistEnv, run: RunDir | None = None):
+        if not cfg.dataset:
+            raise UserError("no dataset given. Fix: pass --dataset DATASET_URI (a folder written by `dlrmflow preprocess`).")
+        self.cfg, self.env, self.run = cfg, env, run
+        self._datasets: dict[str, SplitBinaryDataset] = {}
+        self.train_data = self.dataset(cfg.data.train_split)
+        self.spec = self.train_data.spec
+        self.batch_size = per_rank(cfg.data.batch_size, env.world_size)
+        self.eval_batch_size = per_rank(cfg.data.eval_batch_size, env.world_size, "data.eval_batch_size")
+        self.tables = embedding_tables(cfg.model, self.spec, cfg.precision)
+        self.hasher = IdHasher(self.tables, self.spec)
+        self.dmp, self.plan_text = self._build_model()
+        self.optimizer = self._build_optimizer()
+        self.step = self.epoch = self.step_in_epoch = 0
+        self.best: dict[str, Any] | None = None
+        self.bad_evals = 0
+        self.stopped_early = False
+
+    # ---- building ------------------------------------------------------------------------
+    def dataset(self, split: str) -> SplitBinaryDataset:
+        """A split of the dataset (opened once)."""
+        if split not in self._datasets:
+            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir,
+                                                       storage_options=storage_options(self.cfg.dataset))
+        return self._datasets[split]
+
+    def _build_model(self) -> tuple[DistributedModelParallel, str]:
+        cfg, env = self.cfg, self.env
+        torch.manual_seed(cfg.seed)
+        task = build_model(cfg.model, self.spec, device=env.device,
+                           precision=cfg.precision)
+        emb = cfg.optimizer.embedding
+        kwargs = {"lr": emb.lr} if emb.type == "sgd" else {"lr": emb.lr, "eps": emb.eps}
+        apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
+        plan = plan_tables(self.tables, cfg.sharding, env.world_size, env.local_world_size, self.batch_size,
+                           pg=dist.GroupMember.WORLD, optimizer=emb.type, module_path=EBC_PATH,
+                           device_type=env.device.type)
+        topology = build_topology(load_profile(cfg.sharding.profile), env.world_size, env.local_world_size)
+        text = format_plan(plan, self.tables, topology, emb.type)
+        dmp = DistributedModelParallel(task, device=env.device, plan=plan, sharders=sharders())
+        init_embeddings(dmp.state_dict(), self.tables, cfg.seed)
+        return dmp, text
+
+    def _build_optimizer(self) -> CombinedOptimizer:
+        dense = self.cfg.optimizer.dense
+        cls = DENSE_OPTIMIZERS[dense.type]
+        kwargs = {"lr": dense.lr} if dense.type == "sgd" else {"lr": dense.lr, "eps": dense.eps}
+        params = dict(in_backward_optimizer_filter(self.dmp.named_parameters()))
+        self.dense_optimizer = KeyedOptimizerWrapper(params, lambda p: cls(p, **kwargs))
+        return CombinedOptimizer([self.dmp.fused_optimizer, self.dense_optimizer])
+
+    # ---- state (DCP) ------------------------------------------------------------------------
+    def state_dict(self, model_only: bool = False) -> dict[str, Any]:
+        """Sharded model, optimizer state, data position and RNG state."""
+        if model_only:
+            return {"model": self.dmp.state_dict()}
+        progress = {"step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                    "bad_evals": self.bad_evals, "stopped_early": int(self.stopped_early),
+                    "best_step": -1 if self.best is None else self.best["step"],
+                    "best_value": math.nan if self.best is None else self.best["value"]}
+        return {"model": self.dmp.state_dict(), "optim": self.optimizer.state_dict(), "progress": progress,
+                "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dmp.load_state_dict(state["model"])
+        if "optim" not in state:
+            return
+        self.optimizer.load_state_dict(state["optim"])
+        p = state["progress"]
+        self.step, self.epoch, self.step_in_epoch = int(p["step"]), int(p["epoch"]), int(p["step_in_epoch"])
+        self.bad_evals, self.stopped_early = int(p["bad_evals"]), bool(p["stopped_early"])
+        self.best = None if p["best_step"] < 0 else {"step": int(p["best_step"]), "value": float(p["best_value"])}
+        torch.set_rng_state(state["rng"])
+
+    def load(self, checkpointer: Checkpointer, which: str | int = "latest", model_only: bool = False) -> int:
+        """Load checkpoint ``best|latest|STEP`` (resharded to this run's plan); returns its step."""
+        if not model_only:
+            self.optimizer.init_state()  # materialise lazy optimizer state so DCP can load into it
+        state = self.state_dict(model_only)
+        step = checkpointer.load(which, state)
+        self.load_state_dict(state)
+        return step
+
+    @classmethod
+    def from_run(cls, run_uri: str, which: str | int = "best", env: DistEnv | None = None,
+                 overrides: dict[str, Any] | None = None) -> "Trainer":
+        """The model of a run folder with checkpoint ``best|latest|STEP`` loaded (model weights only;
+        ``best`` falls back to ``latest`` when the run never evaluated).
+
+        Call on every rank (it joins the process group if needed). ``overrides`` change the run's
+        config, e.g. ``{"dataset": ..., "sharding.constraints": ...}`` (DCP reshards on load)."""
+        from training.distributed import init
+
+        run = RunDir(run_uri)
+        cfg = TrainConfig.from_yaml(run.join("config.yaml"), **run.options).with_overrides(overrides or {})
+        trainer = cls(cfg, env or init(cfg.pg_timeout_s))
+        ckpt = Checkpointer(run)
+        if which == "best" and ckpt.resolve("best") is None:
+            which = "latest"
+        trainer.load(ckpt, which, model_only=True)
+        return trainer
+
+    # ---- prediction and evaluation ---------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """Click probabilities and labels of every row of ``split``, gathered on every rank
+        (all ranks must call it; padded rows removed; row order is not the file's order)."""
+        data = self.dataset(split)
+        self.dmp.eval()
+        probs, labels = [], []
+        for batch in data.batches(self.eval_batch_size, rank=self.env.rank, world_size=self.env.world_size):
+            _, (_, logits, y) = self.dmp(self.hasher(batch).to(self.env.device))
+            probs.append(torch.sigmoid(logits))
+            labels.append(y)
+        self.dmp.train()
+        p = all_gather_cat(torch.cat(probs)).cpu().numpy()
+        y = all_gather_cat(torch.cat(labels)).cpu().numpy()
+        keep = y >= 0
+        return p[keep], y[keep]
+
+    def evaluate(self, split: str) -> dict[str, float]:
+        """ROC AUC, log loss and row count on ``split`` (all ranks)."""
+        p, y = self.predict(split)
+        return {"auc": metrics.roc_auc(p, y), "logloss": metrics.log_loss(p, y), "rows": int(len(y))}
+
+    # ---- training ----------------------------------------------------------------------------
+    def steps_per_epoch(self) -> int:
+        return self.train_data.num_batches(self.batch_size, self.env.world_size, drop_last=True)
+
+    def total_steps(self) -> int:
+        """Global steps of the whole run (before any early stop)."""
+        total = self.cfg.epochs * self.steps_per_epoch()
+        return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
+
+    def train(self) -> None:
+        """Train until ``epochs``/``max_steps`` or early stopping; checkpoint and evaluate on the way."""
+        if self.steps_per_epoch() == 0:
+            raise UserError(f"split '{self.cfg.data.train_split}' has {self.train_data.num_rows} rows, fewer than one "
+                            f"global batch ({self.cfg.data.batch_size}). Fix: use a smaller data.batch_size.")
+        total = self.total_steps()
+        log = MetricsLog(self.run, resume_step=self.step) if self._writes() else None
+        ckpt = Checkpointer(self.run, self.cfg.keep_checkpoints) if self.run else None
+        bar = tqdm(total=total, initial=self.step, disable=not self.env.is_main, desc="train", unit="step",
+                   dynamic_ncols=True)
+        self._window = (time.perf_counter(), self.step, [])
+        try:
+            while self.step < total and not self.stopped_early:
+                batches, epoch = self._epoch_batches(), self.epoch
+                try:
+                    while self.epoch == epoch and self.step < total and not self.stopped_early:
+                        self._segment(batches, self._segment_length(total), bar, log)
+                        self._after_segment(log, ckpt)
+                finally:
+                    getattr(batches, "close", lambda: None)()
+            if ckpt:
+                ckpt.save(self.step, self.state_dict())
+        finally:
+            bar.close()
+            if log:
+                log.flush()
+
+    def _writes(self) -> bool:
+        return self.run is not None and self.env.is_main
+
+    def _epoch_batches(self) -> Iterator:
+        d = self.cfg.data
+        return self.train_data.batches(self.batch_size, rank=self.env.rank, world_size=self.env.world_size,
+                                       epoch=self.epoch, shuffle=d.shuffle, seed=self.cfg.seed, drop_last=True,
+                                       start_step=self.step_in_epoch)
+
+    def _segment_length(self, total: int) -> int:
+        """Steps until the next boundary: end of epoch, end of run, evaluation or checkpoint."""
+        n = min(self.steps_per_epoch() - self.step_in_epoch, total - self.step)
+        for every in (self.cfg.eval_every, self.cfg.checkpoint_every):
+            if every:
+                n = min(n, every - self.step % every)
+        return n
+
+    def _segment(self, batches: Iterator, n: int, bar: tqdm, log: MetricsLog | None) -> None:
+        """``n`` steps through a fresh TrainPipelineSparseDist, drained and detached at the end
+        (so that the DMP can be called directly for evaluation)."""
+        pipeline = TrainPipelineSparseDist(self.dmp, self.optimizer, self.env.device, execute_all_batches=True)
+        feed = (self.hasher(b) for b in islice(batches, n))
+        try:
+            for _ in range(n):
+                self._set_lr()
+                loss, _, _ = pipeline.progress(feed)
+                self.step += 1
+                self.step_in_epoch += 1
+                self._log_step(all_reduce_sum(loss).item() / self.env.world_size, bar, log)
+        finally:
+            pipeline.detach()
+
+    def _set_lr(self) -> None:
+        f = lr_factor(self.cfg.optimizer, self.step)
+        for group in self.dmp.fused_optimizer.param_groups:
+            group["lr"] = self.cfg.optimizer.embedding.lr * f
+        for group in self.dense_optimizer.param_groups:
+            group["lr"] = self.cfg.optimizer.dense.lr * f
+
+    def _log_step(self, loss: float, bar: tqdm, log: MetricsLog | None) -> None:
+        start, start_step, losses = self._window
+        losses.append(loss)
+        elapsed = time.perf_counter() - start
+        rate = (self.step - start_step) * self.cfg.data.batch_size / max(elapsed, 1e-9)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:,.0f}", refresh=False)
+        if self.step % self.cfg.log_every == 0:
+            f = lr_factor(self.cfg.optimizer, self.step - 1)
+            if log:
+                log.log({"step": self.step, "epoch": self.epoch, "loss": float(np.mean(losses)),
+                         "samples_per_s": rate, "lr_embedding": self.cfg.optimizer.embedding.lr * f,
+                         "lr_dense": self.cfg.optimizer.dense.lr * f})
+            self._window = (time.perf_counter(), self.step, [])
+
+    def _after_segment(self, log: MetricsLog | None, ckpt: Checkpointer | None) -> None:
+        epoch_end = self.step_in_epoch == self.steps_per_epoch()
+        if epoch_end:
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        every = self.cfg.eval_every
+        best = None
+        if (self.step % every == 0) if every else epoch_end:
+            best = self._evaluate_for_early_stopping(log)
+        checkpoint_due = self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0
+        if ckpt and (best is not None or checkpoint_due):
+            ckpt.save(self.step, self.state_dict(), best=best)
+        if log:
+            log.flush()
+
+    def _evaluate_for_early_stopping(self, log: MetricsLog | None) -> dict[str, Any] | None:
+        """Evaluate on eval_split; update best / patience. Returns the metrics when they are a new best."""
+        split = self.cfg.eval_split
+        if split not in self.spec.splits:
+            return None
+        result = self.evaluate(split)
+        if log:
+            log.log({"step": self.step, "epoch": self.epoch, "eval_split": split, **result})
+        if self.env.is_main:
+            tqdm.write(f"step {self.step}: {split} auc {result['auc']:.4f} logloss {result['logloss']:.4f}")
+        value = result[self.cfg.best_metric]
+        higher = self.cfg.best_metric == "auc"
+        if self.best is None or (value > self.best["value"] if higher else value < self.best["value"]):
+            self.best, self.bad_evals = {"step": self.step, "value": value}, 0
+            return {"metric": self.cfg.best_metric, **result}
+        self.bad_evals += 1
+        if self.cfg.early_stopping_patience and self.bad_evals >= self.cfg.early_stopping_patience:
+            self.stopped_early = True
+            if self.env.is_main:
+                tqdm.write(f"early stop at step {self.step}: no better {self.cfg.best_metric} for {self.bad_evals} evaluations "
+                           f"(best at step {self.best['step']})")
+        return None
