@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,6 +56,60 @@ def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
                          "Fix: re-download or re-create the file.") from None
 
 
+_COMPRESSED = re.compile(r"\.(gz|bz2|xz|lzma|zst|zstd|zip|lz4|snappy)$", re.IGNORECASE)
+_PROBE = 1 << 16
+
+
+def _local_path(uri: str) -> str | None:
+    """The local path of an uncompressed local file (read with positioned reads), else None."""
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    if "://" in path or "::" in path or _COMPRESSED.search(path) or not os.path.isfile(path):
+        return None
+    return path
+
+
+def _local_blocks(path: str, size: int) -> Iterator[bytes]:
+    """Blocks of whole lines of a local file, each read exactly once (no re-joining copies):
+    a small probe finds the last line end before the block limit, then one pread reads up to it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = os.fstat(fd).st_size
+        pos = 0
+        while pos < end:
+            stop = min(pos + size, end)
+            if stop < end:
+                stop = _line_end_before(fd, pos, stop) or _line_end_after(fd, stop, end)
+            block = os.pread(fd, stop - pos, pos)
+            if len(block) != stop - pos:
+                raise EOFError(f"{path} shrank while being read")
+            pos = stop
+            yield block if block.endswith(b"\n") else block + b"\n"
+    finally:
+        os.close(fd)
+
+
+def _line_end_before(fd: int, lo: int, stop: int) -> int | None:
+    """Offset just past the last newline in [lo, stop), or None."""
+    while stop > lo:
+        start = max(lo, stop - _PROBE)
+        k = os.pread(fd, stop - start, start).rfind(b"\n")
+        if k >= 0:
+            return start + k + 1
+        stop = start
+    return None
+
+
+def _line_end_after(fd: int, pos: int, end: int) -> int:
+    """Offset just past the first newline at or after ``pos`` (or the end of the file)."""
+    while pos < end:
+        probe = os.pread(fd, min(_PROBE, end - pos), pos)
+        k = probe.find(b"\n")
+        if k >= 0:
+            return pos + k + 1
+        pos += len(probe)
+    return end
+
+
 def _blocks(f, size: int) -> Iterator[bytes]:
     rest = b""
     while True:
@@ -72,25 +128,32 @@ def _blocks(f, size: int) -> Iterator[bytes]:
 
 
 def _read_text(uri, fmt: Format, types, bad, block_bytes):
+    local = _local_path(uri)
+    if local is not None:
+        yield from _read_lines(uri, _local_blocks(local, block_bytes), fmt, types, bad)
+        return
     with fsspec.open(uri, "rb", compression="infer") as f:
-        blocks = _blocks(f, block_bytes)
-        line = 1
-        columns = fmt.columns
-        if fmt.header:
-            first = next(blocks, b"")
-            head, _, body = first.partition(b"\n")
-            columns = next(csv.reader([head.decode()], delimiter=fmt.separator))
-            blocks = _chain(body, blocks)
-            line = 2
-        missing = [c for c in types if c not in columns]
-        if missing:
-            raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(columns[:50])}). "
-                             "Fix: name the columns in the spec as in the file's header.")
-        for block in blocks:
-            if block:
-                df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
-                yield df, lines
-                line += n
+        yield from _read_lines(uri, _blocks(f, block_bytes), fmt, types, bad)
+
+
+def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad):
+    line = 1
+    columns = fmt.columns
+    if fmt.header:
+        first = next(blocks, b"")
+        head, _, body = first.partition(b"\n")
+        columns = next(csv.reader([head.decode()], delimiter=fmt.separator))
+        blocks = _chain(body, blocks)
+        line = 2
+    missing = [c for c in types if c not in columns]
+    if missing:
+        raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(columns[:50])}). "
+                         "Fix: name the columns in the spec as in the file's header.")
+    for block in blocks:
+        if block:
+            df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
+            yield df, lines
+            line += n
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
@@ -104,7 +167,7 @@ def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> t
     try:
         df = _polars_read(block, fmt, schema, [*types, EXTRA])
         ok = df[EXTRA].null_count() == len(df)
-        if ok and fmt.kind != "csv":
+        if ok and fmt.kind != "csv":  # a short row would read as trailing nulls: count the separators
             ok = block.count(fmt.separator.encode()) == (len(columns) - 1) * len(df)
         if ok:
             return df.drop(EXTRA), np.arange(line, line + len(df), dtype=np.int64), len(df)
