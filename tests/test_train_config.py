@@ -1,0 +1,105 @@
+"""TrainConfig: defaults, presets, overrides, validation messages; the launch command; the LR schedule."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from feature_spec import UserError
+from training.config import ConfigError, TrainConfig, preset_names
+from training.launch import torchrun_command
+from training.metrics import log_loss, roc_auc
+from training.trainer import lr_factor, per_rank
+
+
+def test_every_field_has_a_description_and_the_schema_is_json():
+    schema = TrainConfig.model_json_schema()
+    json.dumps(schema)
+
+    def check(props, defs):
+        for name, p in props.items():
+            assert p.get("description"), name
+            ref = p.get("$ref") or next((a.get("$ref") for a in p.get("anyOf", []) if "$ref" in a), None)
+            if ref:
+                check(defs[ref.split("/")[-1]]["properties"], defs)
+
+    check(schema["properties"], schema.get("$defs", {}))
+    cfg = TrainConfig()
+    assert TrainConfig.model_validate_json(cfg.model_dump_json()) == cfg
+
+
+def test_presets_load_and_round_trip_through_yaml(tmp_path):
+    assert {"default", "criteo-sample"} <= set(preset_names())
+    cfg = TrainConfig.preset("criteo-sample")
+    assert cfg.early_stopping_patience and cfg.preprocess["split"]["test"] == 0.2
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert TrainConfig.from_yaml(str(path)) == cfg
+
+
+def test_overrides_are_typed_and_validated():
+    cfg = TrainConfig().with_overrides({"optimizer.dense.lr": 0.1, "model.interaction": "dcn", "seed": 7})
+    assert (cfg.optimizer.dense.lr, cfg.model.interaction, cfg.seed) == (0.1, "dcn", 7)
+    with pytest.raises(ConfigError, match="unknown field 'lrr'"):
+        TrainConfig().with_overrides({"optimizer.dense.lrr": 0.1})
+    with pytest.raises(ConfigError, match="model.interaction"):
+        TrainConfig().with_overrides({"model.interaction": "attention"})
+
+
+@pytest.mark.parametrize("text, match", [
+    ("model: {embedding_dim: 8, bottom_mlp: [32, 16]}", "last size 8"),
+    ("model: {top_mlp: [64, 2]}", "top_mlp must end with 1"),
+    ("optimizer: {embedding: {type: lamb}}", "optimizer.embedding.type"),
+    ("epochs: 0", "epochs"),
+    ("batchsize: 3", "batchsize"),
+    ("model: [1", "not valid YAML"),
+])
+def test_bad_configs_name_the_file_and_field(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as e:
+        TrainConfig.from_yaml(str(path))
+    assert str(path) in str(e.value) and isinstance(e.value, UserError)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="criteo-sample"):
+        TrainConfig.preset("nope")
+
+
+def test_torchrun_command_standalone_and_multinode():
+    one = torchrun_command("runs/r", nproc=2)
+    assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                       "-m", "training.worker", "runs/r"]
+    multi = torchrun_command("s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500", resume=True)
+    assert multi[multi.index("--rdzv-backend") + 1] == "c10d" and "--standalone" not in multi
+    assert multi[multi.index("--rdzv-endpoint") + 1] == "h0:29500" and multi[-1] == "--resume"
+    with pytest.raises(ValueError):
+        torchrun_command("r", nnodes=2)
+
+
+def test_lr_schedule_warms_up_then_decays_to_zero():
+    opt = TrainConfig().with_overrides({"optimizer.warmup_steps": 4, "optimizer.decay_start": 10,
+                                        "optimizer.decay_steps": 10}).optimizer
+    f = [lr_factor(opt, s) for s in range(25)]
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0] and f[4:11] == [1.0] * 7
+    assert f[15] == pytest.approx(0.25) and f[20:] == [0.0] * 5
+
+
+def test_global_batch_must_divide_over_ranks():
+    assert per_rank(512, 4) == 128
+    with pytest.raises(UserError, match="GLOBAL batch size"):
+        per_rank(100, 3)
+
+
+def test_metrics_match_their_definitions_and_ignore_padding():
+    rng = np.random.default_rng(0)
+    p, y = rng.random(300).round(1), (rng.random(300) < 0.4).astype(float)  # rounding makes ties
+    pairs = (p[y == 1][:, None] > p[y == 0][None]).mean() + 0.5 * (p[y == 1][:, None] == p[y == 0][None]).mean()
+    padded_p, padded_y = np.r_[p, [0.9, 0.1]], np.r_[y, [-1, -1]]
+    assert roc_auc(padded_p, padded_y) == pytest.approx(pairs, abs=1e-12)
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    assert log_loss(padded_p, padded_y) == pytest.approx(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))
+    assert np.isnan(roc_auc(p, np.zeros_like(p)))
