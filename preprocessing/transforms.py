@@ -85,7 +85,7 @@ def to_intermediate(df: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRow
              if c.kind == "hex" else pl.col(c.name) for c in plan.categorical]
     if plan.split_column:
         cols.append(split_names(df[plan.split_column]).alias(SPLIT_COLUMN))
-    out = df.select(cols)
+    out = df.lazy().select(cols).collect()   # lazy: the columns are computed in parallel
     ok = _check(df, out, plan, lines, bad)
     if ok is not None:
         out = out.filter(ok)
