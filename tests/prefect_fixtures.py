@@ -1,0 +1,94 @@
+"""Fixtures for the flow, store and UI tests: one Prefect test harness per session, a moto S3 server
+on a free loopback port, small synthetic inputs, free ports, and process groups that always stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "testing-secret-3f9a1c",
+          "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert proc.poll() is None, f"process exited with {proc.returncode}"
+            assert time.time() < deadline, f"nothing listens on port {port} after {timeout} s"
+            time.sleep(0.1)
+
+
+@contextmanager
+def process_group(cmd: list[str], **kwargs):
+    """Start ``cmd`` in its own process group; on exit stop the whole group (TERM, then KILL)."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    try:
+        yield proc
+    finally:
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect API with a SQLite database, shared by the session's flow tests."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def synthetic_inputs(tmp_path_factory) -> str:
+    """4,000 synthetic Criteo rows in two files; returns their glob."""
+    from preprocessing.synthetic import generate
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    generate(str(folder), rows=4000, files=2, seed=1)
+    return f"{folder}/part-*"
+
+
+@pytest.fixture()
+def s3_server(monkeypatch):
+    """moto's S3 server on a free 127.0.0.1 port with a bucket ``store``; AWS_* variables point at it."""
+    import boto3
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()  # cached filesystems keep the endpoint of an earlier test
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with process_group([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        wait_for_port(port, proc, 30)
+        for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3.create_bucket(Bucket="store")
+        yield s3
