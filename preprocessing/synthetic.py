@@ -293,7 +293,7 @@ def write(config: SynthConfig, progress: Callable[[int], None] | None = None) ->
         parts = []
         # spawn, not fork: polars' thread pool does not survive a fork
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for i, part in enumerate(pool.map(_write_file, [data] * config.files, range(config.files))):
+            for part in pool.map(_write_file, [data] * config.files, range(config.files)):
                 parts.append(part)
                 if progress:
                     progress(len(part[1]))
