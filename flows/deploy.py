@@ -1,0 +1,40 @@
+"""Deployments of the four flows for `dlrmflow serve`: the pipeline on a cron schedule, the others on demand.
+
+Each deployment's parameter form in the Prefect UI comes from the flow's typed config models;
+the defaults below point the forms at the served store. (Work-pool deployments: see prefect.yaml.)
+"""
+
+from __future__ import annotations
+
+from prefect import serve
+
+from flows.config import EvaluateConfig, PipelineConfig
+from flows.evaluate import evaluate
+from flows.pipeline import pipeline
+from flows.preprocess import preprocess
+from flows.train import train
+from training.config import TrainConfig
+
+TAGS = ["dlrmflow"]
+
+
+def deployments(store: str, cron: str) -> list:
+    """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
+    return [
+        pipeline.to_deployment("dlrmflow-pipeline", cron=cron, tags=TAGS,
+                               parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
+                               description="Preprocess, train and evaluate (synthetic data unless inputs are set)."),
+        preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
+                                 description="Raw click logs -> split-binary dataset."),
+        train.to_deployment("dlrmflow-train", tags=TAGS,
+                            parameters={"config": TrainConfig.preset("default").model_dump(mode="json")},
+                            description="Distributed DLRM training under torchrun (resumes a run with checkpoints)."),
+        evaluate.to_deployment("dlrmflow-evaluate", tags=TAGS,
+                               parameters={"config": EvaluateConfig().model_dump(mode="json")},
+                               description="Metrics and plots of a run's checkpoint on a held-out split."),
+    ]
+
+
+def serve_all(store: str, cron: str) -> None:
+    """Register the deployments on the configured Prefect server and run their flow runs until stopped."""
+    serve(*deployments(store, cron))

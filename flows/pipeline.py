@@ -1,0 +1,52 @@
+"""The pipeline flow: [synthetic data] -> preprocess -> train -> evaluate, as subflows, all under one store.
+
+A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a completed
+training run (or its checkpoints, to resume) are reused, and the log says so."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NONE
+
+from flows import artifacts
+from flows.config import PipelineConfig, SyntheticOptions
+from flows.evaluate import evaluate
+from flows.preprocess import preprocess
+from flows.store import Store, use_credentials_block
+from flows.train import train
+
+
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=5)  # remote writes; generation is deterministic
+def synthesize(store: Store, options: SyntheticOptions) -> str:
+    """Synthetic Criteo logs under <store>/synthetic/ (reused when complete); returns the input glob."""
+    from preprocessing.synthetic import METADATA_FILE, generate
+
+    folder = store.synthetic_uri(options.rows, options.seed)
+    if store.exists(f"{folder}/{METADATA_FILE}"):
+        get_run_logger().info("synthetic data already complete, reusing: %s", folder)
+    else:
+        generate(folder, rows=options.rows, files=options.files, seed=options.seed)
+        get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
+    return f"{folder}/part-*"
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
+    """Preprocess, train and evaluate; returns where everything is and the evaluation metrics."""
+    if config.credentials_block:
+        use_credentials_block(config.credentials_block)
+    store = Store(config.store)
+    store.check()
+    inputs = config.preprocess.inputs or [synthesize(store, config.synthetic)]
+    dataset = preprocess(config.preprocess_config(inputs, store.uri))
+    train_config = config.train.model_copy(update={"dataset": dataset})
+    run_uri = train(store.run_uri(config.run_id(dataset, train_config)), train_config, config.nproc)
+    metrics = evaluate(run_uri, config.evaluate)
+    result = {"store": store.uri, "dataset": dataset, "run": run_uri, "evaluation": f"{run_uri}/eval/{config.evaluate.split}",
+              "metrics": metrics}
+    artifacts.metrics_table(metrics, "pipeline-metrics")
+    create_markdown_artifact("\n".join(["### Pipeline outputs", ""] + [f"- {k}: `{v}`" for k, v in result.items()
+                                                                    if k != "metrics"]),
+                             key="pipeline-outputs", description="Where this run's outputs are stored.")
+    return result

@@ -1,0 +1,99 @@
+"""The train flow: torchrun as a subprocess, its output streamed into the Prefect logs, a progress
+artifact, the sharding plan. A run with ``_SUCCESS`` is complete and skipped; one with complete
+checkpoints resumes from the latest; a failed launch fails the task with the failing rank's last lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict, deque
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+
+from feature_spec.errors import UserError
+from flows import artifacts
+from flows.store import redact
+from training.checkpoint import Checkpointer
+from training.config import TrainConfig
+from training.launch import launch
+from training.rundir import RunDir
+
+DONE = "_SUCCESS"
+TAIL_LINES = 30
+_RANK = re.compile(r"^\[default(\d+)\]:(.*)$")          # torchrun --tee prefix (PET_TEE=3)
+_BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[")      # rank 0's tqdm bar
+_FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+class TrainingFailed(UserError):
+    """torchrun exited with an error (the message holds the failing rank's last lines)."""
+
+
+class _Stream:
+    """Consumes torchrun's merged output: logs it, keeps each rank's tail, drives the progress artifact."""
+
+    def __init__(self, logger, progress: artifacts.Progress):
+        self.logger, self.progress = logger, progress
+        self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
+        self.launcher: deque = deque(maxlen=200)
+
+    def __call__(self, line: str) -> None:
+        line = redact(line)
+        m = _RANK.match(line)
+        if not m:
+            self.launcher.append(line)
+            self.logger.info(line)
+            return
+        rank, text = int(m.group(1)), m.group(2)
+        self.tails[rank].append(text)
+        if bar := _BAR.search(text.strip()):
+            self.progress.update(int(bar.group(1)), int(bar.group(2)))
+        elif text.strip():
+            self.logger.info("[rank %d] %s", rank, text)
+
+    def failure(self, code: int) -> str:
+        """A message naming the failing rank with its last lines."""
+        text = "\n".join(self.launcher)
+        found = _FAILED.search(text[text.find("Root Cause"):] if "Root Cause" in text else text)
+        rank = int(found.group(1)) if found else min(self.tails, default=0)
+        how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
+        if found and int(found.group(2)) < 0:
+            how += f" (killed by signal {-int(found.group(2))})"
+        tail = "\n".join(t for t in self.tails.get(rank, []) if t.strip() and not _BAR.search(t.strip()))
+        return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(no output)'}\n"
+
+
+@task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
+def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool) -> None:
+    """Run torchrun with ``nproc`` ranks and stream its output; raises TrainingFailed on failure."""
+    stream = _Stream(get_run_logger(), artifacts.Progress("training-progress", f"training {run_uri}"))
+    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2",
+           "PYTHONWARNINGS": "ignore::FutureWarning", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
+    code = launch(run_uri, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+    if code != 0:
+        step = Checkpointer(RunDir(run_uri)).resolve("latest")
+        resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
+        raise TrainingFailed(stream.failure(code) + f"Run the pipeline again to resume from {resume_from}.")
+
+
+@flow(name="train", log_prints=True)
+def train(run_uri: str, config: TrainConfig, nproc: int = 2) -> str:
+    """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it."""
+    log = get_run_logger()
+    if not config.dataset:
+        raise UserError("config.dataset is empty. Fix: set it to a dataset URI written by the preprocess flow.")
+    run = RunDir(run_uri)
+    if run.exists(DONE):
+        log.info("training already complete, skipping: %s (%s)", run_uri, run.read_text(DONE).strip())
+    else:
+        step = Checkpointer(run).resolve("latest")
+        if step is not None:
+            log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
+        launch_torchrun(run_uri, config, nproc, step is not None)
+        latest = Checkpointer(run).resolve("latest")
+        run.write_text(json.dumps({"latest_step": latest}) + "\n", DONE)
+        log.info("training complete: %s", run_uri)
+    artifacts.plan(run_uri)
+    return run_uri
