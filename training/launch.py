@@ -17,8 +17,10 @@ from training.rundir import RunDir
 
 
 def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
-                     node_rank: int | None = None, resume: bool = False, run_id: str | None = None) -> list[str]:
-    """The torchrun command line for the ranks of one node."""
+                     node_rank: int | None = None, resume: bool = False, run_id: str | None = None,
+                     module: str = "training.worker", args: list[str] | None = None) -> list[str]:
+    """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]``
+    on each (``training.worker`` trains; ``training.evaluate`` evaluates)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
     if nnodes > 1:
         if not rdzv_endpoint:
@@ -29,7 +31,7 @@ def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endp
             cmd += ["--node-rank", str(node_rank)]
     else:
         cmd.append("--standalone")
-    cmd += ["-m", "training.worker", run_uri]
+    cmd += ["-m", module, run_uri, *(args or [])]
     return cmd + (["--resume"] if resume else [])
 
 
@@ -45,6 +47,12 @@ def launch(run_uri: str, cfg: TrainConfig, *, nproc: int = 1, nnodes: int = 1, r
     save_config(run_uri, cfg)
     cmd = torchrun_command(run_uri, nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, node_rank=node_rank,
                            resume=resume, run_id=RunDir(run_uri).uri.rsplit("/", 1)[-1])
+    return run_command(cmd, env=env, on_line=on_line)
+
+
+def run_command(cmd: list[str], *, env: dict[str, str] | None = None,
+                on_line: Callable[[str], None] | None = None) -> int:
+    """Run a torchrun command; output is inherited or handed line by line to ``on_line``."""
     child_env = {**os.environ, **(env or {})}
     if on_line is None:
         return subprocess.run(cmd, env=child_env).returncode

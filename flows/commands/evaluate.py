@@ -1,0 +1,41 @@
+"""`dlrmflow evaluate`: metrics and plots of a run's checkpoint on a held-out split (torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "evaluate a run's checkpoint on a split: AUC, log loss, NE, accuracy, calibration, PR AUC + plots"
+DESCRIPTION = """Evaluate checkpoint best|latest|STEP of a training run on a split of its dataset.
+
+Every rank (--nproc, torchrun) predicts its share of the split; the predictions are gathered and
+the metrics computed exactly over all rows (the same numbers on any number of ranks):
+ROC AUC, log loss, normalized entropy (log loss / entropy of the base rate), base-rate log loss,
+PR AUC (average precision), accuracy at 0.5 and calibration (mean prediction / base rate).
+
+Writes <run>/eval/<split>/metrics.json, roc.png and calibration.png.
+
+examples:
+  dlrmflow evaluate --run runs/r1
+  dlrmflow evaluate --run s3://b/runs/r2 --split val --checkpoint latest --nproc 2
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="run folder or URI written by `dlrmflow train`")
+    p.add_argument("--split", default="test", help="split of the run's dataset to evaluate (default test)")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (by validation; the latest if the run never evaluated), latest, or a step number")
+    p.add_argument("--nproc", type=int, default=1, help="processes (ranks) on this node (default 1)")
+    p.add_argument("--dataset", help="evaluate on this dataset instead of the run's own (same features)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from training.evaluate import METRICS_FILE, eval_dir, evaluate_run, format_table
+
+    record = evaluate_run(args.run, split=args.split, checkpoint=args.checkpoint, nproc=args.nproc,
+                          dataset=args.dataset)
+    where = eval_dir(args.run, args.split)
+    print(f"\n{args.split} metrics of {args.run} (checkpoint {record['checkpoint']}, step {record['step']}):")
+    print(format_table(record))
+    print(f"\nwrote {where}/{METRICS_FILE}, {where}/roc.png, {where}/calibration.png")
+    return 0

@@ -1,0 +1,58 @@
+"""Bad inputs to evaluation fail before any rank starts, with a message that names the problem and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from feature_spec.errors import UserError
+from flows.cli import main as cli
+from train_datasets import write_dataset
+from training.config import TrainConfig
+from training.evaluate import check, evaluate_run, format_table, parse_checkpoint
+
+
+@pytest.fixture(scope="module")
+def untrained_run(tmp_path_factory):
+    """A run folder with a config (dataset with train/val/test) but no checkpoint yet."""
+    root = tmp_path_factory.mktemp("eval_inputs")
+    ds = write_dataset(root / "ds", {"train": 64, "val": 32, "test": 32})
+    run = root / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(TrainConfig.preset("default").with_overrides({"dataset": str(ds)}).to_yaml())
+    return run
+
+
+def test_unknown_run(tmp_path):
+    with pytest.raises(UserError, match=r"not a training run \(no config.yaml there\).*--run folder"):
+        evaluate_run(str(tmp_path / "nope"))
+
+
+def test_split_absent(untrained_run):
+    with pytest.raises(UserError, match=r"has no split 'holdout' \(it has: train, val, test\)"):
+        evaluate_run(str(untrained_run), split="holdout")
+
+
+@pytest.mark.parametrize("which", ["best", "latest", "40"])
+def test_checkpoint_absent(untrained_run, which):
+    with pytest.raises(UserError, match=rf"no complete checkpoint '{which}' \(complete steps: none\).*train the run"):
+        check(str(untrained_run), "test", which)
+
+
+def test_checkpoint_must_be_best_latest_or_a_step():
+    assert parse_checkpoint("best") == "best" and parse_checkpoint("12") == 12 and parse_checkpoint(7) == 7
+    with pytest.raises(UserError, match="not 'best', 'latest' or a step number"):
+        parse_checkpoint("newest")
+
+
+def test_cli_reports_the_error_and_exits_2(untrained_run, capsys):
+    assert cli(["evaluate", "--run", str(untrained_run), "--split", "holdout"]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_table_lists_every_metric():
+    text = format_table({"auc": 0.75, "logloss": 0.47, "normalized_entropy": 0.9, "base_logloss": 0.53, "pr_auc": 0.4,
+                         "accuracy": 0.78, "calibration": 1.01, "base_rate": 0.23, "mean_prediction": 0.24,
+                         "rows": 2000, "positives": 460})
+    for label in ("ROC AUC", "log loss", "normalized entropy", "base-rate log loss", "PR AUC", "accuracy",
+                  "calibration", "2,000"):
+        assert label in text

@@ -1,0 +1,76 @@
+"""Evaluation plots as PNG bytes (matplotlib, Agg backend; no display needed).
+
+``roc_png`` draws the ROC curve with its AUC in the legend; ``calibration_png`` draws the
+reliability diagram (mean prediction vs observed click rate per probability bin, with the
+diagonal for reference) above a histogram of how many rows fall in each bin.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from training import metrics  # noqa: E402
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _subtitle(m: dict) -> str:
+    return f"{m['rows']:,} rows, {m['positives']:,} positives (base rate {m['base_rate']:.3f})"
+
+
+def roc_png(probs: np.ndarray, labels: np.ndarray, title: str, m: dict | None = None) -> bytes:
+    """ROC curve of the predictions; ``m`` (compute_metrics' result) is recomputed if not given."""
+    m = m or metrics.compute_metrics(probs, labels)
+    fpr, tpr, _ = metrics.roc_curve(probs, labels)
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    ax.plot(fpr, tpr, color="tab:blue", lw=2, label=f"model (AUC = {m['auc']:.4f})")
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="random (AUC = 0.5)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.005)
+    ax.set_xlabel("False positive rate")
+    ax.set_ylabel("True positive rate")
+    ax.set_title(f"ROC curve - {title}\n{_subtitle(m)}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return _png(fig)
+
+
+def calibration_png(probs: np.ndarray, labels: np.ndarray, title: str, m: dict | None = None,
+                    n_bins: int = 10) -> bytes:
+    """Reliability diagram over ``n_bins`` equal-width probability bins, with row counts."""
+    m = m or metrics.compute_metrics(probs, labels)
+    bins = metrics.calibration_bins(probs, labels, n_bins)
+    fig, (ax, hist) = plt.subplots(2, 1, figsize=(5.5, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfectly calibrated")
+    x = [b["mean_prediction"] for b in bins]
+    y = [b["positive_rate"] for b in bins]
+    ax.plot(x, y, "o-", color="tab:orange", lw=2,
+            label=f"model (mean pred / rate = {m['calibration']:.3f})")
+    for b in bins:
+        ax.annotate(f"n={b['count']:,}", (b["mean_prediction"], b["positive_rate"]), textcoords="offset points",
+                    xytext=(4, -11), fontsize=7, color="dimgrey")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("Observed click rate")
+    ax.set_title(f"Calibration - {title}\n{_subtitle(m)}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    width = 1 / n_bins
+    hist.bar([b["lo"] + width / 2 for b in bins], [b["count"] for b in bins], width=width * 0.9, color="tab:orange",
+             alpha=0.6)
+    hist.set_xlabel("Predicted click probability (bin)")
+    hist.set_ylabel("Rows")
+    hist.grid(alpha=0.3)
+    return _png(fig)
