@@ -152,7 +152,9 @@ def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad):
     for block in blocks:
         if block:
             df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
+            del block   # only one block's bytes alive while the consumer works
             yield df, lines
+            del df, lines
             line += n
 
 

@@ -80,6 +80,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
             rows += len(out)
             if progress:
                 progress(len(df))
+            del df, out, table   # free this block before the reader parses the next one
     finally:
         if writer:
             writer.close()
@@ -96,7 +97,7 @@ def _batches(job: Job, task: FileTask):
     path = job.work / "parsed" / f"{part_name(task.i)}.arrow"
     if not path.exists():
         return
-    with pa.memory_map(str(path)) as source:
+    with pa.OSFile(str(path)) as source:   # read batch by batch (a memory map would keep every touched page resident)
         reader = pa.ipc.open_file(source)
         offset = task.start
         for k in range(reader.num_record_batches):
