@@ -22,6 +22,10 @@ def _read(uri: str, mode: str = "r"):
         return f.read()
 
 
+def _link(uri: str) -> str:
+    return uri if "://" in uri else f"file://{uri}"
+
+
 def dataset(uri: str) -> None:
     """Per-feature cardinalities and index-0 shares (table), a markdown summary and a link."""
     spec = fspec.load(uri)
@@ -44,7 +48,7 @@ def dataset(uri: str) -> None:
     lines += [f"| {k} | `{v}` |" for k, v in settings.items() if k != "inputs"]
     lines.append(f"| inputs | {len(settings.get('inputs', []))} files |")
     create_markdown_artifact("\n".join(lines), key="dataset-summary", description="The preprocessed dataset.")
-    create_link_artifact(uri, link_text="dataset folder", key="dataset-location", description=uri)
+    create_link_artifact(_link(uri), link_text="dataset folder", key="dataset-location", description=uri)
 
 
 def plan(run_uri: str) -> None:
@@ -84,5 +88,5 @@ def evaluation(eval_uri: str, split: str) -> dict:
     for name, key in (("roc.png", "roc-curve"), ("calibration.png", "calibration-plot")):
         data = base64.b64encode(_read(f"{eval_uri}/{name}", "rb")).decode()
         create_image_artifact(f"data:image/png;base64,{data}", key=key, description=f"{name} on '{split}'")
-    create_link_artifact(eval_uri, link_text="evaluation folder", key="evaluation-location", description=eval_uri)
+    create_link_artifact(_link(eval_uri), link_text="evaluation folder", key="evaluation-location", description=eval_uri)
     return metrics

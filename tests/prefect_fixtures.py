@@ -92,3 +92,40 @@ def s3_server(monkeypatch):
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket="store")
         yield s3
+
+
+def small_pipeline(store: str, **overrides):
+    """A PipelineConfig that runs in seconds: 4,000 synthetic rows, a tiny DLRM, 2 ranks."""
+    from flows.config import PipelineConfig
+    from training.config import TrainConfig
+
+    train = TrainConfig.preset("default").with_overrides(
+        {"data.batch_size": 256, "data.eval_batch_size": 1024, "log_every": 4, "checkpoint_every": None,
+         **overrides.pop("train", {})})
+    return PipelineConfig(store=store, synthetic={"rows": 4000, "files": 2, "seed": 3}, train=train, nproc=2,
+                          **overrides)
+
+
+def logs_matching(text: str) -> list[str]:
+    """Messages of the Prefect logs (all runs of the harness) that contain ``text``."""
+    from prefect import get_client
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # send the queued logs first
+    found, offset = [], 0
+    with get_client(sync_client=True) as client:  # (the server's text search needs a newer SQLite)
+        while page := client.read_logs(limit=200, offset=offset):
+            found += [log.message for log in page if text in log.message]
+            offset += len(page)
+    return found
+
+
+def latest_artifacts() -> dict:
+    """The data of the latest artifact of every key, by key (tables decoded)."""
+    import json
+
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return {a.key: json.loads(a.data) if a.type == "table" else a.data
+                for a in client.read_latest_artifacts(limit=200)}

@@ -1,0 +1,49 @@
+"""The pipeline flow on a local store: every output and artifact, then a re-run that redoes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flows.pipeline import pipeline
+from tests.prefect_fixtures import latest_artifacts, logs_matching, prefect_harness, small_pipeline  # noqa: F401
+
+
+def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
+    config = small_pipeline(str(tmp_path / "store"))
+    out = pipeline(config)
+
+    dataset, run = Path(out["dataset"]), Path(out["run"])
+    assert dataset.parent == tmp_path / "store" / "datasets" and (dataset / "_SUCCESS").exists()
+    assert sorted(p.name for p in (tmp_path / "store" / "synthetic").iterdir()) == ["criteo-4000-seed3"]
+    for name in ("config.yaml", "plan.txt", "metrics.jsonl", "_SUCCESS", "checkpoints/latest",
+                 "eval/test/roc.png", "eval/test/calibration.png"):
+        assert (run / name).exists(), name
+    metrics = json.loads((run / "eval/test/metrics.json").read_text())
+    assert out["metrics"]["auc"] == metrics["auc"] and 0.5 < metrics["auc"] <= 1
+
+    arts = latest_artifacts()
+    features = arts["dataset-features"]
+    assert [row["feature"] for row in features] == [f"C{i}" for i in range(1, 27)]
+    assert all(row["cardinality"] >= 1 and row["index0 train"].endswith("%") for row in features)
+    assert dataset.name.split("-")[-1] in arts["dataset-summary"]
+    assert "table_wise" in arts["sharding-plan"] or "data_parallel" in arts["sharding-plan"]
+    assert arts["training-progress"] == 100.0
+    table = {row["metric"]: row["value"] for row in arts["evaluation-metrics"]}
+    assert table["ROC AUC"] == round(metrics["auc"], 6)
+    assert arts["pipeline-metrics"] == arts["evaluation-metrics"]
+    for key in ("roc-curve", "calibration-plot"):
+        assert arts[key].startswith("data:image/png;base64,iVBOR")
+    assert arts["evaluation-location"] == f"[evaluation folder](file://{run}/eval/test)"
+
+    stamps = {p: p.stat().st_mtime_ns for p in (dataset / "feature_spec.yaml", run / "_SUCCESS",
+                                                  run / "eval/test/metrics.json")}
+    steps = sorted(p.name for p in (run / "checkpoints").iterdir())
+    again = pipeline(config)
+    assert again["run"] == out["run"] and again["metrics"]["auc"] == out["metrics"]["auc"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == steps
+    assert logs_matching("synthetic data already complete")
+    assert logs_matching(f"{dataset.name.split('-')[-1]} already complete, skipping preprocessing")
+    assert logs_matching("training already complete, skipping")
+    assert logs_matching("already complete, reusing it")
