@@ -1,0 +1,205 @@
+"""KubernetesLauncher: render infra/k8s/train-job.yaml, ``kubectl apply`` it, follow the logs, ``kubectl wait``.
+
+The manifest holds a ConfigMap (the RCCL profile's variables), a headless Service (pod 0's DNS name
+for the c10d rendezvous) and an indexed Job with one pod per node. A Job of the same name left by an
+earlier attempt is deleted first (a Job's pod template cannot be changed), so a re-run resumes.
+The Job is done when ``kubectl wait --for=condition=Complete`` or ``--for=condition=Failed`` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+import yaml
+
+from flows.launchers.base import Launcher, LaunchError, OnLine, infra_dir, profile_env, render, run_id_of
+from flows.launchers.config import KubernetesSettings
+from flows.launchers.nodes import node_command
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|No resources found|is pending|not found")
+
+
+class KubernetesLauncher(Launcher):
+    kind = "kubernetes"
+
+    def __init__(self, settings: KubernetesSettings | None = None, env: dict[str, str] | None = None):
+        self.settings = settings or KubernetesSettings()
+        self.env = env or {}
+
+    @property
+    def nproc(self) -> int:
+        s = self.settings
+        return s.nproc_per_node or s.gpus_per_node or 1
+
+    def describe(self) -> str:
+        s = self.settings
+        return f"kubernetes: {s.nodes} pod(s) x {self.nproc} rank(s), namespace {s.namespace}, image {s.image}"
+
+    @staticmethod
+    def job_name(run_uri: str) -> str:
+        """A DNS label for the Job and Service: ``dlrmflow-<run>`` (shortened with a hash when long)."""
+        run = run_id_of(run_uri)
+        slug = _NOT_DNS.sub("-", run.lower()).strip("-") or "run"
+        name = f"dlrmflow-{slug}"
+        if len(name) > 40 or slug != run:  # pod hostnames add "-<index>"; keep distinct runs distinct
+            name = f"{name[:31].rstrip('-')}-{hashlib.blake2b(run.encode(), digest_size=4).hexdigest()}"
+        return name
+
+    def kubectl(self, *args: str) -> list[str]:
+        s = self.settings
+        return [s.kubectl, *(["--context", s.context] if s.context else []), "--namespace", s.namespace, *args]
+
+    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        return {**profile_env(self.settings.rccl_profiles), **self.env, **(env or {})}
+
+    def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
+        """The manifest of this run (multi-document YAML)."""
+        s = self.settings
+        name = self.job_name(run_uri)
+        labels = {"app.kubernetes.io/name": "dlrmflow", "app.kubernetes.io/component": "train",
+                  "dlrmflow/run": _NOT_DNS.sub("-", run_id_of(run_uri).lower())[:63].strip("-") or "run"}
+        resources = {**({s.gpu_resource: str(s.gpus_per_node)} if s.gpus_per_node else {}),
+                     **({"cpu": s.cpu} if s.cpu else {}), **({"memory": s.memory} if s.memory else {}),
+                     **s.extra_resources}
+        env_from = [{"configMapRef": {"name": f"{name}-env"}}]
+        if s.s3_secret:
+            env_from.append({"secretRef": {"name": s.s3_secret}})
+        cmd = node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
+                           run_id=run_id_of(run_uri), is_host="$(( JOB_COMPLETION_INDEX == 0 ))",
+                           rdzv_timeout_s=s.rdzv_timeout_s)
+        values = {
+            "name": name, "namespace": s.namespace, "labels": labels, "config_env": self.environment(env),
+            "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s, "nproc_per_node": self.nproc,
+            "service_account": s.service_account, "node_selector": s.node_selector,
+            "image_pull_secrets": [{"name": s.image_pull_secret}] if s.image_pull_secret else [],
+            "image": s.image, "node_command": cmd, "env_from": env_from, "resources": resources,
+            "shm_size": s.shm_size,
+        }
+        path = infra_dir() / "k8s" / "train-job.yaml"
+        text = render(path.read_text(), {k: v if k in ("name",) else json.dumps(v) for k, v in values.items()},
+                      str(path))
+        docs = [_prune(d) for d in yaml.safe_load_all(text) if d]
+        return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+
+    def launch(self, run_uri: str, cfg: "TrainConfig", *, nproc: int | None = None, resume: bool = False,
+               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
+        from training.launch import save_config
+
+        emit = on_line or (lambda line: print(line, flush=True))
+        s = self.settings
+        save_config(run_uri, cfg)
+        name = self.job_name(run_uri)
+        manifest = self.render(run_uri, resume=resume, env=env)
+        with tempfile.NamedTemporaryFile("w", prefix=f"{name}-", suffix=".yaml", delete=False) as f:
+            f.write(manifest)
+        self._check(self.kubectl("delete", "job", name, "--ignore-not-found", "--wait=true"), emit)
+        self._check(self.kubectl("apply", "-f", f.name), emit)
+        emit(f"dlrmflow: applied job/{name} ({self.describe()})")
+
+        stop = threading.Event()
+        follower = threading.Thread(target=self._follow_logs, args=(name, emit, stop), daemon=True)
+        follower.start()
+        waits = {cond: self.kubectl("wait", f"--for=condition={cond}", f"job/{name}", f"--timeout={s.timeout_s}s")
+                 for cond in ("Complete", "Failed")}
+        procs: dict[str, subprocess.Popen] = {}
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                futures = {}
+                for cond, cmd in waits.items():
+                    procs[cond] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    futures[pool.submit(procs[cond].communicate)] = cond
+                pending = set(futures)
+                outcome = None
+                while pending and outcome is None:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        if procs[futures[fut]].returncode == 0:
+                            outcome = futures[fut]
+                for p in procs.values():
+                    if p.poll() is None:
+                        p.terminate()
+        except BaseException:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+            subprocess.run(self.kubectl("delete", "job", name, "--ignore-not-found", "--wait=false"), check=False)
+            emit(f"dlrmflow: interrupted; deleted job/{name}")
+            raise
+        finally:
+            stop.set()
+            follower.join(timeout=30)
+        if outcome == "Complete":
+            emit(f"dlrmflow: job/{name} complete")
+            return 0
+        if outcome is None:
+            emit(f"dlrmflow: job/{name} did not finish within {s.timeout_s} s (kubectl wait timed out)")
+            return 124
+        code = self._exit_code(name)
+        emit(f"dlrmflow: job/{name} failed (exit code {code})")
+        return code
+
+    def _check(self, cmd: list[str], emit: OnLine) -> None:
+        emit("dlrmflow: " + shlex.join(cmd))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise LaunchError(f"'{self.settings.kubectl}' not found. Fix: install kubectl in the image that runs "
+                              "the flow, or set kubernetes.kubectl to its path.") from None
+        for line in (proc.stdout + proc.stderr).splitlines():
+            emit(f"kubectl: {line}")
+        if proc.returncode != 0:
+            raise LaunchError(f"{shlex.join(cmd)} failed (exit code {proc.returncode}): {proc.stderr.strip()}")
+
+    def _follow_logs(self, name: str, emit: OnLine, stop: threading.Event) -> None:
+        """Stream every pod's output (without prefixes, so torchrun's ``[defaultN]:`` rank tags stay first)."""
+        cmd = self.kubectl("logs", "-f", "-l", f"job-name={name}", "--all-containers",
+                           f"--max-log-requests={max(self.settings.nodes, 1)}", "--pod-running-timeout=24h")
+        while not stop.is_set():
+            streamed = False
+            try:
+                with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+                    watcher = threading.Thread(target=lambda: (stop.wait(), proc.poll() is None and proc.terminate()),
+                                               daemon=True)
+                    watcher.start()
+                    for line in proc.stdout:
+                        if not streamed and _NOT_STARTED.search(line):
+                            continue  # pods still pending: try again below
+                        streamed = True
+                        emit(line.rstrip("\n"))
+                    proc.wait()
+            except FileNotFoundError:
+                return
+            if streamed or stop.wait(self.log_retry_s):
+                return
+
+    log_retry_s = 5.0
+
+    def _exit_code(self, name: str) -> int:
+        """The first non-zero container exit code of the Job's pods (1 if none is known)."""
+        jsonpath = "{range .items[*]}{.status.containerStatuses[0].state.terminated.exitCode}{\"\\n\"}{end}"
+        proc = subprocess.run(self.kubectl("get", "pods", "-l", f"job-name={name}", "-o", f"jsonpath={jsonpath}"),
+                              capture_output=True, text=True)
+        codes = [int(c) for c in proc.stdout.split() if c.lstrip("-").isdigit()]
+        return next((c for c in codes if c != 0), 1)
+
+
+def _prune(node):
+    """Drop null and empty values (optional fields the settings leave unset)."""
+    if isinstance(node, dict):
+        out = {k: _prune(v) for k, v in node.items()}
+        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
+    if isinstance(node, list):
+        return [_prune(v) for v in node]
+    return node

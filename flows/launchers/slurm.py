@@ -1,0 +1,178 @@
+"""SlurmLauncher: render infra/slurm/train.sbatch, ``sbatch --wait --parsable`` it, stream the job's log.
+
+``sbatch --wait`` blocks until the job ends and exits with the job's exit code, so the Prefect task
+that calls ``launch`` simply waits in a subprocess; the log file (``#SBATCH --output``) is followed
+meanwhile and every line handed to ``on_line``. If this process is interrupted (the flow run is
+cancelled), the job is cancelled with ``scancel``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flows.launchers.base import Launcher, LaunchError, OnLine, infra_dir, profile_env, render, run_id_of
+from flows.launchers.config import SlurmSettings
+from flows.launchers.nodes import node_command
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+
+_JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class SlurmLauncher(Launcher):
+    kind = "slurm"
+
+    def __init__(self, settings: SlurmSettings | None = None, env: dict[str, str] | None = None):
+        self.settings = settings or SlurmSettings()
+        self.env = env or {}
+
+    @property
+    def nproc(self) -> int:
+        s = self.settings
+        return s.nproc_per_node or s.gpus_per_node or 1
+
+    def describe(self) -> str:
+        s = self.settings
+        return f"slurm: {s.nodes} node(s) x {self.nproc} rank(s)" + (f", partition {s.partition}" if s.partition else "")
+
+    def paths(self, run_uri: str) -> tuple[Path, Path]:
+        """(script, log pattern with %j) of a run."""
+        work = Path(os.path.expanduser(self.settings.work_dir))
+        name = self.job_name(run_uri)
+        return work / f"{name}.sbatch", work / f"{name}-%j.out"
+
+    @staticmethod
+    def job_name(run_uri: str) -> str:
+        return "dlrmflow-" + _JOB_NAME.sub("-", run_id_of(run_uri))[:100]
+
+    def directives(self, run_uri: str) -> list[str]:
+        """The #SBATCH lines."""
+        s = self.settings
+        lines = [f"--job-name={self.job_name(run_uri)}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
+        if s.gpus_per_node:
+            lines.append(f"--gpus-per-node={s.gpus_per_node}")
+        if s.cpus_per_task:
+            lines.append(f"--cpus-per-task={s.cpus_per_task}")
+        lines += [f"--{k}={v}" for k, v in (("partition", s.partition), ("account", s.account),
+                                             ("time", s.time_limit)) if v]
+        if s.exclusive:
+            lines.append("--exclusive")
+        lines.append(f"--output={self.paths(run_uri)[1]}")
+        lines += s.sbatch_options
+        return [f"#SBATCH {shlex.quote(line) if ' ' in line else line}" for line in lines]
+
+    def srun_options(self) -> list[str]:
+        s = self.settings
+        opts = [f"--nodes={s.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+        if s.container_image:
+            opts.append(f"--container-image={s.container_image}")
+            if s.container_mounts:
+                opts.append(f"--container-mounts={','.join(s.container_mounts)}")
+        return opts
+
+    def node_command(self, run_uri: str, resume: bool) -> str:
+        s = self.settings
+        return node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
+                            run_id=run_id_of(run_uri), is_host="$(( SLURM_NODEID == 0 ))",
+                            rdzv_timeout_s=s.rdzv_timeout_s)
+
+    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        return {**profile_env(self.settings.rccl_profiles), **self.env, **(env or {})}
+
+    def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
+        """The batch script of this run."""
+        s = self.settings
+        path = infra_dir() / "slurm" / "train.sbatch"
+        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.environment(env).items()]
+        values = {
+            "sbatch_directives": "\n".join(self.directives(run_uri)),
+            "setup": "\n".join(s.setup) or ":",
+            "rccl_profiles": ", ".join(s.rccl_profiles) or "none",
+            "env_exports": "\n".join(exports) or ":",
+            "rdzv_port": s.rdzv_port,
+            "nproc_per_node": self.nproc,
+            "run_uri": shlex.quote(run_uri),
+            "node_command": shlex.quote(self.node_command(run_uri, resume)),
+            "srun_options": " ".join(shlex.quote(o) for o in self.srun_options()),
+        }
+        return render(path.read_text(), values, str(path))
+
+    def submit_command(self, script: Path) -> list[str]:
+        return [self.settings.sbatch, "--wait", "--parsable", str(script)]
+
+    def launch(self, run_uri: str, cfg: "TrainConfig", *, nproc: int | None = None, resume: bool = False,
+               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
+        from training.launch import save_config
+
+        emit = on_line or (lambda line: print(line, flush=True))
+        save_config(run_uri, cfg)
+        script, log_pattern = self.paths(run_uri)
+        script.parent.mkdir(parents=True, exist_ok=True)
+        tmp = script.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(self.render(run_uri, resume=resume, env=env))
+        tmp.replace(script)
+        cmd = self.submit_command(script)
+        emit(f"dlrmflow: submitting {script}: {shlex.join(cmd)}")
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except FileNotFoundError:
+            raise LaunchError(f"'{self.settings.sbatch}' not found. Fix: run on a Slurm login node, or set "
+                              "slurm.sbatch to the sbatch path.") from None
+        job_id = None
+        stop = threading.Event()
+        follower = None
+        try:
+            first = proc.stdout.readline().strip()  # --parsable: "jobid[;cluster]" as soon as it is queued
+            if first:
+                job_id = first.split(";")[0]
+                emit(f"dlrmflow: Slurm job {job_id} submitted; log {str(log_pattern).replace('%j', job_id)}")
+                follower = threading.Thread(target=_follow, daemon=True,
+                                            args=(Path(str(log_pattern).replace("%j", job_id)), emit, stop))
+                follower.start()
+            rest, err = proc.communicate()
+        except BaseException:
+            if job_id:
+                subprocess.run([self.settings.scancel, job_id], check=False)
+                emit(f"dlrmflow: interrupted; cancelled Slurm job {job_id}")
+            proc.kill()
+            raise
+        finally:
+            stop.set()
+            if follower:
+                follower.join(timeout=30)
+        for line in (rest + err).splitlines():
+            if line.strip():
+                emit(f"sbatch: {line}")
+        if job_id is None:
+            raise LaunchError(f"sbatch did not submit the job (exit code {proc.returncode}): {err.strip()}")
+        emit(f"dlrmflow: Slurm job {job_id} finished with exit code {proc.returncode}")
+        return proc.returncode
+
+
+def _follow(path: Path, emit: OnLine, stop: threading.Event, poll_s: float = 0.5) -> None:
+    """Hand every line of a growing file to ``emit`` until ``stop`` is set, then the rest of it."""
+    pos, partial = 0, ""
+    while True:
+        stopping = stop.is_set()
+        if path.exists():
+            with path.open("r", errors="replace") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            lines = (partial + chunk).split("\n")
+            partial = lines.pop()
+            for line in lines:
+                emit(line)
+        if stopping:
+            if partial:
+                emit(partial)
+            return
+        time.sleep(poll_s)

@@ -1,0 +1,279 @@
+"""flows.launchers: the config as a flow parameter, the local launcher's call, and the Slurm and
+Kubernetes launchers end to end against fake `sbatch`/`srun`/`scontrol` and `kubectl` executables
+(the rendered script really runs: srun starts one "node" per allocated node with SLURM_NODEID set;
+a fake `python` records the torchrun command line each node would run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
+                             SlurmLauncher, SlurmSettings, build_launcher, infra_dir, read_env_file)
+from flows.launchers.base import LaunchError, render
+from training.config import TrainConfig
+
+AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
+
+
+def _exe(path: Path, body: str) -> Path:
+    path.write_text(f"#!{sys.executable}\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
+    cfg = LauncherConfig(kind="slurm", slurm={"nodes": 4, "partition": "mi300x"}, env={"A": "1"})
+    data = json.loads(cfg.model_dump_json())
+    assert LauncherConfig.model_validate(data) == cfg
+    schema = LauncherConfig.model_json_schema()  # what Prefect renders as the parameter form
+    assert schema["properties"]["kind"]["enum"] == ["local", "slurm", "kubernetes"]
+    for model in (LauncherConfig, LocalSettings, SlurmSettings, KubernetesSettings):
+        assert all(f.description for f in model.model_fields.values()), model
+    assert isinstance(build_launcher(None), LocalLauncher)
+    assert isinstance(build_launcher(data), SlurmLauncher) and build_launcher(data).settings.nodes == 4
+    assert isinstance(build_launcher({"kind": "kubernetes"}), KubernetesLauncher)
+    with pytest.raises(ValueError):
+        LauncherConfig.model_validate({"kind": "slurm", "slurm": {"nodez": 2}})
+
+
+def test_local_launcher_calls_training_launch(monkeypatch):
+    calls = []
+    monkeypatch.setattr("training.launch.launch", lambda *a, **k: calls.append((a, k)) or 7)
+    cfg = TrainConfig()
+    launcher = build_launcher({"kind": "local", "env": {"X": "2"},
+                               "local": {"nnodes": 2, "rdzv_endpoint": "h:1", "node_rank": 1,
+                                         "rccl_profiles": ["amd-mi3xx"]}})
+    assert launcher.launch("runs/r", cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
+    (args, kw), = calls
+    assert args == ("runs/r", cfg)
+    assert kw == {"nproc": 4, "nnodes": 2, "rdzv_endpoint": "h:1", "node_rank": 1, "resume": True,
+                  "env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
+
+
+def test_templates_fail_on_a_missing_value():
+    assert render("a {{ x }} b {{y}}", {"x": 1, "y": "z"}) == "a 1 b z"
+    with pytest.raises(LaunchError, match="no value for y"):
+        render("{{ x }} {{ y }}", {"x": 1})
+
+
+# ---------------------------------------------------------------- Slurm
+
+FAKE_SBATCH = r"""
+import json, os, re, subprocess, sys
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(["sbatch", *sys.argv[1:]]) + "\n")
+assert sys.argv[1:3] == ["--wait", "--parsable"], sys.argv
+text = open(sys.argv[3]).read()
+out = re.search(r"^#SBATCH --output=(\S+)", text, re.M).group(1).replace("%j", "4242")
+nodes = re.search(r"^#SBATCH --nodes=(\d+)", text, re.M).group(1)
+print("4242;cluster", flush=True)
+env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[0-%d]" % (int(nodes) - 1),
+       "SLURM_JOB_NUM_NODES": nodes}
+with open(out, "w") as log:
+    sys.exit(subprocess.call(["bash", sys.argv[3]], stdout=log, stderr=subprocess.STDOUT, env=env))
+"""
+FAKE_SCONTROL = r"""
+import sys
+assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
+n = int(sys.argv[3].split("-")[1].rstrip("]")) + 1
+print("\n".join("node%d" % i for i in range(n)))
+"""
+FAKE_SRUN = r"""
+import json, os, subprocess, sys
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(["srun", *sys.argv[1:]]) + "\n")
+opts = [a for a in sys.argv[1:] if a.startswith("--")]
+cmd = sys.argv[1 + len(opts):]
+nodes = int(next(o for o in opts if o.startswith("--nodes=")).split("=")[1])
+procs = [subprocess.Popen(cmd, env={**os.environ, "SLURM_NODEID": str(i)}) for i in range(nodes)]
+sys.exit(max(p.wait() for p in procs))
+"""
+FAKE_PYTHON = r"""
+import json, os, sys
+node = os.environ["SLURM_NODEID"]
+print("node %s argv %s" % (node, json.dumps(sys.argv[1:])), flush=True)
+print("node %s env %s" % (node, json.dumps({k: os.environ.get(k) for k in ("NCCL_IB_GID_INDEX", "PET_TEE", "X")})))
+sys.exit(int(os.environ.get("FAKE_EXIT_NODE" + node, "0")))
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "sbatch", FAKE_SBATCH)
+    _exe(bin_dir / "scontrol", FAKE_SCONTROL)
+    _exe(bin_dir / "srun", FAKE_SRUN)
+    python = _exe(bin_dir / "fake-python", FAKE_PYTHON)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    settings = {"nodes": 2, "partition": "mi300x", "time_limit": "01:00:00", "sbatch_options": ["--qos=high"],
+                "setup": ["echo setting up"], "python": str(python), "work_dir": str(tmp_path / "slurm"),
+                "sbatch": str(bin_dir / "sbatch")}
+    return tmp_path, settings
+
+
+def _calls(tmp_path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(60)
+def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
+    tmp_path, settings = fake_slurm
+    run = tmp_path / "runs" / "r1"
+    launcher = build_launcher({"kind": "slurm", "slurm": settings, "env": {"X": "2"}})
+    lines: list[str] = []
+    code = launcher.launch(str(run), TrainConfig(dataset="ds"), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
+    assert code == 0, "\n".join(lines)
+    assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == "ds"  # the ranks read it there
+
+    script = tmp_path / "slurm" / "dlrmflow-r1.sbatch"
+    text = script.read_text()
+    assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=dlrmflow-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
+        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-r1-%j.out", "#SBATCH --qos=high"]
+    assert "{{" not in text and "echo setting up" in text
+    assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
+
+    sbatch, srun = _calls(tmp_path)
+    assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
+    assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -m torch.distributed.run")
+
+    argv = {}
+    for line in lines:
+        if " argv " in line:
+            node, _, rest = line.partition(" argv ")
+            argv[node] = json.loads(rest)
+    expected = lambda host: ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--nnodes", "2",
+                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
+                             "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
+                             "-m", "training.worker", str(run), "--resume"]
+    assert argv == {"node 0": expected(1), "node 1": expected(0)}
+    assert 'node 1 env {"NCCL_IB_GID_INDEX": "3", "PET_TEE": "3", "X": "2"}' in lines
+    assert lines[0].startswith("dlrmflow: submitting") and "Slurm job 4242 submitted" in lines[1]
+    assert any("rendezvous node0:29500" in line for line in lines)
+    assert lines[-1] == "dlrmflow: Slurm job 4242 finished with exit code 0"
+
+
+@pytest.mark.timeout(60)
+def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypatch):
+    tmp_path, settings = fake_slurm
+    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
+    settings = {**settings, "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
+                "rccl_profiles": []}
+    lines: list[str] = []
+    assert build_launcher({"kind": "slurm", "slurm": settings}).launch(
+        str(tmp_path / "r2"), TrainConfig(), on_line=lines.append) == 3
+    text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
+    assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
+    assert sum(" argv " in line for line in lines) == 3
+    assert any('"--nproc-per-node", "2", "--nnodes", "3"' in line for line in lines)
+
+
+def test_slurm_launcher_reports_a_refused_submission(tmp_path):
+    sbatch = _exe(tmp_path / "sbatch", "import sys\nprint('sbatch: error: invalid partition', file=sys.stderr)\nsys.exit(1)\n")
+    launcher = build_launcher({"kind": "slurm", "slurm": {"sbatch": str(sbatch), "work_dir": str(tmp_path)}})
+    with pytest.raises(LaunchError, match="invalid partition"):
+        launcher.launch(str(tmp_path / "r"), TrainConfig(), on_line=lambda _: None)
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+FAKE_KUBECTL = r"""
+import json, os, shutil, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(["kubectl", *args]) + "\n")
+outcome = os.environ.get("FAKE_OUTCOME", "Complete")
+verb = args[2]
+if verb == "apply":
+    shutil.copy(args[4], os.environ["FAKE_MANIFEST"])
+    print("configmap/x created\nservice/x created\njob.batch/x created")
+elif verb == "wait":
+    if args[3] == "--for=condition=" + outcome:
+        time.sleep(0.5)
+        print("job.batch/x condition met")
+    else:
+        time.sleep(30)
+        sys.exit(1)
+elif verb == "logs":
+    print("[default0]:training step 1")
+    print("[default1]:training step 1")
+elif verb == "get":
+    print("0\n137")
+"""
+
+
+@pytest.fixture
+def fake_kubectl(tmp_path, monkeypatch):
+    kubectl = _exe(tmp_path / "kubectl", FAKE_KUBECTL)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("FAKE_MANIFEST", str(tmp_path / "applied.yaml"))
+    return tmp_path, {"kubectl": str(kubectl), "nodes": 2, "image": "registry.example/dlrmflow-rocm:0.1.0",
+                      "cpu": "96", "memory": "1500Gi", "rdzv_timeout_s": 600}
+
+
+@pytest.mark.timeout(60)
+def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
+    tmp_path, settings = fake_kubectl
+    run = str(tmp_path / "runs" / "Run_1")
+    lines: list[str] = []
+    launcher = build_launcher({"kind": "kubernetes", "kubernetes": settings, "env": {"X": "2"}})
+    code = launcher.launch(run, TrainConfig(dataset="ds"), env={"PET_TEE": "3"}, on_line=lines.append)
+    assert code == 0, lines
+    assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == "ds"
+    name = KubernetesLauncher.job_name(run)
+    assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
+
+    calls = _calls(tmp_path)
+    ns = ["kubectl", "--namespace", "dlrmflow"]
+    assert calls[0] == [*ns, "delete", "job", name, "--ignore-not-found", "--wait=true"]
+    assert calls[1][:5] == [*ns, "apply", "-f"]
+    assert sorted(calls[2:], key=json.dumps) == sorted([
+        [*ns, "logs", "-f", "-l", f"job-name={name}", "--all-containers", "--max-log-requests=2",
+         "--pod-running-timeout=24h"],
+        [*ns, "wait", "--for=condition=Complete", f"job/{name}", "--timeout=604800s"],
+        [*ns, "wait", "--for=condition=Failed", f"job/{name}", "--timeout=604800s"]], key=json.dumps)
+    assert "[default1]:training step 1" in lines and lines[-1] == f"dlrmflow: job/{name} complete"
+
+    config_map, service, job = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
+    assert [d["kind"] for d in (config_map, service, job)] == ["ConfigMap", "Service", "Job"]
+    assert config_map["data"] == {**AMD, "X": "2", "PET_TEE": "3"}
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["selector"] == {"job-name": name}
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == ("Indexed", 2, 2, 0)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == name and pod["restartPolicy"] == "Never"
+    (c,) = pod["containers"]
+    assert c["image"] == settings["image"]
+    assert c["resources"]["limits"] == c["resources"]["requests"] == {"amd.com/gpu": "8", "cpu": "96", "memory": "1500Gi"}
+    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"}]
+    assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
+    assert c["command"] == ["bash", "-c",
+                            f'exec python -m torch.distributed.run --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
+                            f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
+                            f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
+                            f'--max-restarts 0 -m training.worker {run}']
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
+    assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls
+
+
+@pytest.mark.timeout(60)
+def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl, monkeypatch):
+    tmp_path, settings = fake_kubectl
+    monkeypatch.setenv("FAKE_OUTCOME", "Failed")
+    lines: list[str] = []
+    code = build_launcher({"kind": "kubernetes", "kubernetes": settings}).launch(
+        str(tmp_path / "r9"), TrainConfig(), on_line=lines.append)
+    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
+    assert _calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
