@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import sys
 from pathlib import Path
@@ -277,3 +278,29 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
         str(tmp_path / "r9"), TrainConfig(), on_line=lines.append)
     assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
     assert _calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_rendered_slurm_script_trains_on_two_nodes_for_real(fake_slurm, tmp_path, monkeypatch):
+    """The same script with the real Python: two torchrun agents (srun's "nodes") meet at the c10d
+    rendezvous that node 0 hosts (is_host from SLURM_NODEID) and train one run together."""
+    from train_datasets import write_dataset
+    from train_runs import metrics
+
+    _, settings = fake_slurm
+    _exe(tmp_path / "bin" / "scontrol", "print('127.0.0.1')\n")  # the first node's address
+    ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
+    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = {**settings, "python": sys.executable, "gpus_per_node": 0, "nproc_per_node": 1, "rccl_profiles": [],
+                "rdzv_port": port, "rdzv_timeout_s": 120, "exclusive": False}
+    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "DLRMFLOW_PG_TIMEOUT": "60", "PYTHONWARNINGS": "ignore"}
+    lines: list[str] = []
+    run = tmp_path / "runs" / "real"
+    code = build_launcher({"kind": "slurm", "slurm": settings, "env": env}).launch(str(run), cfg, on_line=lines.append)
+    assert code == 0, "\n".join(lines[-60:])
+    assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (run / "plan.txt").read_text()
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4]
