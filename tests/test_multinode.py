@@ -54,6 +54,7 @@ def _finish(procs: dict[str, subprocess.Popen]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_two_nodes_equal_one_node(tmp_path):
     ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
