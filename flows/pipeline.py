@@ -5,6 +5,10 @@ training run (or its checkpoints, to resume) are reused, and the log says so."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
+import fsspec
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
@@ -23,11 +27,15 @@ def synthesize(store: Store, options: SyntheticOptions) -> str:
     from preprocessing.synthetic import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
-    if store.exists(f"{folder}/{METADATA_FILE}"):
+    fs, path = fsspec.core.url_to_fs(folder)
+    if fs.exists(f"{path}/{METADATA_FILE}"):
         get_run_logger().info("synthetic data already complete, reusing: %s", folder)
-    else:
-        generate(folder, rows=options.rows, files=options.files, seed=options.seed)
-        get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
+        return f"{folder}/part-*"
+    with tempfile.TemporaryDirectory() as local:  # generated locally, then uploaded, the metadata last
+        generate(local, rows=options.rows, files=options.files, seed=options.seed)
+        for name in sorted(os.listdir(local), key=lambda n: n == METADATA_FILE):
+            fs.put_file(os.path.join(local, name), f"{path}/{name}")
+    get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
     return f"{folder}/part-*"
 
 

@@ -58,10 +58,6 @@ class Store:
     def synthetic_uri(self, rows: int, seed: int) -> str:
         return self.join("synthetic", f"criteo-{rows}-seed{seed}")
 
-    def exists(self, uri: str) -> bool:
-        fs, path = fsspec.core.url_to_fs(uri)
-        return fs.exists(path)
-
     def check(self) -> None:
         """Fail fast with a clear error when the store cannot be written: a missing bucket, missing or
         wrong credentials, an endpoint that does not answer. Writes and removes one small file."""

@@ -1,0 +1,44 @@
+"""The whole pipeline against a real S3 endpoint (moto's server on loopback) through s3fs: dataset,
+checkpoints, metrics and plots land in the bucket, a second run reuses them, no secret is stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.pipeline import pipeline
+from tests.prefect_fixtures import (S3_ENV, latest_artifacts, logs_matching, prefect_harness,  # noqa: F401
+                                    s3_server, small_pipeline)
+
+
+def _objects(s3) -> dict[str, bytes]:
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="store")
+            for o in page.get("Contents", [])]
+    return {k: s3.get_object(Bucket="store", Key=k)["Body"].read() for k in keys}
+
+
+def test_pipeline_on_s3(prefect_harness, s3_server):
+    config = small_pipeline("s3://store/dlrm")
+    out = pipeline(config)
+    assert out["dataset"].startswith("s3://store/dlrm/datasets/criteo-")
+    assert out["run"].startswith("s3://store/dlrm/runs/criteo-")
+    objects = _objects(s3_server)
+    dataset = out["dataset"].removeprefix("s3://store/")
+    run = out["run"].removeprefix("s3://store/")
+    for key in (f"{dataset}/_SUCCESS", f"{dataset}/feature_spec.yaml", f"{dataset}/train/label.bin",
+                f"{run}/config.yaml", f"{run}/plan.txt", f"{run}/metrics.jsonl", f"{run}/checkpoints/latest",
+                f"{run}/eval/test/metrics.json", f"{run}/eval/test/roc.png", f"{run}/eval/test/calibration.png"):
+        assert key in objects, key
+    assert any(k.startswith(f"{run}/checkpoints/") and k.endswith("/_COMPLETE") for k in objects)
+    assert objects[f"{run}/eval/test/roc.png"].startswith(b"\x89PNG")
+    assert not [k for k in objects if ".tmp" in k or "dlrmflow-check" in k]
+
+    secret = S3_ENV["AWS_SECRET_ACCESS_KEY"].encode()
+    assert not [k for k, body in objects.items() if secret in body]
+    assert not [k for k, data in latest_artifacts().items() if secret.decode() in str(data)]
+
+    again = pipeline(config)
+    assert again["run"] == out["run"] and again["metrics"]["auc"] == pytest.approx(out["metrics"]["auc"])
+    assert _objects(s3_server).keys() == objects.keys()
+    assert logs_matching(f"skipping preprocessing: {out['dataset']}")
+    assert logs_matching(f"training already complete, skipping: {out['run']}")
+    assert not logs_matching(secret.decode())
