@@ -33,6 +33,7 @@ def synthesize(store: Store, options: SyntheticOptions) -> str:
         return f"{folder}/part-*"
     with tempfile.TemporaryDirectory() as local:  # generated locally, then uploaded, the metadata last
         generate(local, rows=options.rows, files=options.files, seed=options.seed)
+        fs.makedirs(path, exist_ok=True)
         for name in sorted(os.listdir(local), key=lambda n: n == METADATA_FILE):
             fs.put_file(os.path.join(local, name), f"{path}/{name}")
     get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)

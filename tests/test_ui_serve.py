@@ -1,0 +1,95 @@
+"""End to end through the UI: a real Prefect server (SQLite, a free loopback port), `dlrmflow serve`,
+headless Chromium on the deployments page, the pipeline triggered as the UI's Run button does
+(POST /deployments/{id}/create_flow_run), and its flow-run page showing the metrics table."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.prefect_fixtures import BIN, free_port, process_group, small_pipeline, wait_for_port
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CRON = "0 2 * * *"
+
+
+def _page(url: str, tmp_path, name: str) -> str:
+    """The DOM of ``url`` rendered by headless Chromium (a screenshot is kept beside it)."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900",
+             "--virtual-time-budget=10000"]
+    subprocess.run([CHROMIUM, *flags, f"--user-data-dir={tmp_path / ('chrome-shot-' + name)}",
+                    f"--screenshot={tmp_path / (name + '.png')}", url], capture_output=True, timeout=90)
+    return subprocess.run([CHROMIUM, *flags, f"--user-data-dir={tmp_path / ('chrome-' + name)}", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=90).stdout
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read() or "null")
+
+
+def _post(url: str, body: dict):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _until(check, timeout: float, what: str, *procs):
+    deadline = time.time() + timeout
+    while not (value := check()):
+        for p in procs:
+            assert p.poll() is None, f"{p.args[0]} exited with {p.returncode} while waiting for {what}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+    return value
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed (infra/install.sh)")
+def test_serve_deployments_ui_and_a_triggered_pipeline(tmp_path):
+    port = free_port()
+    ui, api = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port), "PREFECT_API_URL": api,
+           "PREFECT_RUNNER_POLL_FREQUENCY": "2", "OMP_NUM_THREADS": "1"}
+    store = tmp_path / "store"
+    with open(tmp_path / "server.log", "w") as server_log, open(tmp_path / "serve.log", "w") as serve_log, \
+            process_group([str(BIN / "prefect"), "server", "start"], env=env, stdout=server_log,
+                          stderr=subprocess.STDOUT) as server:
+        wait_for_port(port, server, 120)
+        _until(lambda: _get(f"{api}/health"), 60, "the server's health", server)
+        with process_group([sys.executable, "-m", "flows", "serve", "--store", str(store), "--cron", CRON], env=env,
+                           stdout=serve_log, stderr=subprocess.STDOUT) as serve:
+            deployments = _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 4 and d, 120,
+                                 "four deployments", server, serve)
+            names = {d["name"]: d for d in deployments}
+            assert set(names) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train", "dlrmflow-evaluate"}
+            assert [s["schedule"]["cron"] for s in names["dlrmflow-pipeline"]["schedules"]] == [CRON]
+
+            dom = _page(f"{ui}/deployments", tmp_path, "deployments")
+            for name in names:
+                assert name in dom
+            assert "At 02:00 AM every day" in dom
+
+            config = small_pipeline(str(store)).model_dump(mode="json")
+            run = _post(f"{api}/deployments/{names['dlrmflow-pipeline']['id']}/create_flow_run",
+                        {"parameters": {"config": config}})
+            state = _until(lambda: (s := _get(f"{api}/flow_runs/{run['id']}")["state"])["type"] in
+                           ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and s, 420, "the pipeline run", server, serve)
+            assert state["type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
+
+            # the flow-run page's Artifacts tab (the V2 UI honours ?tab=), then the table itself
+            dom = _page(f"{ui}/v2/runs/flow-run/{run['id']}?tab=Artifacts", tmp_path, "flow-run")
+            assert "pipeline-metrics" in dom and "Metrics on split 'test'" in dom and "pipeline-outputs" in dom
+            [table] = _post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["pipeline-metrics"]},
+                                                                     "flow_run_id": {"any_": [run["id"]]}}})
+            dom = _page(f"{ui}/artifacts/artifact/{table['id']}", tmp_path, "metrics-table")
+            assert "ROC AUC" in dom and "normalized entropy" in dom
+    assert (store / "runs").is_dir() and list(store.glob("runs/*/eval/test/metrics.json"))
