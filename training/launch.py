@@ -12,8 +12,9 @@ import subprocess
 import sys
 from typing import Callable
 
+from feature_spec.errors import UserError
 from training.config import TrainConfig
-from training.rundir import RunDir
+from training.rundir import RunDir, storage_options
 
 
 def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
@@ -40,10 +41,38 @@ def save_config(run_uri: str, cfg: TrainConfig) -> None:
     RunDir(run_uri).write_text(cfg.to_yaml(), "config.yaml")
 
 
+def check_dataset(cfg: TrainConfig) -> None:
+    """Fail fast, before torchrun starts, when the dataset, its training split or one of that split's
+    files is missing: a one-line UserError here instead of every rank failing under torchrun."""
+    import fsspec
+
+    from feature_spec import load, resolve
+
+    if not cfg.dataset:
+        raise UserError("no dataset given. Fix: pass --dataset DATASET_URI (a folder written by `dlrmflow preprocess`).")
+    options = storage_options(cfg.dataset)
+    spec = load(cfg.dataset, **options)
+    split = cfg.data.train_split
+    if split not in spec.splits:
+        raise UserError(f"{cfg.dataset}: the dataset has no split '{split}' (it has: {', '.join(spec.splits) or 'none'}). "
+                        "Fix: set data.train_split to one of those split names.")
+    if not spec.is_dataset:
+        raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
+                        "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
+    files = sorted({resolve(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
+    fs, _ = fsspec.core.url_to_fs(files[0], **options)
+    missing = [f for f in files if not fs.exists(f)]
+    if missing:
+        raise UserError(f"{missing[0]}: data file of split '{split}' is missing"
+                        f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}. "
+                        "Fix: re-run preprocessing, or correct the path in the feature spec.")
+
+
 def launch(run_uri: str, cfg: TrainConfig, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
            node_rank: int | None = None, resume: bool = False, env: dict[str, str] | None = None,
            on_line: Callable[[str], None] | None = None) -> int:
-    """Save the config, run torchrun, stream its output; returns torchrun's exit code."""
+    """Check the dataset, save the config, run torchrun, stream its output; returns torchrun's exit code."""
+    check_dataset(cfg)
     save_config(run_uri, cfg)
     cmd = torchrun_command(run_uri, nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, node_rank=node_rank,
                            resume=resume, run_id=RunDir(run_uri).uri.rsplit("/", 1)[-1])

@@ -100,17 +100,26 @@ def init_embeddings(state: dict[str, torch.Tensor], tables: list[EmbeddingBagCon
 
 def initial_rows(seed: int, name: str, start: int, stop: int, dim: int, bound: float) -> torch.Tensor:
     """Rows [start, stop) of a table's initial values (generated in fixed blocks of rows, so any shard
-    of the table gets the same values)."""
+    of the table gets the same values).
+
+    Blocks are drawn straight into the output and scaled once at the end (same values as scaling each
+    block): per-block tensor ops are tiny, and with several OMP threads on a busy CPU each one pays a
+    thread barrier, which made a 100k-row table take seconds instead of ~0.05 s."""
     if stop <= start:
         return torch.empty(0, dim)
-    out = []
+    out = torch.empty(stop - start, dim)
+    base = seed * 1_000_003 + zlib.crc32(name.encode()) * 7919
+    g = torch.Generator()
     for block in range(start // INIT_BLOCK_ROWS, (stop - 1) // INIT_BLOCK_ROWS + 1):
-        g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()) * 7919 + block)
-        values = torch.rand(INIT_BLOCK_ROWS, dim, generator=g) * (2 * bound) - bound
-        lo = max(start - block * INIT_BLOCK_ROWS, 0)
-        hi = min(stop - block * INIT_BLOCK_ROWS, INIT_BLOCK_ROWS)
-        out.append(values[lo:hi])
-    return torch.cat(out)
+        g.manual_seed(base + block)
+        first = block * INIT_BLOCK_ROWS
+        lo, hi = max(start - first, 0), min(stop - first, INIT_BLOCK_ROWS)
+        dst = out[first + lo - start:first + hi - start]
+        if lo == 0 and hi == INIT_BLOCK_ROWS:
+            torch.rand(INIT_BLOCK_ROWS, dim, generator=g, out=dst)
+        else:
+            dst.copy_(torch.rand(INIT_BLOCK_ROWS, dim, generator=g)[lo:hi])
+    return out.mul_(2 * bound).sub_(bound)
 
 
 def _local_shards(t) -> list[tuple[torch.Tensor, tuple[int, int]]]:
