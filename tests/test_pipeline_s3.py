@@ -42,3 +42,26 @@ def test_pipeline_on_s3(prefect_harness, s3_server):
     assert logs_matching(f"skipping preprocessing: {out['dataset']}")
     assert logs_matching(f"training already complete, skipping: {out['run']}")
     assert not logs_matching(secret.decode())
+
+
+def test_credentials_from_a_secret_block(prefect_harness, s3_server, monkeypatch):
+    import os
+
+    from prefect.blocks.system import Secret
+
+    from feature_spec.errors import UserError
+    from flows.store import Store, use_credentials_block
+
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
+    Secret(value={k: os.environ[k] for k in keys}).save("dlrmflow-s3-test", overwrite=True)
+    Secret(value="just a string").save("dlrmflow-not-json", overwrite=True)
+    for k in keys:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(UserError, match="no AWS credentials"):
+        Store("s3://store/dlrm").check()
+    with pytest.raises(UserError, match="must be a JSON object"):
+        use_credentials_block("dlrmflow-not-json")
+    use_credentials_block("dlrmflow-s3-test")
+    Store("s3://store/dlrm").check()
