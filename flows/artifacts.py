@@ -88,5 +88,6 @@ def evaluation(eval_uri: str, split: str) -> dict:
     for name, key in (("roc.png", "roc-curve"), ("calibration.png", "calibration-plot")):
         data = base64.b64encode(_read(f"{eval_uri}/{name}", "rb")).decode()
         create_image_artifact(f"data:image/png;base64,{data}", key=key, description=f"{name} on '{split}'")
-    create_link_artifact(_link(eval_uri), link_text="evaluation folder", key="evaluation-location", description=eval_uri)
+    create_link_artifact(_link(eval_uri), link_text="evaluation folder", key="evaluation-location",
+                         description=eval_uri)
     return metrics

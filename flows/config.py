@@ -54,8 +54,8 @@ class PipelineConfig(_Model):
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
-    run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: derived from the "
-                                 "dataset and the training config, so a re-run resumes the same run.")
+    run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: "
+                                 "derived from the dataset and the training config, so a re-run resumes the same run.")
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions, description="Synthetic data settings.")
     preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
     train: TrainConfig = Field(default_factory=_default_train, description="Training (dataset is filled in).")

@@ -52,8 +52,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     train_config = config.train.model_copy(update={"dataset": dataset})
     run_uri = train(store.run_uri(config.run_id(dataset, train_config)), train_config, config.nproc)
     metrics = evaluate(run_uri, config.evaluate)
-    result = {"store": store.uri, "dataset": dataset, "run": run_uri, "evaluation": f"{run_uri}/eval/{config.evaluate.split}",
-              "metrics": metrics}
+    result = {"store": store.uri, "dataset": dataset, "run": run_uri,
+              "evaluation": f"{run_uri}/eval/{config.evaluate.split}", "metrics": metrics}
     artifacts.metrics_table(metrics, "pipeline-metrics")
     create_markdown_artifact("\n".join(["### Pipeline outputs", ""] + [f"- {k}: `{v}`" for k, v in result.items()
                                                                     if k != "metrics"]),

@@ -69,8 +69,9 @@ class _Stream:
 def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool) -> None:
     """Run torchrun with ``nproc`` ranks and stream its output; raises TrainingFailed on failure."""
     stream = _Stream(get_run_logger(), artifacts.Progress("training-progress", f"training {run_uri}"))
-    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2",
-           "PYTHONWARNINGS": "ignore::FutureWarning", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "OMP_NUM_THREADS": threads,
+           "PYTHONWARNINGS": "ignore::FutureWarning"}
     code = launch(run_uri, config, nproc=nproc, resume=resume, env=env, on_line=stream)
     if code != 0:
         step = Checkpointer(RunDir(run_uri)).resolve("latest")

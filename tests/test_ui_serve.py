@@ -81,8 +81,9 @@ def test_serve_deployments_ui_and_a_triggered_pipeline(tmp_path):
             config = small_pipeline(str(store)).model_dump(mode="json")
             run = _post(f"{api}/deployments/{names['dlrmflow-pipeline']['id']}/create_flow_run",
                         {"parameters": {"config": config}})
-            state = _until(lambda: (s := _get(f"{api}/flow_runs/{run['id']}")["state"])["type"] in
-                           ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and s, 420, "the pipeline run", server, serve)
+            final = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+            state = _until(lambda: (s := _get(f"{api}/flow_runs/{run['id']}")["state"])["type"] in final and s,
+                           420, "the pipeline run", server, serve)
             assert state["type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
 
             # the flow-run page's Artifacts tab (the V2 UI honours ?tab=), then the table itself

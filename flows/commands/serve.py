@@ -15,7 +15,8 @@ Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop w
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--store", metavar="URI", help="artifact store root (default $DLRMFLOW_STORE, else ./artifacts)")
+    parser.add_argument("--store", metavar="URI",
+                        help="artifact store root (default $DLRMFLOW_STORE, else ./artifacts)")
     parser.add_argument("--cron", default="0 2 * * *", help="the pipeline's schedule (default nightly at 02:00 UTC)")
 
 
@@ -40,7 +41,8 @@ def run(args) -> int:
     try:
         CronSchedule(cron=args.cron)
     except ValidationError:
-        raise UserError(f"--cron {args.cron!r} is not a cron expression. Fix: e.g. \"0 2 * * *\" (02:00 daily).") from None
+        raise UserError(f"--cron {args.cron!r} is not a cron expression. "
+                        "Fix: e.g. \"0 2 * * *\" (02:00 daily).") from None
     from flows.deploy import serve_all
     print(f"serving 4 deployments (pipeline: cron '{args.cron}'), store {store.uri}", flush=True)
     serve_all(store.uri, args.cron)
