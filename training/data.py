@@ -182,8 +182,9 @@ class Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._done = False
-        threading.Thread(target=_produce, args=(source, self._queue, self._stop), daemon=True,
-                         name="dlrmflow-prefetch").start()
+        self._thread = threading.Thread(target=_produce, args=(source, self._queue, self._stop), daemon=True,
+                                        name="dlrmflow-prefetch")
+        self._thread.start()
 
     def __iter__(self) -> "Prefetcher":
         return self
@@ -201,8 +202,13 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
-        """Stop the background thread (it exits within 0.1 s)."""
+        """Stop the background thread and wait for it (it exits within 0.1 s of finishing its batch).
+
+        Waiting matters: a thread still inside a torch op while the interpreter shuts down
+        aborts the process ("terminate called without an active exception")."""
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
 
     def __del__(self):
         self.close()
