@@ -17,11 +17,11 @@ from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
-from flows.store import Store, use_credentials_block
+from flows.store import Store, transient, use_credentials_block
 from flows.train import train
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=5)  # remote writes; generation is deterministic
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
 def synthesize(store: Store, options: SyntheticOptions) -> str:
     """Synthetic Criteo logs under <store>/synthetic/ (reused when complete); returns the input glob."""
     from preprocessing.synthetic import METADATA_FILE, generate

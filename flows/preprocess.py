@@ -9,10 +9,12 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import artifacts
+from flows.store import transient
 from preprocessing import PreprocessConfig, Preprocessing
 
 
-@task(cache_policy=NONE, task_run_name="parse-{i}")
+# parse reads the inputs and write_dataset writes the store (maybe remote): those retry I/O errors
+@task(cache_policy=NONE, task_run_name="parse-{i}", retries=2, retry_delay_seconds=5, retry_condition_fn=transient)
 def parse_file(p: Preprocessing, i: int) -> dict:
     return p.parse(i)
 
@@ -32,7 +34,7 @@ def encode_file(p: Preprocessing, i: int) -> None:
     p.encode(i)
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=5)  # remote writes; every file is rewritten whole
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)
 def write_dataset(p: Preprocessing) -> str:
     return p.finish()
 

@@ -118,6 +118,13 @@ def use_credentials_block(name: str) -> None:
     os.environ.update({k: str(v) for k, v in value.items()})
 
 
+def transient(task, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry remote I/O failures (timeouts, dropped connections), never a
+    missing file, a refused permission, bad input or a bug."""
+    exc = state.data
+    return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError, UserError))
+
+
 def redact(text: str) -> str:
     """``text`` with the values of the secret AWS variables replaced by ``***``."""
     for var in SECRET_VARIABLES:

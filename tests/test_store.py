@@ -73,3 +73,16 @@ def test_unreachable_endpoint_fails_fast(monkeypatch):
 def test_redact(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
     assert redact("key=s3cr3t-value;") == "key=***;"
+
+
+@pytest.mark.parametrize("error, retried", [
+    (ConnectionResetError("reset by peer"), True), (TimeoutError("read timed out"), True),
+    (FileNotFoundError("s3://b/x"), False), (PermissionError("denied"), False),
+    (UserError("bad row"), False), (ValueError("a bug"), False),
+])
+def test_only_transient_io_errors_are_retried(error, retried):
+    from prefect.states import Failed
+
+    from flows.store import transient
+
+    assert transient(None, None, Failed(data=error)) is retried
