@@ -9,7 +9,6 @@ import shutil
 import sys
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from feature_spec import Chunk, Feature, FeatureSpec, UserError, categorical_dtype, categorical_file_name
 
@@ -140,22 +139,27 @@ def _place(job: Job, r: Resolved, tasks: list[FileTask], metas: list[dict]) -> N
 
 
 def _build_vocab(job: Job, r: Resolved) -> dict[str, int]:
-    """Merge the count parts into vocab/<feature>.parquet (kept on resume); returns cardinalities."""
+    """Merge the count parts into vocab/<feature>.parquet (kept on resume); returns cardinalities.
+    The features still to build are merged together (one parallel polars query each, run at once)."""
     cards = {c.name: c.hash_buckets for c in job.plan.categorical if c.hash_buckets is not None}
-    types = job.types
+    todo = {}
     for c in job.plan.categorical:
         if c.hash_buckets is not None:
             continue
         path = r.work / "vocab" / f"{c.name}.parquet"
-        if not path.exists():
-            dtype = pl.UInt32 if c.kind == "hex" else types[c.name]
-            files = [r.work / "counts" / part_name(i) / f"{c.name}.arrow" for i in range(len(r.inputs))]
-            table = vocab.build(files, c.threshold, dtype)
-            tmp = path.with_name(path.name + ".tmp")
-            table.write_parquet(tmp, statistics=False)
-            tmp.replace(path)
-        cards[c.name] = pq.read_metadata(path).num_rows + 1
-    return cards
+        if path.exists():
+            cards[c.name] = pl.scan_parquet(path).select(pl.len()).collect().item() + 1
+            continue
+        dtype = pl.UInt32 if c.kind == "hex" else job.types[c.name]
+        files = [r.work / "counts" / part_name(i) / f"{c.name}.arrow" for i in range(len(r.inputs))]
+        todo[c.name] = (files, c.threshold, dtype)
+    for name, table in vocab.build_many(todo).items():
+        path = r.work / "vocab" / f"{name}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        table.write_parquet(tmp, statistics=False)
+        tmp.replace(path)
+        cards[name] = len(table) + 1
+    return {c.name: cards[c.name] for c in job.plan.categorical}
 
 
 def _write_dataset(r: Resolved, job: Job, tasks, metas, cards: dict[str, int]) -> None:

@@ -168,8 +168,8 @@ def _encode(job: Job, df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
         out[NUMERICAL_FILE] = np.ascontiguousarray(num.astype(job.numerical_dtype))
     indices = encode(df)
     for c in job.plan.categorical:
-        idx = indices[c.name] if c.name in indices.columns else df[c.name]
-        out[categorical_file_name(c.name)] = idx.to_numpy().astype(job.cat_dtypes[c.name])
+        idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
+        out[categorical_file_name(c.name)] = idx.astype(job.cat_dtypes[c.name], copy=False)
     return out
 
 

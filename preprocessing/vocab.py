@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 # re-aggregate pending per-batch counts once they outgrow the running totals by this factor
@@ -49,17 +50,88 @@ def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def build(count_files: list[Path], threshold: int, dtype: pl.DataType) -> pl.DataFrame:
     """Merge per-file counts into the vocabulary (value, count, index) for one feature."""
-    parts = [pl.read_ipc(p) for p in count_files]
-    counts = sum_counts(parts) if parts else pl.DataFrame(schema={"value": dtype, "count": pl.Int64})
-    kept = counts.filter(pl.col("count") >= max(threshold, 1)).sort(["count", "value"], descending=[True, False])
-    return kept.with_columns(pl.int_range(1, len(kept) + 1, dtype=pl.Int64).alias("index"))
+    return build_many({"value": (count_files, threshold, dtype)})["value"]
+
+
+def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
+    """``build`` for several features at once: one parallel polars query per feature, run together."""
+    queries = []
+    for files, threshold, dtype in features.values():
+        counts = (pl.concat([pl.scan_ipc(p) for p in files]).group_by("value")
+                  .agg(pl.col("count").sum()) if files
+                  else pl.LazyFrame(schema={"value": dtype, "count": pl.Int64}))
+        kept = counts.filter(pl.col("count") >= max(threshold, 1)).sort(["count", "value"], descending=[True, False])
+        queries.append(kept.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("index")))
+    return dict(zip(features, pl.collect_all(queries)))
+
+
+class IntLookup:
+    """Integer value -> vocabulary index (0 when absent): an open-addressing hash table in numpy, built
+    once per vocabulary and looked up a whole column at a time (polars' replace rebuilds its map per call)."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray):
+        self.dtype = np.uint32 if keys.dtype.itemsize <= 4 else np.uint64
+        keys = keys.astype(self.dtype)
+        n = len(keys)
+        bits = max(4, (4 * n - 1 if n < 1 << 20 else 2 * n - 1).bit_length())   # load factor <= 1/4 (1/2 if big)
+        bits = min(bits, 8 * np.dtype(self.dtype).itemsize)
+        self.mul = self.dtype(0x9E3779B1 if self.dtype == np.uint32 else 0x9E3779B97F4A7C15)
+        self.shift = self.dtype(8 * np.dtype(self.dtype).itemsize - bits)
+        self.mask = (1 << bits) - 1
+        self.keys = np.zeros(1 << bits, self.dtype)
+        self.vals = np.zeros(1 << bits, np.int32 if n < 2**31 - 1 else np.int64)   # 0: empty (indices start at 1)
+        vals = values.astype(self.vals.dtype)
+        slot = self._slots(keys)
+        todo = np.arange(n)
+        while len(todo):   # insert; keys colliding on a slot move to the next one (linear probing)
+            s = slot[todo]
+            free = self.vals[s] == 0
+            c, sc = todo[free], s[free]
+            self.keys[sc], self.vals[sc] = keys[c], vals[c]
+            placed = np.zeros(len(todo), bool)
+            placed[free] = self.keys[sc] == keys[c]
+            todo = todo[~placed]
+            slot[todo] = (slot[todo] + 1) & self.mask
+
+    def _slots(self, q: np.ndarray) -> np.ndarray:
+        h = q * self.mul
+        h >>= self.shift
+        return h.astype(np.intp)
+
+    def __call__(self, q: np.ndarray) -> np.ndarray:
+        q = q.astype(self.dtype, copy=False)
+        slot = self._slots(q)
+        out = self.vals[slot]
+        todo = np.flatnonzero(self.keys[slot] != q)
+        if len(todo):
+            out[todo] = 0
+            todo = todo[self.vals[slot[todo]] != 0]   # slot taken by another value: probe on
+        while len(todo):
+            s = (slot[todo] + 1) & self.mask
+            slot[todo] = s
+            v = self.vals[s]
+            hit = self.keys[s] == q[todo]
+            out[todo[hit]] = v[hit]
+            todo = todo[~hit & (v != 0)]
+        return out
 
 
 def encoder(vocabs: dict[str, pl.DataFrame]):
-    """A function rows -> a frame of int64 indices per vocabulary feature (0: missing or not kept)."""
-    exprs = [pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
-             for f, v in vocabs.items()]
+    """A function rows -> {feature: index array} per vocabulary feature (0: missing or not kept)."""
+    lookups, exprs = {}, []
+    for f, v in vocabs.items():
+        if v["value"].dtype.is_integer():
+            lookups[f] = IntLookup(v["value"].to_numpy(), v["index"].to_numpy())
+        else:
+            exprs.append(pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64))
 
-    def encode(df: pl.DataFrame) -> pl.DataFrame:
-        return df.select(exprs)
+    def encode(df: pl.DataFrame) -> dict[str, np.ndarray]:
+        out = {f: c.to_numpy() for f, c in df.select(exprs).to_dict().items()} if exprs else {}
+        for f, lookup in lookups.items():
+            col = df[f]
+            idx = lookup(col.fill_null(0).to_numpy() if col.null_count() else col.to_numpy())
+            if col.null_count():
+                idx[col.is_null().to_numpy()] = 0
+            out[f] = idx
+        return out
     return encode
