@@ -35,7 +35,12 @@ def _done(run_uri: str, config: EvaluateConfig) -> bool:
 
 @flow(name="evaluate", log_prints=True)
 def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
-    """Evaluate the run's ``config.checkpoint`` on ``config.split``; returns the metrics."""
+    """Evaluate the run's ``config.checkpoint`` on ``config.split``; returns the metrics.
+
+    Args:
+        run_uri: A training run folder (local path or s3://...), e.g. STORE/runs/my-run.
+        config: Split, checkpoint and ranks of the evaluation.
+    """
     log = get_run_logger()
     if _done(run_uri, config):
         log.info("evaluation of this checkpoint on '%s' already complete, reusing it", config.split)

@@ -42,7 +42,11 @@ def synthesize(store: Store, options: SyntheticOptions) -> str:
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
-    """Preprocess, train and evaluate; returns where everything is and the evaluation metrics."""
+    """Preprocess, train and evaluate; returns where everything is and the evaluation metrics.
+
+    Args:
+        config: Store, data, preprocessing, training and evaluation settings (defaults: synthetic data).
+    """
     if config.credentials_block:
         use_credentials_block(config.credentials_block)
     store = Store(config.store)

@@ -51,7 +51,11 @@ def _map(stage, p: Preprocessing, workers: int) -> list:
 
 @flow(name="preprocess", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
 def preprocess(config: PreprocessConfig) -> str:
-    """Raw click logs -> split-binary dataset under <out>/datasets/; returns the dataset URI."""
+    """Raw click logs -> split-binary dataset under <out>/datasets/; returns the dataset URI.
+
+    Args:
+        config: Inputs, store and preprocessing settings.
+    """
     log = get_run_logger()
     p = Preprocessing(config)
     if p.is_complete():

@@ -81,7 +81,13 @@ def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool)
 
 @flow(name="train", log_prints=True)
 def train(run_uri: str, config: TrainConfig, nproc: int = 2) -> str:
-    """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it."""
+    """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
+
+    Args:
+        run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
+        config: The training config; `dataset` must name a preprocessed dataset.
+        nproc: Training processes (ranks) on this machine.
+    """
     log = get_run_logger()
     if not config.dataset:
         raise UserError("config.dataset is empty. Fix: set it to a dataset URI written by the preprocess flow.")
