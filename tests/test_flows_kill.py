@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -59,7 +60,8 @@ def test_killed_rank_fails_clearly_and_rerun_resumes(prefect_harness, tmp_path):
     error = outcome.get("error")
     assert isinstance(error, TrainingFailed), outcome
     step = json.loads((run / "checkpoints" / "latest").read_text())["step"]
-    assert "killed by signal 9" in str(error) and f"resume from the checkpoint at step {step}" in str(error)
+    assert re.search(r"rank (\d), exit code -9 \(killed by signal 9\)\. Last lines of rank \1:\n.+", str(error))
+    assert f"resume from the checkpoint at step {step}" in str(error)
     assert not (run / "_SUCCESS").exists()
 
     out = pipeline(config)
