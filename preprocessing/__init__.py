@@ -2,9 +2,21 @@
 
 ``run(PreprocessConfig(...))`` returns the dataset URI; ``Preprocessing`` runs the same job stage by
 stage; ``inspect.summary(uri)`` describes one.
+
+The names are imported on first use, so ``import preprocessing.config`` (the CLI's ``--help``) does not
+pay for polars and numpy.
 """
 
-from .config import PreprocessConfig
-from .pipeline import Preprocessing, run
+from __future__ import annotations
 
 __all__ = ["PreprocessConfig", "Preprocessing", "run"]
+
+
+def __getattr__(name: str):
+    if name == "PreprocessConfig":
+        from .config import PreprocessConfig
+        return PreprocessConfig
+    if name in ("Preprocessing", "run"):
+        from . import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'preprocessing' has no attribute {name!r}")

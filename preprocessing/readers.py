@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from .errors import BadRows, InputError
 
@@ -229,6 +228,7 @@ def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tu
 
 
 def _read_parquet(uri, types, bad):
+    import pyarrow.parquet as pq   # only for Parquet inputs (importing pyarrow costs ~0.2 s)
     with fsspec.open(uri, "rb") as f:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -248,5 +248,6 @@ def _read_parquet(uri, types, bad):
 
 def parquet_types(uri: str) -> dict[str, pl.DataType]:
     """A Parquet file's own column types (to keep integer categoricals as integers)."""
+    import pyarrow.parquet as pq
     with fsspec.open(uri, "rb") as f:
         return dict(pl.from_arrow(pq.ParquetFile(f).schema_arrow.empty_table()).schema)

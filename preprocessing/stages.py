@@ -1,6 +1,6 @@
 """The per-input-file stages, run in worker processes; each writes its result atomically.
 
-A parse: raw file -> typed, transformed rows (Arrow IPC part) + row/bad-row counts.
+A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts.
 B count: value counts of the vocabulary features over the counted splits.
 C encode: indices, labels and numericals -> per-split binary parts.
 """
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from feature_spec import categorical_file_name
 
@@ -60,32 +59,25 @@ def part_name(i: int) -> str:
 
 
 def parse_file(job: Job, task: FileTask, progress=None) -> dict:
-    """Stage A: parse once; writes parsed/<i>.arrow, then parsed/<i>.json (rows, bad, lines, split names)."""
+    """Stage A: parse once; writes the folder parsed/<i>.arrow (one IPC file per block, atomically), then
+    parsed/<i>.json (rows, bad rows, split names)."""
     folder = job.work / "parsed"
     meta_path = folder / f"{part_name(task.i)}.json"
     if meta_path.exists():
         return read_json(meta_path)
     bad = BadRows(task.uri, job.policy)
-    rows, lines, names, writer = 0, 0, set(), None
-    tmp = folder / f"{part_name(task.i)}.arrow.tmp"
-    try:
-        for df, line_numbers in readers.read(task.uri, job.fmt, job.types, bad):
-            lines = int(line_numbers[-1]) if len(line_numbers) else lines
+    rows, names = 0, set()
+    with atomic_dir(folder / f"{part_name(task.i)}.arrow") as tmp:
+        for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad)):
             out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
             if job.plan.split_column:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
-            table = out.rechunk().to_arrow()
-            writer = writer or pa.ipc.new_file(str(tmp), table.schema)
-            writer.write_table(table)
+            if len(out):
+                out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
             rows += len(out)
             if progress:
                 progress(len(df))
-            del df, out, table   # free this block before the reader parses the next one
-    finally:
-        if writer:
-            writer.close()
-    if writer:
-        os.replace(tmp, folder / f"{part_name(task.i)}.arrow")
+            del df, out   # free this block before the reader parses the next one
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
     write_json(meta_path, meta)
     _pause()
@@ -94,16 +86,11 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
 
 def _batches(job: Job, task: FileTask):
     """(rows, split codes) per batch of a parsed part, in order."""
-    path = job.work / "parsed" / f"{part_name(task.i)}.arrow"
-    if not path.exists():
-        return
-    with pa.OSFile(str(path)) as source:   # read batch by batch (a memory map would keep every touched page resident)
-        reader = pa.ipc.open_file(source)
-        offset = task.start
-        for k in range(reader.num_record_batches):
-            df = pl.from_arrow(reader.get_batch(k))
-            yield df, _codes(job, task, df, offset)
-            offset += len(df)
+    offset = task.start
+    for path in sorted((job.work / "parsed" / f"{part_name(task.i)}.arrow").glob("*.ipc")):
+        df = pl.read_ipc(path)
+        yield df, _codes(job, task, df, offset)
+        offset += len(df)
 
 
 def _codes(job: Job, task: FileTask, df: pl.DataFrame, offset: int) -> np.ndarray:
