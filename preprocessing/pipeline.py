@@ -17,7 +17,8 @@ from .atomic import read_json
 from .config import PreprocessConfig
 from .parallel import Runner
 from .resolve import FORMAT_VERSION, Resolved, env_flag, resolve
-from .stages import LABEL_FILE, NUMERICAL_FILE, FileTask, Job, count_file, encode_file, parse_file, part_name
+from .stages import (LABEL_FILE, NUMERICAL_FILE, FileTask, Job, count_file, encode_file, parse_file, part_name,
+                     use_parse_counts)
 
 log = logging.getLogger("dlrmflow.preprocess")
 
@@ -58,6 +59,8 @@ class Preprocessing:
         """Check the bad-row budget, give each file its first global row; returns the total row count."""
         _check_bad(self.resolved, metas)
         _place(self.job, self.resolved, self.tasks, metas)
+        for task, meta in zip(self.tasks, metas):
+            use_parse_counts(self.job, task, meta["rows"])
         self.metas = metas
         return self.job.total_rows
 

@@ -169,12 +169,18 @@ def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> t
         df = _polars_read(block, fmt, schema, [*types, EXTRA])
         ok = df[EXTRA].null_count() == len(df)
         if ok and fmt.kind != "csv":  # a short row would read as trailing nulls: count the separators
-            ok = block.count(fmt.separator.encode()) == (len(columns) - 1) * len(df)
+            ok = _count_byte(block, ord(fmt.separator)) == (len(columns) - 1) * len(df)
         if ok:
             return df.drop(EXTRA), np.arange(line, line + len(df), dtype=np.int64), len(df)
     except pl.exceptions.PolarsError:
         pass
     return _parse_slow(block, line, columns, fmt, types, bad)
+
+
+def _count_byte(data: bytes, byte: int, step: int = 1 << 22) -> int:
+    """How often ``byte`` occurs in ``data`` (numpy, in slices: ~2x bytes.count, and without the GIL)."""
+    a = np.frombuffer(data, np.uint8)
+    return sum(int(np.count_nonzero(a[i:i + step] == byte)) for i in range(0, len(a), step))
 
 
 def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:

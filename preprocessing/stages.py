@@ -1,6 +1,9 @@
 """The per-input-file stages, run in worker processes; each writes its result atomically.
 
-A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts.
+A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts;
+  where the file's rows may all be counted (count_on=all, a `files` train input, an ordered split) it also
+  counts them (parsed/<i>.counts/); ``place`` moves those to counts/<i> when all of the file's rows turn
+  out to be counted rows, else drops them, and stage B counts that file from the parsed part.
 B count: value counts of the vocabulary features over the counted splits.
 C encode: indices, labels and numericals -> per-split binary parts.
 """
@@ -8,6 +11,7 @@ C encode: indices, labels and numericals -> per-split binary parts.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +71,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
         return read_json(meta_path)
     bad = BadRows(task.uri, job.policy)
     rows, names = 0, set()
+    counter = vocab.Counter(job.plan.vocab_features) if _may_count_in_parse(job, task) else None
     with atomic_dir(folder / f"{part_name(task.i)}.arrow") as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad)):
             out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
@@ -74,14 +79,48 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
             if len(out):
                 out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
+                if counter:
+                    counter.add(out)
             rows += len(out)
             if progress:
                 progress(len(df))
             del df, out   # free this block before the reader parses the next one
+    if counter and rows:
+        with atomic_dir(parse_counts(job, task)) as tmp:
+            counter.write(tmp)
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
     write_json(meta_path, meta)
     _pause()
     return meta
+
+
+def _may_count_in_parse(job: Job, task: FileTask) -> bool:
+    """Whether all of this file's rows may be counted rows (decided for sure only by ``counted_in_parse``)."""
+    if not job.plan.vocab_features:
+        return False
+    return job.count_on == "all" or job.rule.kind == "ordered" or (job.rule.kind == "files" and task.split == "train")
+
+
+def parse_counts(job: Job, task: FileTask) -> Path:
+    """Where the parse puts its counts over all of a file's rows (moved to counts/<i> by ``use_parse_counts``)."""
+    return job.work / "parsed" / f"{part_name(task.i)}.counts"
+
+
+def use_parse_counts(job: Job, task: FileTask, rows: int) -> None:
+    """After placing: make the parse's counts the file's counts when all its rows are counted, else drop them."""
+    source, target = parse_counts(job, task), job.work / "counts" / part_name(task.i)
+    if not source.exists():
+        return
+    if job.count_on == "all" or job.rule.kind == "files":
+        ok = job.count_on == "all" or task.split == "train"
+    elif job.rule.kind == "ordered" and "train" in job.split_names:
+        ok = bool(np.all(splits.assign(job.rule, task.start, rows, job.total_rows) == job.split_names.index("train")))
+    else:
+        ok = False
+    if ok and not target.exists():
+        os.replace(source, target)
+    else:
+        shutil.rmtree(source)
 
 
 def _batches(job: Job, task: FileTask):

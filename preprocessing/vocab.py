@@ -33,7 +33,8 @@ class Counter:
                 self._compact(f)
 
     def _compact(self, f: str) -> pl.DataFrame:
-        merged = sum_counts(self.pending[f])
+        parts = self.pending[f]
+        merged = parts[0] if len(parts) == 1 else sum_counts(parts)   # one part is already summed
         self.pending[f], self.sizes[f] = [merged], len(merged)
         return merged
 
