@@ -9,6 +9,7 @@ import os
 import tempfile
 
 import fsspec
+import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
@@ -19,6 +20,7 @@ from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.store import Store, transient, use_credentials_block
 from flows.train import train
+from training.rundir import RunDir
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
@@ -52,9 +54,15 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     store = Store(config.store)
     store.check()
     inputs = config.preprocess.inputs or [synthesize(store, config.synthetic)]
-    dataset = preprocess(config.preprocess_config(inputs, store.uri))
+    preprocess_config = config.preprocess_config(inputs, store.uri)
+    dataset = preprocess(preprocess_config)
     train_config = config.train.model_copy(update={"dataset": dataset})
-    run_uri = train(store.run_uri(config.run_id(dataset, train_config)), train_config, config.nproc)
+    run_uri = store.run_uri(config.run_id(dataset, train_config))
+    resolved = PipelineConfig.model_validate({**config.model_dump(), "store": store.uri,
+                                              "train": train_config.model_dump(),
+                                              "preprocess": preprocess_config.model_dump()})
+    RunDir(run_uri).write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False), "pipeline.yaml")
+    train(run_uri, train_config, config.nproc)
     metrics = evaluate(run_uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run_uri,
               "evaluation": f"{run_uri}/eval/{config.evaluate.split}", "metrics": metrics}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from flows.pipeline import pipeline
 from tests.prefect_fixtures import latest_artifacts, logs_matching, prefect_harness, small_pipeline  # noqa: F401
 
@@ -16,6 +18,8 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     dataset, run = Path(out["dataset"]), Path(out["run"])
     assert dataset.parent == tmp_path / "store" / "datasets" and (dataset / "_SUCCESS").exists()
     assert sorted(p.name for p in (tmp_path / "store" / "synthetic").iterdir()) == ["criteo-4000-seed3"]
+    saved = yaml.safe_load((run / "pipeline.yaml").read_text())
+    assert saved["train"]["dataset"] == str(dataset) and saved["preprocess"]["inputs"][0].endswith("/part-*")
     for name in ("config.yaml", "plan.txt", "metrics.jsonl", "_SUCCESS", "checkpoints/latest",
                  "eval/test/roc.png", "eval/test/calibration.png"):
         assert (run / name).exists(), name
