@@ -185,7 +185,7 @@ def _count_byte(data: bytes, byte: int, step: int = 1 << 22) -> int:
 
 def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:
     names = list(schema)
-    return pl.read_csv(io.BytesIO(block), has_header=False, separator=fmt.separator, schema=schema,
+    return pl.read_csv(block, has_header=False, separator=fmt.separator, schema=schema,
                        columns=sorted(names.index(c) for c in select), quote_char='"' if fmt.kind == "csv" else None,
                        truncate_ragged_lines=True, missing_columns="insert", raise_if_empty=False)
 

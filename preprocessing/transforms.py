@@ -113,19 +113,21 @@ def _numerical(name: str, transform: str) -> pl.Expr:
 
 
 def _check(raw: pl.DataFrame, out: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRows):
-    """Report rows whose values fail a check; returns the keep mask (None when all rows are fine)."""
-    checks = [(plan.label, out[plan.label].is_null(), "label is missing or not 0/1 (set `positive:` or "
-               "`positive_if:` on the label feature in the spec for other labels).")]
+    """Report rows whose values fail a check; returns the keep mask (None when all rows are fine).
+    A check fails only where the output has more nulls than the raw column, so null counts (kept by polars
+    with each column) rule out most checks without a pass over the rows."""
+    checks = []
+    if out[plan.label].null_count():
+        checks.append((plan.label, out[plan.label].is_null(), "label is missing or not 0/1 (set `positive:` or "
+                       "`positive_if:` on the label feature in the spec for other labels)."))
     for c in plan.categorical:
-        if c.kind == "hex":
+        if c.kind == "hex" and out[c.name].null_count() > raw[c.name].null_count():
             checks.append((c.name, raw[c.name].is_not_null() & out[c.name].is_null(),
                            "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
-    if plan.split_column:
+    if plan.split_column and out[SPLIT_COLUMN].null_count():
         checks.append((plan.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
     keep = None
     for name, mask, problem in checks:
-        if not mask.any():
-            continue
         for i in np.flatnonzero(mask.to_numpy()):
             value = raw[name][int(i)]
             bad.report(int(lines[i]), name, f"value {value!r} {problem}" if value is not None else problem)
