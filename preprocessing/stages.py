@@ -169,21 +169,31 @@ def encode_file(job: Job, task: FileTask, progress=None) -> None:
         files = {}
         for df, codes in _batches(job, task):
             columns = _encode(job, df, encode)
-            for code in np.unique(codes):
+            for code, rows in _split_rows(codes):
                 split = job.split_names[code]
-                mask = codes == code
-                stats[split]["rows"] += int(mask.sum())
+                stats[split]["rows"] += int(np.count_nonzero(rows)) if isinstance(rows, np.ndarray) \
+                    else rows.stop - rows.start
                 for name, values in columns.items():
-                    chosen = values[mask]
+                    chosen = np.ascontiguousarray(values[rows])
                     if name in cat_files:
                         stats[split]["index0"][cat_files[name]] += int(np.count_nonzero(chosen == 0))
-                    _out(files, tmp, split, name).write(chosen.tobytes())
+                    _out(files, tmp, split, name).write(memoryview(chosen))
             if progress:
                 progress(len(df))
         for f in files.values():
             f.close()
         write_json(tmp / "stats.json", stats)
     _pause()
+
+
+def _split_rows(codes: np.ndarray):
+    """(split code, rows) per split present: a slice where the codes are sorted (ordered splits, files),
+    so each split's rows are views, not copies; else a boolean mask."""
+    if len(codes) and np.all(codes[:-1] <= codes[1:]):
+        edges = np.searchsorted(codes, np.arange(codes[-1] + 2, dtype=codes.dtype))
+        return [(c, slice(int(edges[c]), int(edges[c + 1]))) for c in range(codes[0], codes[-1] + 1)
+                if edges[c + 1] > edges[c]]
+    return [(c, codes == c) for c in np.unique(codes)]
 
 
 def _encode(job: Job, df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
