@@ -177,10 +177,17 @@ def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> t
     return _parse_slow(block, line, columns, fmt, types, bad)
 
 
-def _count_byte(data: bytes, byte: int, step: int = 1 << 22) -> int:
-    """How often ``byte`` occurs in ``data`` (numpy, in slices: ~2x bytes.count, and without the GIL)."""
+def _count_byte(data: bytes, byte: int, step: int = 1 << 20) -> int:
+    """How often ``byte`` occurs in ``data``: numpy over slices into one reused buffer (~2x bytes.count,
+    without the GIL, and no fresh pages to fault in per slice)."""
     a = np.frombuffer(data, np.uint8)
-    return sum(int(np.count_nonzero(a[i:i + step] == byte)) for i in range(0, len(a), step))
+    buf = np.empty(min(step, len(a)), bool)
+    n = 0
+    for i in range(0, len(a), step):
+        part = a[i:i + step]
+        eq = np.equal(part, byte, out=buf[:len(part)])
+        n += int(np.count_nonzero(eq))
+    return n
 
 
 def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:
