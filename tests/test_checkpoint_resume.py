@@ -1,4 +1,4 @@
-"""Checkpoints: pointers and completeness markers, pruning, and exact resume (real torchrun, 1 rank)."""
+"""Checkpoints: pointers and completeness markers, pruning, and exact resume (real torchrun, 2 ranks)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,15 @@ def dataset(tmp_path_factory):
 
 @pytest.mark.timeout(300)
 def test_interrupted_and_resumed_run_ends_with_identical_parameters(dataset, tmp_path):
+    """On 2 ranks: table-wise tables keep their optimizer state only on the owning rank, so each
+    rank's state dict holds keys the other's lacks (the 1-rank resume is in test_train_failures)."""
     full, parts = tmp_path / "full", tmp_path / "parts"
-    train(dataset, full, *COMMON, "--max-steps", "14")
+    train(dataset, full, *COMMON, "--max-steps", "14", nproc=2)
+    assert "table_wise" in (full / "plan.txt").read_text()
     # stop mid-epoch (8 steps per epoch), between evaluations, then resume on the run's own config
-    train(dataset, parts, *COMMON, "--max-steps", "6")
+    train(dataset, parts, *COMMON, "--max-steps", "6", nproc=2)
     assert Checkpointer(RunDir(str(parts))).resolve("latest") == 6
-    proc = train(dataset, parts, "--resume", "--max-steps", "14")
+    proc = train(dataset, parts, "--resume", "--max-steps", "14", nproc=2)
     assert "resumed from step 6 (epoch 0, step 6 of it)" in proc.stdout
 
     a, b = checkpoint_tensors(full, 14, tmp_path), checkpoint_tensors(parts, 14, tmp_path)

@@ -15,6 +15,8 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
+from torch.distributed.checkpoint.planner import LoadPlan
 
 from feature_spec.errors import UserError
 from training.rundir import RunDir
@@ -83,7 +85,7 @@ class Checkpointer:
         if step is None:
             raise UserError(f"{self.run.join(DIR)}: no complete checkpoint '{which}' (complete: {self.steps() or 'none'}). "
                             "Fix: train first, or pick one of the complete steps.")
-        dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options))
+        dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options), planner=_LoadPlanner())
         return step
 
     def _prune(self) -> None:
@@ -95,6 +97,19 @@ class Checkpointer:
             if step not in keep:  # unmark first: a half-deleted folder is never taken for complete
                 self.run.fs.rm(self.run.path(DIR, str(step), COMPLETE))
                 self.run.fs.rm(self.run.path(DIR, str(step)), recursive=True)
+
+
+class _LoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner without its guess at pre-2.4 checkpoints.
+
+    TorchRec's fused optimizer keeps the state of a table-wise table only on the rank that owns
+    it, so a rank's state dict lacks keys that the checkpoint holds. The default planner takes
+    such keys for a sign of an old checkpoint format and re-flattens the state dict the old way,
+    which then fails ("Missing key in checkpoint state_dict: progress"). Every checkpoint here is
+    written in the current format: each rank simply reads the keys it has."""
+
+    def create_local_plan(self) -> LoadPlan:
+        return create_default_local_load_plan(self.state_dict, self.metadata, not self.allow_partial_load)
 
 
 def _rank() -> int:
