@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,8 +201,10 @@ def _encode(job: Job, df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
     """Output arrays of a batch by output file name: label (0/1 bytes), numerical [n, k], cat_<f> indices."""
     out = {LABEL_FILE: df[job.plan.label].to_numpy().astype(np.uint8)}
     if job.plan.numerical:
-        num = np.column_stack([df[n].to_numpy() for n, _ in job.plan.numerical])
-        out[NUMERICAL_FILE] = np.ascontiguousarray(num.astype(job.numerical_dtype))
+        num = np.empty((len(df), len(job.plan.numerical)), job.numerical_dtype)
+        for j, (n, _) in enumerate(job.plan.numerical):
+            num[:, j] = df[n].to_numpy()   # converted while copied in
+        out[NUMERICAL_FILE] = num
     indices = encode(df)
     for c in job.plan.categorical:
         idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
@@ -217,14 +220,20 @@ def _out(files: dict, folder: Path, split: str, name: str):
     return files[key]
 
 
-_ENCODERS: dict[Path, object] = {}
+_ENCODERS: dict[tuple, object] = {}
+_ENCODERS_LOCK = threading.Lock()
 
 
 def _encoder(folder: Path, features: list[str]):
-    """The vocabulary encoder of a work folder (loaded once per worker process)."""
-    if folder not in _ENCODERS:
-        _ENCODERS[folder] = vocab.encoder({f: pl.read_parquet(folder / f"{f}.parquet") for f in features})
-    return _ENCODERS[folder]
+    """The vocabulary encoder of a work folder, built once per process (the worker threads share it);
+    keyed by the vocabulary files' identities, so a rebuilt vocabulary is never served stale."""
+    paths = [folder / f"{f}.parquet" for f in features]
+    key = (folder, tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
+    with _ENCODERS_LOCK:
+        if key not in _ENCODERS:
+            _ENCODERS.clear()
+            _ENCODERS[key] = vocab.encoder({f: pl.read_parquet(p) for f, p in zip(features, paths)})
+        return _ENCODERS[key]
 
 
 def _pause() -> None:

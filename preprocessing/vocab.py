@@ -128,11 +128,16 @@ def encoder(vocabs: dict[str, pl.DataFrame]):
 
     def encode(df: pl.DataFrame) -> dict[str, np.ndarray]:
         out = {f: c.to_numpy() for f, c in df.select(exprs).to_dict().items()} if exprs else {}
+        nulls = [f for f in lookups if df[f].null_count()]
+        if nulls:   # one parallel polars pass: nulls -> 0 (looked up, then set to index 0) and null masks
+            filled = df.select([pl.col(f).fill_null(0) for f in nulls] + [pl.col(f).is_null().alias(f"{f}\0")
+                                                                         for f in nulls])
         for f, lookup in lookups.items():
-            col = df[f]
-            idx = lookup(col.fill_null(0).to_numpy() if col.null_count() else col.to_numpy())
-            if col.null_count():
-                idx[col.is_null().to_numpy()] = 0
+            if f in nulls:
+                idx = lookup(filled[f].to_numpy())
+                idx[filled[f"{f}\0"].to_numpy()] = 0
+            else:
+                idx = lookup(df[f].to_numpy())
             out[f] = idx
         return out
     return encode
