@@ -31,7 +31,8 @@ class PreprocessConfig(BaseModel):
                                                  "its file, line and column (error) or is skipped and counted (skip).")
     max_bad_fraction: float = Field(default=0.001, ge=0, le=1, description="With on_bad_row=skip: fail when more "
                                     "than this fraction of all rows is bad.")
-    workers: int = Field(default=1, ge=1, description="Worker processes (parallel over input files).")
+    workers: int = Field(default=1, ge=1, description="Worker threads: input files processed at once, each "
+                         "stage (polars and numpy also use every core within one file).")
     work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts. "
                                  "Default: <out>/_work for a local store, the system temp folder otherwise.")
     progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")

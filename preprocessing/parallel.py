@@ -1,7 +1,7 @@
 """Run a stage over input files: in-process, one file at a time (1 worker) or several files at once in
 worker threads (polars and numpy do the heavy lifting outside the GIL), with a progress bar.
 
-Threads, not processes: a spawned worker pays ~0.5 s of CPU importing numpy/polars/pyarrow before
+Threads, not processes: a spawned worker pays ~0.4 s of CPU importing numpy/polars before
 doing any work, and polars already spreads each file's work over all cores; a second file in flight
 only fills the gaps (reads, Python glue) that one file leaves.
 """

@@ -1,4 +1,4 @@
-"""The per-input-file stages, run in worker processes; each writes its result atomically.
+"""The per-input-file stages, run in worker threads (or Prefect task processes); each writes its result atomically.
 
 A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts;
   where the file's rows may all be counted (count_on=all, a `files` train input, an ordered split) it also
