@@ -24,6 +24,8 @@ DONE = "_SUCCESS"
 TAIL_LINES = 30
 _RANK = re.compile(r"^\[default(\d+)\]:(.*)$")          # torchrun --tee prefix (PET_TEE=3)
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[")      # rank 0's tqdm bar
+# library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
+_NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
 _FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -61,8 +63,9 @@ class _Stream:
         how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
         if found and int(found.group(2)) < 0:
             how += f" (killed by signal {-int(found.group(2))})"
-        tail = "\n".join(t for t in self.tails.get(rank, []) if t.strip() and not _BAR.search(t.strip()))
-        return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(no output)'}\n"
+        tail = "\n".join(t for t in self.tails.get(rank, [])
+                          if t.strip() and not _BAR.search(t.strip()) and not _NOISE.match(t))
+        return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n"
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes

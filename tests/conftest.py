@@ -31,3 +31,7 @@ def criteo_10k() -> Path:
 def adult_parquet() -> Path:
     """The UCI Adult table (bring-your-own path)."""
     return _need(ADULT)
+
+# The flow, store and UI tests' fixtures (tests/prefect_fixtures.py), registered here so that the Prefect
+# test harness starts once per session.
+from prefect_fixtures import prefect_harness, s3_server  # noqa: E402,F401

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from flows.pipeline import pipeline
-from tests.prefect_fixtures import latest_artifacts, logs_matching, prefect_harness, small_pipeline  # noqa: F401
+from prefect_fixtures import latest_artifacts, logs_matching, small_pipeline
 
 
 def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flows.pipeline import pipeline
-from tests.prefect_fixtures import (S3_ENV, latest_artifacts, logs_matching, prefect_harness,  # noqa: F401
-                                    s3_server, small_pipeline)
+from prefect_fixtures import S3_ENV, latest_artifacts, logs_matching, small_pipeline
 
 
 def _objects(s3) -> dict[str, bytes]:

@@ -8,7 +8,7 @@ import pytest
 
 from feature_spec.errors import UserError
 from flows.store import Store, redact
-from tests.prefect_fixtures import free_port, s3_server  # noqa: F401  (fixture)
+from prefect_fixtures import free_port
 
 
 def test_local_store_is_made_absolute_and_checked(tmp_path, monkeypatch):

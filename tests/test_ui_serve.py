@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.prefect_fixtures import BIN, free_port, process_group, small_pipeline, wait_for_port
+from prefect_fixtures import BIN, free_port, process_group, small_pipeline, wait_for_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CRON = "0 2 * * *"
