@@ -21,14 +21,11 @@ CRON = "0 2 * * *"
 
 
 def _page(url: str, tmp_path, name: str) -> str:
-    """The DOM of ``url`` rendered by headless Chromium (a screenshot is kept beside it)."""
+    """The DOM of ``url`` as headless Chromium renders it (the UI is a single-page app)."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900",
-             "--virtual-time-budget=10000"]
-    subprocess.run([CHROMIUM, *flags, f"--user-data-dir={tmp_path / ('chrome-shot-' + name)}",
-                    f"--screenshot={tmp_path / (name + '.png')}", url], capture_output=True, timeout=90)
-    return subprocess.run([CHROMIUM, *flags, f"--user-data-dir={tmp_path / ('chrome-' + name)}", "--dump-dom", url],
-                          capture_output=True, text=True, timeout=90).stdout
+             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / ('chrome-' + name)}"]
+    return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
 
 
 def _get(url: str):
