@@ -23,7 +23,7 @@ import polars as pl
 from .errors import BadRows, InputError
 
 EXTRA = "__extra"
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 32 << 20   # ~130k Criteo rows: bounds the parse memory (the raw strings of a block dominate)
 PARQUET_BATCH_ROWS = 262_144
 
 

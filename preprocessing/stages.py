@@ -72,7 +72,8 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
         return read_json(meta_path)
     bad = BadRows(task.uri, job.policy)
     rows, names = 0, set()
-    counter = vocab.Counter(job.plan.vocab_features) if _may_count_in_parse(job, task) else None
+    # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
+    counter = vocab.Counter(job.plan.vocab_features, compact_factor=2) if _may_count_in_parse(job, task) else None
     with atomic_dir(folder / f"{part_name(task.i)}.arrow") as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad)):
             out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))

@@ -18,9 +18,10 @@ _COMPACT_FACTOR = 4
 class Counter:
     """Running value counts of some categorical columns, bounded by their vocabulary size."""
 
-    def __init__(self, features: list[str]):
+    def __init__(self, features: list[str], compact_factor: int = _COMPACT_FACTOR):
         self.pending: dict[str, list[pl.DataFrame]] = {f: [] for f in features}
         self.sizes = dict.fromkeys(features, 0)
+        self.factor = compact_factor
 
     def add(self, df: pl.DataFrame) -> None:
         """Count the non-missing values of each feature in ``df`` (all features in one parallel pass)."""
@@ -29,7 +30,7 @@ class Counter:
                    .agg(pl.len().cast(pl.Int64).alias("count")) for f in self.pending]
         for (f, parts), counts in zip(self.pending.items(), pl.collect_all(queries)):
             parts.append(counts)
-            if sum(map(len, parts)) > _COMPACT_FACTOR * max(self.sizes[f], 1 << 16):
+            if sum(map(len, parts)) > self.factor * max(self.sizes[f], 1 << 16):
                 self._compact(f)
 
     def _compact(self, f: str) -> pl.DataFrame:
