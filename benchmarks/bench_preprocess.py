@@ -51,8 +51,9 @@ def _ours(data: Path, store: Path, workers: int, rows: int) -> dict:
                              "--workers", str(workers), "--out", str(store)],
                             env={**os.environ, "DLRMFLOW_NO_PROGRESS": "1"}), "dlrmflow preprocess")
     return {"tool": "dlrmflow preprocess", "rows": rows, "workers": workers, "wall_s": round(m.wall_s, 2),
-            "cpu_s": round(m.cpu_s, 2), "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb),
-            "load": _load()}
+            "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
+            "rows_per_s": round(rows / m.wall_s),
+            "peak_rss_mb": round(m.peak_rss_mb), "load": _load()}
 
 
 def _reference(data: Path, work: Path, rows: int) -> dict:
@@ -68,8 +69,9 @@ def _reference(data: Path, work: Path, rows: int) -> dict:
     m = _check(run_measured([sys.executable, str(script), str(one), str(out_dir), "3"]), "torchrec reference")
     shutil.rmtree(out_dir, ignore_errors=True)
     return {"tool": "torchrec BinaryCriteoUtils", "rows": rows, "workers": 1, "wall_s": round(m.wall_s, 2),
-            "cpu_s": round(m.cpu_s, 2), "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb),
-            "load": _load(),
+            "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
+            "rows_per_s": round(rows / m.wall_s),
+            "peak_rss_mb": round(m.peak_rss_mb), "load": _load(),
             "detail": m.output.strip().splitlines()[-1]}
 
 
@@ -97,14 +99,20 @@ def main() -> None:
     import polars
     print(f"\nmachine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"polars {polars.__version__}; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| tool | rows | workers | wall s | CPU s | rows/s | peak RSS MB | load (1 min) |\n|---|---|---|---|---|---|---|---|")
+    print("| tool | rows | workers | wall s | CPU s | CPU % | rows/s | peak RSS MB | load (1 min) |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['tool']} | {r['rows']:,} | {r['workers']} | {r['wall_s']} | {r['cpu_s']} | {r['rows_per_s']:,} "
-              f"| {r['peak_rss_mb']} | {r['load']} |")
+        print(f"| {r['tool']} | {r['rows']:,} | {r['workers']} | {r['wall_s']} | {r['cpu_s']} | {r['cpu_pct']} "
+              f"| {r['rows_per_s']:,} | {r['peak_rss_mb']} | {r['load']} |")
     ours = next((r for r in results if r["tool"].startswith("dlrmflow") and r["rows"] == args.rows[0]), None)
     ref = next((r for r in results if r["tool"].startswith("torchrec")), None)
     if ours and ref:
-        print(f"\nratio (ours / TorchRec, rows/s, {args.rows[0]:,} rows): {ours['rows_per_s'] / ref['rows_per_s']:.1f}x")
+        print(f"\nratio (ours / TorchRec, {args.rows[0]:,} rows): "
+              f"{ours['rows_per_s'] / ref['rows_per_s']:.1f}x by rows/s, "
+              f"{ref['cpu_s'] / ours['cpu_s']:.1f}x by CPU s")
+    big = next((r for r in results if r["tool"].startswith("dlrmflow") and r["rows"] == args.rows[-1]), None)
+    if ours and big and big is not ours:
+        print(f"peak RSS {big['rows']:,} / {ours['rows']:,} rows: {big['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x")
 
 
 if __name__ == "__main__":
