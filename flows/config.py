@@ -8,6 +8,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.launchers import LauncherConfig
 from flows.store import default_store
 from preprocessing import PreprocessConfig
 from training.config import TrainConfig
@@ -59,7 +60,9 @@ class PipelineConfig(_Model):
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions, description="Synthetic data settings.")
     preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
     train: TrainConfig = Field(default_factory=_default_train, description="Training (dataset is filled in).")
-    nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine.")
+    nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
+    launcher: LauncherConfig = Field(default_factory=LauncherConfig, description="Where training runs: local "
+                                     "torchrun (default), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
 
     def preprocess_config(self, inputs: list[str], store: str) -> PreprocessConfig:

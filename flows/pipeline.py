@@ -62,7 +62,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                                               "train": train_config.model_dump(),
                                               "preprocess": preprocess_config.model_dump()})
     RunDir(run_uri).write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False), "pipeline.yaml")
-    train(run_uri, train_config, config.nproc)
+    train(run_uri, train_config, config.nproc, config.launcher)
     metrics = evaluate(run_uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run_uri,
               "evaluation": f"{run_uri}/eval/{config.evaluate.split}", "metrics": metrics}

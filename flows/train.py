@@ -14,10 +14,10 @@ from prefect.cache_policies import NONE
 
 from feature_spec.errors import UserError
 from flows import artifacts
+from flows.launchers import LauncherConfig, build_launcher
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
-from training.launch import launch
 from training.rundir import RunDir
 
 DONE = "_SUCCESS"
@@ -69,13 +69,19 @@ class _Stream:
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
-def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool) -> None:
-    """Run torchrun with ``nproc`` ranks and stream its output; raises TrainingFailed on failure."""
-    stream = _Stream(get_run_logger(), artifacts.Progress("training-progress", f"training {run_uri}"))
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "OMP_NUM_THREADS": threads,
-           "PYTHONWARNINGS": "ignore::FutureWarning"}
-    code = launch(run_uri, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool,
+                    launcher: LauncherConfig | None = None) -> None:
+    """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
+    raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
+    launcher = launcher or LauncherConfig()
+    runner = build_launcher(launcher)
+    logger = get_run_logger()
+    logger.info("launching training: %s", runner.describe())
+    stream = _Stream(logger, artifacts.Progress("training-progress", f"training {run_uri}"))
+    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
+    if launcher.kind == "local":  # this machine's cores; remote nodes set their own
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    code = runner.launch(run_uri, config, nproc=nproc, resume=resume, env=env, on_line=stream)
     if code != 0:
         step = Checkpointer(RunDir(run_uri)).resolve("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
@@ -83,13 +89,14 @@ def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool)
 
 
 @flow(name="train", log_prints=True)
-def train(run_uri: str, config: TrainConfig, nproc: int = 2) -> str:
+def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherConfig | None = None) -> str:
     """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
         run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
         config: The training config; `dataset` must name a preprocessed dataset.
-        nproc: Training processes (ranks) on this machine.
+        nproc: Training processes (ranks) on this machine (local launcher).
+        launcher: Where the ranks run: `local` (default: torchrun here), `slurm` (sbatch --wait) or `kubernetes`.
     """
     log = get_run_logger()
     if not config.dataset:
@@ -101,7 +108,7 @@ def train(run_uri: str, config: TrainConfig, nproc: int = 2) -> str:
         step = Checkpointer(run).resolve("latest")
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
-        launch_torchrun(run_uri, config, nproc, step is not None)
+        launch_torchrun(run_uri, config, nproc, step is not None, launcher)
         latest = Checkpointer(run).resolve("latest")
         run.write_text(json.dumps({"latest_step": latest}) + "\n", DONE)
         log.info("training complete: %s", run_uri)

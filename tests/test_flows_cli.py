@@ -30,3 +30,18 @@ def test_bad_settings_fail_before_work(args, env, message, tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "Traceback" not in r.stderr
     assert "temporary server" not in r.stderr + r.stdout and not (tmp_path / "artifacts" / "synthetic").exists()
+
+
+def test_run_takes_the_presets_preprocessing_unless_given():
+    """`dlrmflow run --input <10k rows> --preset criteo-sample` preprocesses as the preset was tuned."""
+    import argparse
+
+    from flows.commands import run
+
+    parser = argparse.ArgumentParser()
+    run.add_arguments(parser)
+    config = run.build_config(parser.parse_args(["--input", "rows.tsv.gz", "--preset", "criteo-sample"]))
+    assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 12)
+    config = run.build_config(parser.parse_args(["--input", "rows.tsv.gz", "--preset", "criteo-sample",
+                                                 "--frequency-threshold", "3"]))
+    assert config.preprocess.frequency_threshold == 3

@@ -68,11 +68,13 @@ def build_config(args):
         if not sep:
             raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.dense.lr=0.1")
         overrides[key.strip()] = yaml.safe_load(value)
-    preprocess = {k: v for k, v in {"inputs": args.inputs, "spec": args.spec, "split": args.split,
-                                    "frequency_threshold": args.frequency_threshold, "count_on": args.count_on,
-                                    "numerical_dtype": args.numerical_dtype, "on_bad_row": args.on_bad_row,
-                                    "max_bad_fraction": args.max_bad_fraction, "workers": args.workers}.items()
-                  if v is not None}
+    given = {k: v for k, v in {"inputs": args.inputs, "spec": args.spec, "split": args.split,
+                               "frequency_threshold": args.frequency_threshold, "count_on": args.count_on,
+                               "numerical_dtype": args.numerical_dtype, "on_bad_row": args.on_bad_row,
+                               "max_bad_fraction": args.max_bad_fraction, "workers": args.workers}.items()
+             if v is not None}
+    # the preset's preprocessing (e.g. criteo-sample's split and threshold) unless given here
+    preprocess = {**(train.preprocess or {}), **given}
     data = {"preprocess": preprocess, "train": train.with_overrides(overrides).model_dump(), "nproc": args.nproc,
             "evaluate": {"split": args.eval_split, "checkpoint": args.checkpoint},
             "synthetic": {"rows": args.rows} if args.rows else {},

@@ -1,0 +1,34 @@
+"""The train flow picks the launcher from its parameters: local torchrun by default, Slurm or
+Kubernetes when asked (here: Slurm, through the fake sbatch/srun of the launcher tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.launchers import LauncherConfig
+from flows.train import TrainingFailed, train
+from test_infra_launchers import _calls, fake_slurm  # noqa: F401
+from training.config import TrainConfig
+
+
+@pytest.mark.timeout(120)
+def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_harness, fake_slurm, monkeypatch):
+    tmp_path, settings = fake_slurm
+    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")  # the second node's torchrun fails
+    config = TrainConfig.preset("default").model_copy(update={"dataset": str(tmp_path / "dataset")})
+    launcher = LauncherConfig(kind="slurm", slurm=settings)
+
+    with pytest.raises(TrainingFailed, match="exit code 3"):
+        train(str(tmp_path / "run"), config, nproc=2, launcher=launcher)
+
+    sbatch, srun = _calls(tmp_path)
+    assert sbatch[:3] == ["sbatch", "--wait", "--parsable"] and sbatch[3].endswith(".sbatch")
+    assert srun[0] == "srun" and "--nodes=2" in srun
+    assert (tmp_path / "run" / "config.yaml").exists()  # the ranks read the config from the run folder
+
+
+def test_pipeline_config_defaults_to_the_local_launcher():
+    from flows.config import PipelineConfig
+
+    assert PipelineConfig().launcher.kind == "local"
+    assert PipelineConfig(launcher={"kind": "kubernetes"}).launcher.kind == "kubernetes"
