@@ -56,7 +56,16 @@ def build(count_files: list[Path], threshold: int, dtype: pl.DataType) -> pl.Dat
 
 
 def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
-    """``build`` for several features at once: one parallel polars query per feature, run together."""
+    """``build`` for several features: one polars query per feature, a few run together (in parallel; not all
+    at once, so that the merged counts of only a few large vocabularies are in memory at a time)."""
+    names, out = list(features), {}
+    group = 2 * pl.thread_pool_size()
+    for k in range(0, len(names), group):
+        out |= _build_group({n: features[n] for n in names[k:k + group]})
+    return out
+
+
+def _build_group(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
     queries = []
     for files, threshold, dtype in features.values():
         counts = (pl.concat([pl.scan_ipc(p) for p in files]).group_by("value")
