@@ -41,13 +41,15 @@ class Format:
 
 
 def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
-         block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[pl.DataFrame, np.ndarray]]:
-    """Yield (rows with the columns of ``types``, each row's 1-based line number) for one file."""
+         block_bytes: int = BLOCK_BYTES, fast=None) -> Iterator[tuple[pl.DataFrame, np.ndarray | None]]:
+    """Yield (rows with the columns of ``types``, each row's 1-based line number) for one file.
+    ``fast`` (text only): block -> rows or None (see ``fastparse``); a block it parses is yielded as
+    (its rows, None), and the other blocks are parsed here."""
     try:
         if fmt.kind == "parquet":
             yield from _read_parquet(uri, types, bad)
         else:
-            yield from _read_text(uri, fmt, types, bad, block_bytes)
+            yield from _read_text(uri, fmt, types, bad, block_bytes, fast)
     except FileNotFoundError:
         raise InputError(f"{uri}: the file does not exist (any more). Fix: check the input path.") from None
     except (EOFError, zlib.error, OSError) as e:
@@ -126,16 +128,16 @@ def _blocks(f, size: int) -> Iterator[bytes]:
         rest = data[cut + 1:]
 
 
-def _read_text(uri, fmt: Format, types, bad, block_bytes):
+def _read_text(uri, fmt: Format, types, bad, block_bytes, fast=None):
     local = _local_path(uri)
     if local is not None:
-        yield from _read_lines(uri, _local_blocks(local, block_bytes), fmt, types, bad)
+        yield from _read_lines(uri, _local_blocks(local, block_bytes), fmt, types, bad, fast)
         return
     with fsspec.open(uri, "rb", compression="infer") as f:
-        yield from _read_lines(uri, _blocks(f, block_bytes), fmt, types, bad)
+        yield from _read_lines(uri, _blocks(f, block_bytes), fmt, types, bad, fast)
 
 
-def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad):
+def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None):
     line = 1
     columns = fmt.columns
     if fmt.header:
@@ -150,7 +152,11 @@ def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad):
                          "Fix: name the columns in the spec as in the file's header.")
     for block in blocks:
         if block:
-            df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
+            df = fast(block) if fast is not None else None
+            if df is not None:
+                lines, n = None, len(df)
+            else:
+                df, lines, n = _parse_block(block, line, columns, fmt, types, bad)
             del block   # only one block's bytes alive while the consumer works
             yield df, lines
             del df, lines

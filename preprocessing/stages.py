@@ -21,7 +21,7 @@ import polars as pl
 
 from feature_spec import categorical_file_name
 
-from . import readers, splits, vocab
+from . import fastparse, readers, splits, vocab
 from .atomic import atomic_dir, read_json, write_json
 from .errors import BadRows
 from .transforms import SPLIT_COLUMN, Plan, to_intermediate
@@ -73,9 +73,11 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(job.plan.vocab_features, compact_factor=2) if _may_count_in_parse(job, task) else None
+    fast = fastparse.for_plan(job.fmt, job.plan, job.types)
     with atomic_dir(folder / f"{part_name(task.i)}.arrow") as tmp:
-        for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad)):
-            out = to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
+        for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad, fast=fast)):
+            out = df if line_numbers is None else \
+                to_intermediate(df, job.plan, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
             if job.plan.split_column:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
             if len(out):

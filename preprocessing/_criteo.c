@@ -1,0 +1,181 @@
+/* Fast parse of one block of regular Criteo TSV rows (see preprocessing/fastparse.py).
+ *
+ * A row is regular when it has exactly 40 tab-separated fields ended by LF: a label "0" or "1",
+ * 13 integers (empty, or an optional '-' and 1..15 decimal digits, not a negative zero) and 26
+ * categoricals (empty, or 1..8 hex digits). Anything else makes parse() return -1, and the caller
+ * parses the block with the general (polars) path, which reports the problem.
+ *
+ * parse(block, label[int8, n], num[float32, 13*n], cat[uint32, 26*n], valid[uint8, 26*n]) -> rows or -1
+ *   num, cat and valid are column-major (column j holds rows [j*n, (j+1)*n)); n = count_lines(block).
+ *   num = (float)log1p(max(x, 0)), 0 where missing (as the polars path: Float64 -> clip -> log1p -> Float32).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define N_INT 13
+#define N_CAT 26
+#define TABLE 65536
+
+static float log1p_table[TABLE];
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need, const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (need >= 0 && view->len < need) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer has %zd bytes, needs %zd", what, view->len, need);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t count_nl(const char *p, Py_ssize_t len) {
+    Py_ssize_t n = 0;
+    const char *end = p + len;
+    while (p < end) {
+        const char *q = memchr(p, '\n', (size_t)(end - p));
+        if (!q)
+            break;
+        n++;
+        p = q + 1;
+    }
+    return n;
+}
+
+static PyObject *count_lines(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (get_buffer(arg, &b, 0, -1, "block") < 0)
+        return NULL;
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = count_nl((const char *)b.buf, b.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(n);
+}
+
+static const signed char *hexval;
+static signed char hex_table[256];
+
+/* rows parsed, or -1 where a row is irregular */
+static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, int8_t *label, float *num,
+                             uint32_t *cat, uint8_t *valid) {
+    if (len == 0 || p[len - 1] != '\n')
+        return -1;
+    const unsigned char *end = p + len;
+    Py_ssize_t r = 0;
+    /* the block ends with '\n', which stops every scan below: no other bounds checks are needed */
+    while (p < end) {
+        if (r >= n)
+            return -1;
+        unsigned char c = p[0];
+        if ((c != '0' && c != '1') || p[1] != '\t')
+            return -1;
+        label[r] = (int8_t)(c - '0');
+        p += 2;
+        for (int j = 0; j < N_INT; j++) {
+            float v = 0.0f;
+            if (*p != '\t') {
+                int neg = 0;
+                if (*p == '-') {
+                    neg = 1;
+                    p++;
+                }
+                const unsigned char *s = p;
+                uint64_t x = 0;
+                while ((unsigned)(*p - '0') < 10) {
+                    x = x * 10 + (uint64_t)(*p - '0');
+                    p++;
+                }
+                Py_ssize_t digits = p - s;
+                if (*p != '\t' || digits == 0 || digits > 15)
+                    return -1;
+                if (neg) {
+                    if (x == 0)
+                        return -1;   /* "-0": the polars path keeps the sign (-0.0) */
+                } else {
+                    v = x < TABLE ? log1p_table[x] : (float)log1p((double)x);
+                }
+            }
+            num[(Py_ssize_t)j * n + r] = v;
+            p++;   /* the tab */
+        }
+        for (int j = 0; j < N_CAT; j++) {
+            const unsigned char *s = p;
+            uint32_t x = 0;
+            int d;
+            while ((d = hexval[*p]) >= 0) {
+                x = (x << 4) | (uint32_t)d;
+                p++;
+            }
+            Py_ssize_t digits = p - s;
+            if (digits > 8 || *p != (j == N_CAT - 1 ? '\n' : '\t'))
+                return -1;
+            cat[(Py_ssize_t)j * n + r] = x;
+            valid[(Py_ssize_t)j * n + r] = digits > 0;
+            p++;
+        }
+        r++;
+    }
+    return r == n ? r : -1;
+}
+
+static PyObject *parse(PyObject *self, PyObject *args) {
+    PyObject *o_block, *o_label, *o_num, *o_cat, *o_valid;
+    if (!PyArg_ParseTuple(args, "OOOOO", &o_block, &o_label, &o_num, &o_cat, &o_valid))
+        return NULL;
+    Py_buffer b, bl, bn, bc, bv;
+    if (get_buffer(o_block, &b, 0, -1, "block") < 0)
+        return NULL;
+    if (get_buffer(o_label, &bl, 1, -1, "label") < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    Py_ssize_t n = bl.len;
+    Py_ssize_t r = -2;
+    if (get_buffer(o_num, &bn, 1, n * N_INT * 4, "num") == 0) {
+        if (get_buffer(o_cat, &bc, 1, n * N_CAT * 4, "cat") == 0) {
+            if (get_buffer(o_valid, &bv, 1, n * N_CAT, "valid") == 0) {
+                Py_BEGIN_ALLOW_THREADS
+                r = parse_rows((const unsigned char *)b.buf, b.len, n, (int8_t *)bl.buf, (float *)bn.buf,
+                               (uint32_t *)bc.buf, (uint8_t *)bv.buf);
+                Py_END_ALLOW_THREADS
+                PyBuffer_Release(&bv);
+            }
+            PyBuffer_Release(&bc);
+        }
+        PyBuffer_Release(&bn);
+    }
+    PyBuffer_Release(&bl);
+    PyBuffer_Release(&b);
+    if (r == -2)
+        return NULL;
+    return PyLong_FromSsize_t(r);
+}
+
+static PyMethodDef methods[] = {
+    {"count_lines", count_lines, METH_O, "count_lines(block) -> number of LF bytes"},
+    {"parse", parse, METH_VARARGS,
+     "parse(block, label, num, cat, valid) -> rows, or -1 where a row is irregular (parse it another way)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_criteo", "Fast parse of regular Criteo TSV blocks.",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__criteo(void) {
+    for (int i = 0; i < TABLE; i++)
+        log1p_table[i] = (float)log1p((double)i);
+    memset(hex_table, -1, sizeof hex_table);
+    for (int i = 0; i < 10; i++)
+        hex_table['0' + i] = (signed char)i;
+    for (int i = 0; i < 6; i++) {
+        hex_table['a' + i] = (signed char)(10 + i);
+        hex_table['A' + i] = (signed char)(10 + i);
+    }
+    hexval = hex_table;
+    return PyModule_Create(&module);
+}
