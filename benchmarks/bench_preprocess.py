@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from preprocessing.synthetic import METADATA_FILE  # noqa: E402
 from measure import run_measured  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -38,7 +39,7 @@ def _load() -> str:
 
 
 def _synth(rows: int, files: int, out: Path) -> None:
-    if (out / "synth_metadata.json").exists():
+    if (out / METADATA_FILE).exists():
         return
     _check(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files),
                          "--seed", "0", "--out", str(out)]), "synth")

@@ -2,7 +2,7 @@
 
 Rows look like the real Kaggle DAC ``train.txt`` (see ``synthetic_columns``); the label is
 Bernoulli(sigmoid(logit)) of a planted model, so the best achievable ROC AUC and log loss
-(those of the true probabilities) are known and recorded in ``synth_metadata.json``.
+(those of the true probabilities) are known and recorded in ``_synth_metadata.json`` (a leading ``_``: folder inputs skip it).
 Rows depend only on (seed, rows): they come in fixed blocks of ``BLOCK_ROWS`` rows with one
 random stream per block, so neither ``files`` nor ``workers`` changes the bytes written.
 """
@@ -32,7 +32,7 @@ from . import synthetic_columns as sc
 GENERATOR_VERSION = 1
 BLOCK_ROWS = 65_536
 CALIBRATION_ROWS = 200_000
-METADATA_FILE = "synth_metadata.json"
+METADATA_FILE = "_synth_metadata.json"
 GZIP_LEVEL = 6
 
 EFFECT_CATEGORICAL = ("C1", "C2", "C4", "C6", "C8", "C10", "C11", "C13", "C15", "C18", "C19", "C24", "C26")

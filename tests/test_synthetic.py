@@ -184,3 +184,14 @@ def test_matches_real_criteo_rows(criteo_10k, tmp_path):
         med_real, med_fake = (np.median(np.log1p(df[c].drop_nulls().cast(pl.Int64).clip(0).to_numpy()))
                               for df in (real, fake))
         assert abs(med_real - med_fake) < 0.6, c
+
+
+def test_a_generated_folder_is_a_preprocessing_input(tmp_path):
+    """The README's quick start: `dlrmflow preprocess --input <synth folder>` (the metadata file is skipped)."""
+    import feature_spec
+    from preprocessing import PreprocessConfig, run
+
+    generate(str(tmp_path / "synth"), 3_000, files=2, seed=1)
+    dataset = run(PreprocessConfig(inputs=[str(tmp_path / "synth")], out=str(tmp_path / "store"), spec="criteo",
+                                   progress=False))
+    assert sum(feature_spec.load(dataset).metadata["rows"].values()) == 3_000

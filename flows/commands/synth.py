@@ -11,7 +11,7 @@ HELP = "Generate synthetic Criteo-format click logs (labels from a planted model
 DESCRIPTION = HELP + """
 
 Writes part-NNNNN.tsv[.gz] (40 tab-separated fields, like the Kaggle DAC train.txt) and, last,
-synth_metadata.json with the label rate, the best achievable ROC AUC and log loss, and the
+_synth_metadata.json with the label rate, the best achievable ROC AUC and log loss, and the
 planted model. The same --seed and --rows give identical bytes, whatever --files or --workers.
 
 example: dlrmflow synth --rows 1M --files 4 --gzip --out data/synth
