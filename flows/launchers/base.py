@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable
@@ -78,18 +77,6 @@ def render(template: str, values: dict[str, object], source: str = "template") -
     if missing:
         raise LaunchError(f"{source}: no value for {', '.join(missing)}")
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
-
-
-def run_streaming(cmd: list[str], *, env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
-    """Run ``cmd``; its merged output is inherited, or handed line by line to ``on_line``."""
-    child_env = {**os.environ, **(env or {})}
-    if on_line is None:
-        return subprocess.run(cmd, env=child_env).returncode
-    with subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1) as proc:
-        for line in proc.stdout:
-            on_line(line.rstrip("\n"))
-        return proc.wait()
 
 
 def run_id_of(run_uri: str) -> str:
