@@ -99,8 +99,11 @@ sys.exit(max(p.wait() for p in procs))
 FAKE_PYTHON = r"""
 import json, os, sys
 node = os.environ["SLURM_NODEID"]
-print("node %s argv %s" % (node, json.dumps(sys.argv[1:])), flush=True)
-print("node %s env %s" % (node, json.dumps({k: os.environ.get(k) for k in ("NCCL_IB_GID_INDEX", "PET_TEE", "X")})))
+# one write per whole line: both fake nodes append to the same job log, and print() writes the text
+# and its newline separately when stdout is unbuffered (PYTHONUNBUFFERED), so lines could merge
+os.write(1, ("node %s argv %s\n" % (node, json.dumps(sys.argv[1:]))).encode())
+env = {k: os.environ.get(k) for k in ("NCCL_IB_GID_INDEX", "PET_TEE", "X")}
+os.write(1, ("node %s env %s\n" % (node, json.dumps(env))).encode())
 sys.exit(int(os.environ.get("FAKE_EXIT_NODE" + node, "0")))
 """
 
