@@ -1,14 +1,8 @@
-"""The one error type of the feature spec: it names where the problem is and how to fix it."""
+"""The feature spec's error: it names the file, section and feature, and how to fix it."""
 
 from __future__ import annotations
 
-
-class UserError(Exception):
-    """A problem with the user's input (file, URI, spec, option) rather than a bug.
-
-    The command line prints its message without a traceback. Every package's input errors
-    derive from it; the message says what, where and how to fix it.
-    """
+from common.errors import UserError
 
 
 class SpecError(UserError, ValueError):

@@ -9,6 +9,8 @@ import fsspec
 import yaml
 from pydantic import ValidationError
 
+from common.atomic import write_atomic
+
 from .errors import SpecError
 from .model import FeatureSpec
 
@@ -101,11 +103,7 @@ def save(spec: FeatureSpec, uri: str, **storage_options: Any) -> str:
     """Write a spec atomically (temporary name, then rename); returns the YAML's URI."""
     path = spec_uri(uri)
     fs, fs_path = fsspec.core.url_to_fs(path, **storage_options)
-    fs.makedirs(posixpath.dirname(fs_path) or ".", exist_ok=True)
-    tmp = fs_path + ".tmp"
-    with fs.open(tmp, "w") as f:
-        f.write(to_yaml(spec))
-    fs.mv(tmp, fs_path)
+    write_atomic(fs_path, to_yaml(spec), fs)
     return path
 
 

@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 COMMANDS = {
     "synth": "flows.commands.synth",

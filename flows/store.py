@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"

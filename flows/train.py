@@ -12,7 +12,7 @@ from collections import defaultdict, deque
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from flows import artifacts
 from flows.launchers import LauncherConfig, build_launcher
 from flows.store import redact

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 
 class InputError(UserError):

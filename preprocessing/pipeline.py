@@ -4,16 +4,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
 
 import polars as pl
 
-from feature_spec import Chunk, Feature, FeatureSpec, UserError, categorical_dtype, categorical_file_name
+from common.errors import UserError
+from common.atomic import atomic_path
+from feature_spec import Chunk, Feature, FeatureSpec, categorical_dtype, categorical_file_name
 
 from . import splits, vocab, writer
-from .atomic import read_json
 from .config import PreprocessConfig
 from .parallel import Runner
 from .resolve import FORMAT_VERSION, Resolved, env_flag, resolve
@@ -158,16 +160,15 @@ def _build_vocab(job: Job, r: Resolved) -> dict[str, int]:
         todo[c.name] = (files, c.threshold, dtype)
     for name, table in vocab.build_many(todo).items():
         path = r.work / "vocab" / f"{name}.parquet"
-        tmp = path.with_name(path.name + ".tmp")
-        table.write_parquet(tmp, statistics=False)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            table.write_parquet(tmp, statistics=False)
         cards[name] = len(table) + 1
     return {c.name: cards[c.name] for c in job.plan.categorical}
 
 
 def _write_dataset(r: Resolved, job: Job, tasks, metas, cards: dict[str, int]) -> None:
     parts = [r.work / "encoded" / part_name(t.i) for t in tasks]
-    stats = [read_json(p / "stats.json") for p in parts]
+    stats = [json.loads((p / "stats.json").read_text()) for p in parts]
     files = [LABEL_FILE] + ([NUMERICAL_FILE] if job.plan.numerical else []) + \
         [categorical_file_name(c.name) for c in job.plan.categorical]
     checksums = writer.write_splits(r.dataset, parts, job.split_names, files)

@@ -14,7 +14,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 import feature_spec as fspec
-from feature_spec import FeatureSpec, UserError
+from common.errors import UserError
+from feature_spec import FeatureSpec
 
 from . import splits
 from .config import DEFAULT_SPLIT, PreprocessConfig

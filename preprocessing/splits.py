@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 from .hashing import unit_interval
 

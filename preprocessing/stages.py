@@ -9,6 +9,7 @@ C encode: indices, labels and numericals -> per-split binary parts.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -19,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from common.atomic import atomic_dir, write_atomic
 from feature_spec import categorical_file_name
 
 from . import fastparse, readers, splits, vocab
-from .atomic import atomic_dir, read_json, write_json
 from .errors import BadRows
 from .transforms import SPLIT_COLUMN, Plan, to_intermediate
 
@@ -68,7 +69,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
     folder = job.work / "parsed"
     meta_path = folder / f"{part_name(task.i)}.json"
     if meta_path.exists():
-        return read_json(meta_path)
+        return json.loads(meta_path.read_text())
     bad = BadRows(task.uri, job.policy)
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
@@ -92,7 +93,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
         with atomic_dir(parse_counts(job, task)) as tmp:
             counter.write(tmp)
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
-    write_json(meta_path, meta)
+    write_atomic(meta_path, json.dumps(meta, sort_keys=True))
     _pause()
     return meta
 
@@ -187,7 +188,7 @@ def encode_file(job: Job, task: FileTask, progress=None) -> None:
                 progress(len(df))
         for f in files.values():
             f.close()
-        write_json(tmp / "stats.json", stats)
+        (tmp / "stats.json").write_text(json.dumps(stats, sort_keys=True))
     _pause()
 
 

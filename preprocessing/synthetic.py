@@ -24,7 +24,9 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from feature_spec.errors import UserError
+from common.atomic import atomic_open, write_atomic
+
+from common.errors import UserError
 from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_NUMERICAL
 
 from . import synthetic_columns as sc
@@ -228,7 +230,7 @@ def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None]
     start, stop = _file_rows(cfg, index)
     path = f"{root}/{file_name(index, cfg.gzip)}"
     probs, labels = [], []
-    with fs.open(path + ".tmp", "wb") as raw:
+    with atomic_open(path, "wb", fs) as raw:
         out = gzip_module.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0) if cfg.gzip else raw
         for b in range(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS)):
             block = data.block(b)
@@ -240,7 +242,6 @@ def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None]
                 progress(hi - lo)
         if cfg.gzip:
             out.close()
-    fs.mv(path + ".tmp", path)
     return np.concatenate(probs), np.concatenate(labels)
 
 
@@ -318,9 +319,7 @@ def write(config: SynthConfig, progress: Callable[[int], None] | None = None) ->
         "planted_model": data.model.describe(),
         "config": config.model_dump(),
     }
-    with fs.open(f"{root}/{METADATA_FILE}.tmp", "w") as f:
-        json.dump(metadata, f, indent=2)
-    fs.mv(f"{root}/{METADATA_FILE}.tmp", f"{root}/{METADATA_FILE}")
+    write_atomic(f"{root}/{METADATA_FILE}", json.dumps(metadata, indent=2), fs)
     return metadata
 
 

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
+
+from common.atomic import atomic_open
 
 from feature_spec import FeatureSpec, join_uri, save
 
@@ -26,18 +27,13 @@ def is_complete(dataset: str) -> bool:
 def _put(dataset: str, rel: str, sources: list[Path]) -> str:
     """Write the concatenation of local ``sources`` to dataset/rel atomically; returns its blake2b."""
     fs, path = fsspec.core.url_to_fs(join_uri(dataset, rel))
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    local = isinstance(fs, LocalFileSystem)
-    target = path + ".tmp" if local else path
     digest = hashlib.blake2b(digest_size=32)
-    with fs.open(target, "wb") as out:
+    with atomic_open(path, "wb", fs) as out:
         for src in sources:
             with open(src, "rb") as f:
                 while chunk := f.read(_COPY_BYTES):
                     digest.update(chunk)
                     out.write(chunk)
-    if local:
-        fs.mv(target, path)
     return "blake2b:" + digest.hexdigest()
 
 

@@ -73,7 +73,7 @@ def test_latest_skips_incomplete_checkpoints_and_pruning_keeps_best(tmp_path):
 
 
 def test_loading_a_missing_checkpoint_is_a_user_error(tmp_path):
-    from feature_spec import UserError
+    from common.errors import UserError
 
     with pytest.raises(UserError, match="no complete checkpoint 'best'"):
         Checkpointer(RunDir(str(tmp_path))).load("best", {})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from flows.cli import main as cli
 from train_datasets import write_dataset
 from training.config import TrainConfig

@@ -48,7 +48,7 @@ def test_credentials_from_a_secret_block(prefect_harness, s3_server, monkeypatch
 
     from prefect.blocks.system import Secret
 
-    from feature_spec.errors import UserError
+    from common.errors import UserError
     from flows.store import Store, use_credentials_block
 
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")

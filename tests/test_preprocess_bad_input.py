@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from feature_spec import UserError
+from common.errors import UserError
 from preprocessing import PreprocessConfig, run
 
 

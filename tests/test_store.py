@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from flows.store import Store, redact
 from prefect_fixtures import free_port
 

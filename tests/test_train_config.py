@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from feature_spec import UserError
+from common.errors import UserError
 from training.config import ConfigError, TrainConfig, preset_names
 from training.launch import torchrun_command
 from training.metrics import log_loss, roc_auc

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from feature_spec import Chunk, Feature, FeatureSpec, UserError, save
+from common.errors import UserError
+from feature_spec import Chunk, Feature, FeatureSpec, save
 from training.data import Prefetcher, SplitBinaryDataset
 
 CATS = {"a": ("int8", 100), "b": ("int16", 3000), "rowid": ("int32", 2**20), "d": ("int64", 2**40)}

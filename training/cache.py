@@ -15,6 +15,8 @@ from pathlib import Path
 
 import fsspec
 
+from common.atomic import atomic_path
+
 DEFAULT_CACHE_DIR = Path(os.environ.get("DLRMFLOW_CACHE_DIR", Path.home() / ".cache" / "dlrmflow"))
 
 
@@ -43,7 +45,6 @@ def local_copy(uri: str, cache_dir: str | os.PathLike | None = None, storage_opt
     if target.exists() and target.stat().st_size == info.get("size"):
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fs.get_file(path, str(tmp))
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        fs.get_file(path, tmp)
     return str(target)

@@ -18,7 +18,7 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, Fsspec
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
 from torch.distributed.checkpoint.planner import LoadPlan
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training.rundir import RunDir
 
 DIR = "checkpoints"

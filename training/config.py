@@ -15,7 +15,7 @@ import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training.sharding import ShardingConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"

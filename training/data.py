@@ -23,7 +23,8 @@ import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from feature_spec import FeatureSpec, UserError, load, resolve
+from common.errors import UserError
+from feature_spec import FeatureSpec, load, resolve
 
 from .cache import local_copy
 

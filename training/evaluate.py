@@ -17,11 +17,10 @@ import argparse
 import json
 import math
 import os
-import posixpath
 import sys
 from typing import Any, Callable
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training.rundir import RunDir
 
 METRICS_FILE, ROC_FILE, CALIBRATION_FILE = "metrics.json", "roc.png", "calibration.png"
@@ -79,16 +78,6 @@ def check(run_uri: str, split: str = "test", checkpoint: str | int = "best", dat
     return {"dataset": dataset, "step": step, "checkpoint": which}
 
 
-def _write_bytes(run: RunDir, data: bytes, *parts: str) -> None:
-    """Write a binary file atomically (temporary name, then rename)."""
-    target = run.path(*parts)
-    run.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-    tmp = f"{target}.tmp-{os.getpid()}"
-    with run.fs.open(tmp, "wb") as f:
-        f.write(data)
-    run.fs.mv(tmp, target)
-
-
 def _json_value(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
@@ -101,8 +90,8 @@ def write_evaluation(run_uri: str, split: str, probs, labels, info: dict[str, An
     m = metrics.compute_metrics(probs, labels)
     run = RunDir(run_uri)
     title = f"split '{split}', step {info.get('step')}"
-    _write_bytes(run, plots.roc_png(probs, labels, title, m), "eval", split, ROC_FILE)
-    _write_bytes(run, plots.calibration_png(probs, labels, title, m), "eval", split, CALIBRATION_FILE)
+    run.write_bytes(plots.roc_png(probs, labels, title, m), "eval", split, ROC_FILE)
+    run.write_bytes(plots.calibration_png(probs, labels, title, m), "eval", split, CALIBRATION_FILE)
     record = {**{k: _json_value(v) for k, v in m.items()}, "split": split, **info,
               "calibration_bins": metrics.calibration_bins(probs, labels)}
     run.write_text(json.dumps(record, indent=2) + "\n", "eval", split, METRICS_FILE)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Callable
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training.config import TrainConfig
 from training.rundir import RunDir, storage_options
 

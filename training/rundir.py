@@ -14,6 +14,8 @@ from typing import Any
 
 import fsspec
 
+from common.atomic import write_atomic
+
 
 def storage_options(uri: str) -> dict[str, Any]:
     """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
@@ -48,12 +50,11 @@ class RunDir:
 
     def write_text(self, text: str, *parts: str) -> None:
         """Write a file so that readers see the old or the new content, never a part."""
-        target = self.path(*parts)
-        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        tmp = f"{target}.tmp-{os.getpid()}"
-        with self.fs.open(tmp, "w") as f:
-            f.write(text)
-        self.fs.mv(tmp, target)
+        write_atomic(self.path(*parts), text, self.fs)
+
+    def write_bytes(self, data: bytes, *parts: str) -> None:
+        """Write a binary file atomically."""
+        write_atomic(self.path(*parts), data, self.fs)
 
 
 class MetricsLog:

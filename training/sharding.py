@@ -21,7 +21,7 @@ from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagC
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim import RowWiseAdagrad
 
-from feature_spec import UserError
+from common.errors import UserError
 
 from .topology import GiB, build_topology, load_profile, resolve_local_world_size
 

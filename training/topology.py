@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, Topology, TopologyFactory, TrainerConfig
 
-from feature_spec import UserError
+from common.errors import UserError
 
 GiB = 1024**3
 GB_S = 1e9  # bandwidths in decimal units, as vendors quote them

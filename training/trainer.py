@@ -25,7 +25,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from tqdm import tqdm
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training import metrics
 from training.checkpoint import Checkpointer
 from training.config import OptimizerConfig, TrainConfig

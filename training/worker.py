@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 from training import distributed
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig

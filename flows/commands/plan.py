@@ -47,7 +47,8 @@ def _config(args):
 
 
 def _spec(args):
-    from feature_spec import Feature, FeatureSpec, UserError, load
+    from common.errors import UserError
+    from feature_spec import Feature, FeatureSpec, load
 
     if args.dataset:
         return load(args.dataset)

@@ -38,7 +38,7 @@ def run(args) -> int:
     from pydantic import ValidationError
 
     import preprocessing
-    from feature_spec import UserError
+    from common.errors import UserError
     try:
         config = preprocessing.PreprocessConfig(
             inputs=args.inputs, out=args.out, spec=args.spec, split=args.split,

@@ -56,7 +56,7 @@ def build_config(args):
     import yaml
     from pydantic import ValidationError
 
-    from feature_spec.errors import UserError
+    from common.errors import UserError
     from flows.config import PipelineConfig
     from training.config import TrainConfig
 

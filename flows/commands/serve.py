@@ -30,7 +30,7 @@ def run(args) -> int:
     from prefect.settings import PREFECT_API_URL
     from pydantic import ValidationError
 
-    from feature_spec.errors import UserError
+    from common.errors import UserError
     from flows.store import Store
 
     if not PREFECT_API_URL.value():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 HELP = "Generate synthetic Criteo-format click logs (labels from a planted model with a known best AUC)."
 DESCRIPTION = HELP + """

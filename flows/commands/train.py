@@ -6,7 +6,7 @@ import argparse
 
 import yaml
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 HELP = "train a sharded TorchRec DLRM on a dataset (torchrun; checkpoints; resume)"
 DESCRIPTION = """Train a TorchRec DLRM (dot or DCN-v2 interaction) on a split_binary dataset.

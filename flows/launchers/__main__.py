@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:

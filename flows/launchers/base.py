@@ -11,7 +11,7 @@ from typing import Callable
 
 from typing import TYPE_CHECKING
 
-from feature_spec.errors import UserError
+from common.errors import UserError
 
 if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
     from training.config import TrainConfig

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.atomic import write_atomic
+
 from flows.launchers.base import Launcher, LaunchError, OnLine, infra_dir, profile_env, render, run_id_of
 from flows.launchers.config import SlurmSettings
 from flows.launchers.nodes import node_command
@@ -116,9 +118,7 @@ class SlurmLauncher(Launcher):
         save_config(run_uri, cfg)
         script, log_pattern = self.paths(run_uri)
         script.parent.mkdir(parents=True, exist_ok=True)
-        tmp = script.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(self.render(run_uri, resume=resume, env=env))
-        tmp.replace(script)
+        write_atomic(script, self.render(run_uri, resume=resume, env=env))
         cmd = self.submit_command(script)
         emit(f"dlrmflow: submitting {script}: {shlex.join(cmd)}")
         try:

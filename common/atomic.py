@@ -1,0 +1,81 @@
+"""Atomic writes through fsspec: a reader sees the old content or the new one, never a part.
+
+On a local (or any renaming) filesystem the data goes to ``<path>.tmp-<pid>`` first and is then
+renamed over ``path``. On an object store (s3://, memory://) an object becomes visible only when its
+upload completes, so it is written in place: a copy-then-delete "rename" there would only double the
+traffic. This is the only place in the project that spells temp-then-rename.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+_LOCAL = LocalFileSystem()
+
+
+def _renames(fs) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, fs=None) -> Iterator[str]:
+    """Yield the path to write instead of ``path`` (a temporary sibling where the filesystem renames);
+    when the block completes it becomes ``path``. A failed block leaves ``path`` as it was."""
+    fs = fs or _LOCAL
+    path = str(path)
+    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+    if not _renames(fs):
+        yield path
+        return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        yield tmp
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp, recursive=True)
+        raise
+    os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb", fs=None):
+    """``open`` for writing that commits only when the block completes (see ``atomic_path``)."""
+    fs = fs or _LOCAL
+    with atomic_path(path, fs) as target, fs.open(target, mode) as f:
+        yield f
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, fs=None) -> None:
+    """Write ``data`` (bytes, or text as UTF-8) to ``path`` atomically."""
+    with atomic_open(path, "wb", fs) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def write_uri(uri: str, data: bytes | str, **storage_options) -> None:
+    """``write_atomic`` for a URI (local path, file://, s3://, ...)."""
+    fs, path = fsspec.core.url_to_fs(uri, **storage_options)
+    write_atomic(path, data, fs)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh local temporary folder that replaces ``path`` only if the block completes."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
