@@ -26,12 +26,52 @@ def storage_options(uri: str) -> dict[str, Any]:
 
 
 class RunDir:
-    """Files of one run, written atomically (temporary name, then rename)."""
+    """One run folder: the single place that names its files; every write is atomic."""
 
-    def __init__(self, uri: str, options: dict[str, Any] | None = None):
+    CONFIG = "config.yaml"        # the resolved TrainConfig (the ranks read it)
+    PLAN = "plan.txt"             # the sharding plan
+    METRICS = "metrics.jsonl"     # training log
+    PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
+    DONE = "_SUCCESS"             # written last by the worker: training finished
+    CHECKPOINTS = "checkpoints"   # <step>/ DCP folders and the latest/best pointers (training.checkpoint)
+    EVAL = "eval"                 # eval/<split>/ (training.evaluate)
+
+    def __init__(self, uri: "str | RunDir", options: dict[str, Any] | None = None):
+        if isinstance(uri, RunDir):
+            uri, options = uri.uri, uri.options if options is None else options
         self.uri = uri.rstrip("/")
         self.options = storage_options(uri) if options is None else options
         self.fs, self.root = fsspec.core.url_to_fs(self.uri, **self.options)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def name(self) -> str:
+        """The folder's name (the rendezvous id and job names come from it)."""
+        return self.uri.rsplit("/", 1)[-1]
+
+    # ---- the training config -------------------------------------------------------------
+    def has_config(self) -> bool:
+        return self.exists(self.CONFIG)
+
+    def save_config(self, cfg) -> None:
+        """Write the resolved TrainConfig (the ranks read it from here)."""
+        self.write_text(cfg.to_yaml(), self.CONFIG)
+
+    def load_config(self):
+        """The run's TrainConfig."""
+        from training.config import TrainConfig
+
+        return TrainConfig.from_yaml(self.join(self.CONFIG), **self.options)
+
+    # ---- completion ---------------------------------------------------------------------
+    def is_complete(self) -> bool:
+        """True when training finished (the worker wrote the completion marker)."""
+        return self.exists(self.DONE)
+
+    def mark_complete(self, info: dict[str, Any]) -> None:
+        self.write_text(json.dumps(info) + "\n", self.DONE)
 
     def join(self, *parts: str) -> str:
         """URI of a path inside the run folder."""
@@ -61,7 +101,7 @@ class MetricsLog:
     """``metrics.jsonl``: one JSON object per line, kept in memory and rewritten atomically on flush
     (object stores cannot append). On resume, lines after the resumed step are dropped."""
 
-    NAME = "metrics.jsonl"
+    NAME = RunDir.METRICS
 
     def __init__(self, run: RunDir, resume_step: int | None = None):
         self.run = run
