@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
+import traceback
 
 from common.errors import UserError
 
@@ -23,6 +25,7 @@ COMMANDS = {
     "plan": "flows.commands.plan",
     "run": "flows.commands.run",
     "serve": "flows.commands.serve",
+    "render": "flows.commands.render",
 }
 
 
@@ -36,6 +39,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="dlrmflow",
         description="Raw click logs in, a trained and evaluated TorchRec DLRM out.",
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (before the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod_name in _available().items():
         if only is not None and name != only:
@@ -49,9 +53,31 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# commands that run Prefect flows in this process: Prefect's logging is set up before anything imports torch
+# (fbgemm's import-time logging.info() would install a plain root handler otherwise)
+PREFECT_COMMANDS = {"run", "serve"}
+
+
+def _prefect_logging(debug: bool) -> None:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging()
+    if not debug:  # the terminal gets the one clean line below; the flow run's logs keep the traceback
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_without_user_error_tracebacks)
+
+
+def _without_user_error_tracebacks(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], UserError))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
+    debug = "--debug" in argv[:argv.index(command)] if command in argv else "--debug" in argv
+    if command in PREFECT_COMMANDS:
+        _prefect_logging(debug)
     parser = build_parser(only=command if command in COMMANDS else None)
     if command is None or command not in COMMANDS:
         # full help (imports each command's module for its one-line help)
@@ -63,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except UserError as e:
+        if debug:
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

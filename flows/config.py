@@ -5,17 +5,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
 
-from flows.launchers import LauncherConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from common.config import validate
+from common.errors import UserError
+
 from flows.store import default_store
 from preprocessing import PreprocessConfig
-from training.config import TrainConfig
+from preprocessing.inputs import split_mapping
+from training.config import TrainConfig, preset_names
+from training.launchers import LauncherConfig, LocalSettings
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _store_field():
+    return Field(default_factory=default_store, description="Artifact store root: a local folder or "
+                 "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
 
 
 class SyntheticOptions(_Model):
@@ -50,8 +62,7 @@ def _default_train() -> TrainConfig:
 class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
-    store: str = Field(default_factory=default_store, description="Artifact store root: a local folder or "
-                       "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
+    store: str = _store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
@@ -61,7 +72,7 @@ class PipelineConfig(_Model):
     preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
     train: TrainConfig = Field(default_factory=_default_train, description="Training (dataset is filled in).")
     nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
-    launcher: LauncherConfig = Field(default_factory=LauncherConfig, description="Where training runs: local "
+    launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
 
@@ -76,3 +87,62 @@ class PipelineConfig(_Model):
             return self.run_name
         digest = hashlib.blake2b(json.dumps(train.model_dump(mode="json"), sort_keys=True).encode(), digest_size=5)
         return f"{dataset.rstrip('/').rsplit('/', 1)[-1]}-{digest.hexdigest()}"
+
+
+PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+
+
+class PipelinePreset(_Model):
+    """A training preset with the preprocessing it was tuned on (flows/presets.yaml)."""
+
+    preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess,
+                                           description="Preprocessing settings the training preset was tuned with.")
+    train: str = Field(description="Name of the training preset (training/presets/<name>.yaml).")
+
+    @field_validator("train")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in preset_names():
+            raise ValueError(f"unknown training preset '{name}' (known: {', '.join(preset_names())})")
+        return name
+
+    @classmethod
+    def named(cls, name: str) -> "PipelinePreset":
+        """The preset called ``name``."""
+        presets = yaml.safe_load(PRESETS_FILE.read_text())
+        if name not in presets:
+            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(presets)}.")
+        return validate(cls, presets[name], f"{PRESETS_FILE}: {name}")
+
+    def hints(self, given: dict) -> tuple[dict, dict]:
+        """(applied, skipped): the preset's preprocessing settings that apply where ``given`` (the
+        user's PreprocessConfig fields) sets nothing that conflicts, and those that do not, with why.
+        Files mapped to splits (``split=PATH`` inputs) keep their splits, so a split rule is skipped."""
+        applied, skipped = {}, {}
+        mapped = any(split_mapping(uri)[0] for uri in given.get("inputs") or [])
+        for key, value in self.preprocess.model_dump(exclude_unset=True).items():
+            if key in given:
+                skipped[key] = f"given: {given[key]!r}"
+            elif key == "split" and mapped:
+                skipped[key] = "the inputs map files to splits"
+            else:
+                applied[key] = value
+        return applied, skipped
+
+
+class ServeConfig(_Model):
+    """What `dlrmflow serve` serves: the store the deployments' forms point at and the pipeline's schedule."""
+
+    store: str = _store_field()
+    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in UTC (default: nightly at 02:00).")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, cron: str) -> str:
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=cron)
+        except ValidationError:
+            raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)") from None
+        return cron

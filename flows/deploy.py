@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prefect import serve
 
-from flows.config import EvaluateConfig, PipelineConfig
+from flows.config import EvaluateConfig, PipelineConfig, ServeConfig
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
@@ -18,8 +18,9 @@ from training.config import TrainConfig
 TAGS = ["dlrmflow"]
 
 
-def deployments(store: str, cron: str) -> list:
+def deployments(config: ServeConfig) -> list:
     """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
+    store, cron = config.store, config.cron
     return [
         pipeline.to_deployment("dlrmflow-pipeline", cron=cron, tags=TAGS,
                                parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
@@ -35,6 +36,6 @@ def deployments(store: str, cron: str) -> list:
     ]
 
 
-def serve_all(store: str, cron: str) -> None:
+def serve_all(config: ServeConfig) -> None:
     """Register the deployments on the configured Prefect server and run their flow runs until stopped."""
-    serve(*deployments(store, cron))
+    serve(*deployments(config))

@@ -14,10 +14,10 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from flows import artifacts
-from flows.launchers import LauncherConfig, build_launcher
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
+from training.launchers import LauncherConfig, LocalSettings, build_launcher
 from training.rundir import RunDir
 
 DONE = "_SUCCESS"
@@ -73,7 +73,7 @@ def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool,
                     launcher: LauncherConfig | None = None) -> None:
     """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
     raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
-    launcher = launcher or LauncherConfig()
+    launcher = launcher or LocalSettings()
     runner = build_launcher(launcher)
     logger = get_run_logger()
     logger.info("launching training: %s", runner.describe())
@@ -81,7 +81,7 @@ def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool,
     env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    code = runner.launch(run_uri, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+    code = runner.launch(RunDir(run_uri), config, nproc=nproc, resume=resume, env=env, on_line=stream)
     if code != 0:
         step = Checkpointer(RunDir(run_uri)).resolve("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"

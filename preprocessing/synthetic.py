@@ -18,11 +18,12 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Annotated
 
 import fsspec
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from common.atomic import atomic_open, write_atomic
 
@@ -45,13 +46,32 @@ INTERACTION_K = 8
 VARIANCE_SHARES = (0.6, 0.25, 0.15)
 
 
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def _row_count(value):
+    """A row count such as 1000000, 1e6, 250k or 10M (text), else the value unchanged."""
+    if not isinstance(value, str):
+        return value
+    t = value.strip().lower().replace("_", "")
+    scale = _SUFFIXES.get(t[-1:], 1)
+    try:
+        count = float(t[:-1] if scale > 1 else t) * scale
+    except ValueError:
+        raise ValueError(f"not a row count: {value!r} (use e.g. 1000000, 1e6 or 1M)") from None
+    if count != int(count):
+        raise ValueError(f"not a whole number of rows: {value!r}")
+    return int(count)
+
+
 class SynthConfig(BaseModel):
     """Everything that defines a synthetic dataset (the CLI options and the flow parameters)."""
 
     model_config = ConfigDict(extra="forbid")
 
     out: str = Field(description="Output folder: a local path or an fsspec URI (s3://bucket/prefix, memory://x).")
-    rows: int = Field(gt=0, description="Number of rows to generate.")
+    rows: Annotated[int, BeforeValidator(_row_count)] = Field(gt=0, description="Number of rows to generate "
+                                                               "(1000000, 1e6, 250k or 10M).")
     files: int = Field(1, ge=1, description="Number of part files the rows are split into.")
     gzip: bool = Field(False, description="Write gzip-compressed files (part-NNNNN.tsv.gz).")
     seed: int = Field(0, ge=0, description="Random seed: the same seed and rows give identical bytes.")

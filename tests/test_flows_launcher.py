@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from flows.launchers import LauncherConfig
 from flows.train import TrainingFailed, train
 from test_infra_launchers import _calls, fake_slurm  # noqa: F401
+from train_datasets import write_dataset
 from training.config import TrainConfig
+from training.launchers import launcher_config
 
 
 @pytest.mark.timeout(120)
 def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_harness, fake_slurm, monkeypatch):
     tmp_path, settings = fake_slurm
     monkeypatch.setenv("FAKE_EXIT_NODE1", "3")  # the second node's torchrun fails
-    config = TrainConfig.preset("default").model_copy(update={"dataset": str(tmp_path / "dataset")})
-    launcher = LauncherConfig(kind="slurm", slurm=settings)
+    dataset = str(write_dataset(tmp_path / "dataset", {"train": 64}))
+    config = TrainConfig.preset("default").model_copy(update={"dataset": dataset})
+    launcher = launcher_config({"kind": "slurm", **settings})
 
     with pytest.raises(TrainingFailed, match="exit code 3"):
         train(str(tmp_path / "run"), config, nproc=2, launcher=launcher)

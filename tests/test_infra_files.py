@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.launchers import LauncherConfig, build_launcher, read_env_file
+from training.launchers import build_launcher, read_env_file
 
 REPO = Path(__file__).resolve().parents[1]
 INFRA = REPO / "infra"
@@ -125,7 +125,7 @@ def test_compose_credentials_are_marked_dev_only():
 def _k8s_docs() -> dict[str, list[dict]]:
     docs = {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in K8S.glob("*.yaml")
             if p.name != "train-job.yaml"}  # the template: checked rendered, below
-    launcher = build_launcher(LauncherConfig(kind="kubernetes", kubernetes={"nodes": 2}))
+    launcher = build_launcher({"kind": "kubernetes", "nodes": 2})
     docs["train-job.yaml (rendered)"] = list(yaml.safe_load_all(launcher.render("s3://b/runs/r1")))
     return docs
 
@@ -177,9 +177,9 @@ def test_one_rccl_profile_is_the_only_source_of_rccl_settings():
     for path in [*K8S.iterdir(), *SLURM.iterdir(), *DOCKER.iterdir()]:
         text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not RCCL_VAR.search(text), f"{path}: RCCL/NCCL variables belong in infra/rccl/*.env"
-    rendered = build_launcher(LauncherConfig(kind="slurm")).render("s3://b/runs/r1")
+    rendered = build_launcher({"kind": "slurm"}).render("s3://b/runs/r1")
     assert all(f"export {k}={v}\n" in rendered for k, v in profile.items())
-    cm = next(yaml.safe_load_all(build_launcher(LauncherConfig(kind="kubernetes")).render("s3://b/runs/r1")))
+    cm = next(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render("s3://b/runs/r1")))
     assert cm["kind"] == "ConfigMap" and cm["data"] == profile
 
 
@@ -196,7 +196,7 @@ def test_no_credentials_outside_the_dev_compose_file():
 def test_slurm_script_template_renders_to_valid_bash(tmp_path):
     import subprocess
 
-    script = build_launcher(LauncherConfig(kind="slurm", slurm={"nodes": 2})).render("s3://b/runs/r 1", resume=True)
+    script = build_launcher({"kind": "slurm", "nodes": 2}).render("s3://b/runs/r 1", resume=True)
     (tmp_path / "s.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "s.sh")]).returncode == 0
     assert re.search(r"^srun .*bash -c \"\$node_command\"$", script, re.M)
@@ -205,9 +205,8 @@ def test_slurm_script_template_renders_to_valid_bash(tmp_path):
 
 
 def test_deploy_docs_commands_match_the_cli():
-    """Every `dlrmflow ...` and `python -m flows.launchers ...` line in docs/deploy.md parses with the real CLI."""
-    from flows.cli import build_parser
-    from flows.launchers.__main__ import main as launchers_main
+    """Every `dlrmflow ...` line in docs/deploy.md parses with the real CLI (`dlrmflow render` lines run)."""
+    from flows.cli import build_parser, main
 
     text = (REPO / "docs" / "deploy.md").read_text()
     block, inside = [], False
@@ -217,14 +216,14 @@ def test_deploy_docs_commands_match_the_cli():
         elif inside:
             block.append(line)
     lines = [line.strip() for line in "\n".join(block).replace("\\\n", " ").splitlines()]
-    commands = [line for line in lines if line.startswith(("dlrmflow ", "python -m flows.launchers "))]
+    commands = [line for line in lines if line.startswith("dlrmflow ")]
     assert len(commands) >= 6
     for line in commands:
         argv = shlex.split(line.split(" #")[0])
-        if argv[0] == "dlrmflow":
-            build_parser(only=argv[1]).parse_args(argv[1:])
+        if argv[1] == "render":
+            assert main(argv[1:]) == 0, line
         else:
-            assert launchers_main(argv[3:]) == 0, line
+            build_parser(only=argv[1]).parse_args(argv[1:])
     for path in re.findall(r"\binfra/[\w./-]+\.(?:yaml|json|env|sbatch|Dockerfile)\b", text):
         assert (REPO / path).exists(), f"docs/deploy.md names {path}, which does not exist"
 

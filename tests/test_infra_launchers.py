@@ -1,4 +1,4 @@
-"""flows.launchers: the config as a flow parameter, the local launcher's call, and the Slurm and
+"""training.launchers: the config as a flow parameter, the local launcher's call, and the Slurm and
 Kubernetes launchers end to end against fake `sbatch`/`srun`/`scontrol` and `kubectl` executables
 (the rendered script really runs: srun starts one "node" per allocated node with SLURM_NODEID set;
 a fake `python` records the torchrun command line each node would run)."""
@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
-                             SlurmLauncher, SlurmSettings, build_launcher, infra_dir, read_env_file)
-from flows.launchers.base import LaunchError, render
+from pydantic import TypeAdapter, ValidationError
+
+from common.errors import UserError
+from train_datasets import write_dataset
 from training.config import TrainConfig
+from training.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
+                                SlurmLauncher, SlurmSettings, build_launcher, infra_dir, launcher_config, read_env_file)
+from training.launchers.base import LaunchError, render
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
 
@@ -30,32 +34,45 @@ def _exe(path: Path, body: str) -> Path:
 
 
 def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
-    cfg = LauncherConfig(kind="slurm", slurm={"nodes": 4, "partition": "mi300x"}, env={"A": "1"})
+    cfg = launcher_config({"kind": "slurm", "nodes": 4, "partition": "mi300x", "env": {"A": "1"}})
     data = json.loads(cfg.model_dump_json())
-    assert LauncherConfig.model_validate(data) == cfg
-    schema = LauncherConfig.model_json_schema()  # what Prefect renders as the parameter form
-    assert schema["properties"]["kind"]["enum"] == ["local", "slurm", "kubernetes"]
-    for model in (LauncherConfig, LocalSettings, SlurmSettings, KubernetesSettings):
-        assert all(f.description for f in model.model_fields.values()), model
+    assert launcher_config(data) == cfg and isinstance(cfg, SlurmSettings)
+    schema = TypeAdapter(LauncherConfig).json_schema()  # what Prefect renders as the parameter form
+    assert schema["discriminator"]["propertyName"] == "kind"  # the form shows only the chosen kind's fields
+    assert sorted(schema["discriminator"]["mapping"]) == ["kubernetes", "local", "slurm"]
+    for model in (LocalSettings, SlurmSettings, KubernetesSettings):
+        assert all(f.description for n, f in model.model_fields.items() if n != "kind"), model
+    assert "partition" not in LocalSettings.model_fields and "nnodes" not in SlurmSettings.model_fields
     assert isinstance(build_launcher(None), LocalLauncher)
     assert isinstance(build_launcher(data), SlurmLauncher) and build_launcher(data).settings.nodes == 4
     assert isinstance(build_launcher({"kind": "kubernetes"}), KubernetesLauncher)
-    with pytest.raises(ValueError):
-        LauncherConfig.model_validate({"kind": "slurm", "slurm": {"nodez": 2}})
+    with pytest.raises(ValidationError):
+        launcher_config({"kind": "slurm", "nodez": 2})
 
 
-def test_local_launcher_calls_training_launch(monkeypatch):
+def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr("training.launch.launch", lambda *a, **k: calls.append((a, k)) or 7)
-    cfg = TrainConfig()
-    launcher = build_launcher({"kind": "local", "env": {"X": "2"},
-                               "local": {"nnodes": 2, "rdzv_endpoint": "h:1", "node_rank": 1,
-                                         "rccl_profiles": ["amd-mi3xx"]}})
-    assert launcher.launch("runs/r", cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
+    monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
+    cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64})))
+    launcher = build_launcher({"kind": "local", "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
+                               "node_rank": 1, "rccl_profiles": ["amd-mi3xx"]})
+    run = tmp_path / "runs" / "r"
+    assert launcher.launch(str(run), cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
     (args, kw), = calls
-    assert args == ("runs/r", cfg)
-    assert kw == {"nproc": 4, "nnodes": 2, "rdzv_endpoint": "h:1", "node_rank": 1, "resume": True,
-                  "env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
+    assert args[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--nnodes", "2",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
+                           "-m", "training.worker", str(run), "--resume"]
+    assert kw == {"env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
+    assert TrainConfig.from_yaml(str(run / "config.yaml")) == cfg
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm", "kubernetes"])
+def test_every_launcher_checks_the_dataset_before_anything_starts(kind, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match="does not exist|no dataset"):
+        build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
+            str(run), TrainConfig(dataset=str(tmp_path / "missing")), on_line=print)
+    assert not run.exists()  # nothing saved, nothing submitted
 
 
 def test_templates_fail_on_a_missing_value():
@@ -132,11 +149,12 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     tmp_path, settings = fake_slurm
     run = tmp_path / "runs" / "r1"
-    launcher = build_launcher({"kind": "slurm", "slurm": settings, "env": {"X": "2"}})
+    launcher = build_launcher({"kind": "slurm", **settings, "env": {"X": "2"}})
     lines: list[str] = []
-    code = launcher.launch(str(run), TrainConfig(dataset="ds"), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    code = launcher.launch(str(run), TrainConfig(dataset=ds), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, "\n".join(lines)
-    assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == "ds"  # the ranks read it there
+    assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
 
     script = tmp_path / "slurm" / "dlrmflow-r1.sbatch"
     text = script.read_text()
@@ -175,8 +193,9 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
     settings = {**settings, "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
                 "rccl_profiles": []}
     lines: list[str] = []
-    assert build_launcher({"kind": "slurm", "slurm": settings}).launch(
-        str(tmp_path / "r2"), TrainConfig(), on_line=lines.append) == 3
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    assert build_launcher({"kind": "slurm", **settings}).launch(
+        str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
     text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
     assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
     assert sum(" argv " in line for line in lines) == 3
@@ -185,9 +204,10 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
 
 def test_slurm_launcher_reports_a_refused_submission(tmp_path):
     sbatch = _exe(tmp_path / "sbatch", "import sys\nprint('sbatch: error: invalid partition', file=sys.stderr)\nsys.exit(1)\n")
-    launcher = build_launcher({"kind": "slurm", "slurm": {"sbatch": str(sbatch), "work_dir": str(tmp_path)}})
+    launcher = build_launcher({"kind": "slurm", "sbatch": str(sbatch), "work_dir": str(tmp_path)})
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
     with pytest.raises(LaunchError, match="invalid partition"):
-        launcher.launch(str(tmp_path / "r"), TrainConfig(), on_line=lambda _: None)
+        launcher.launch(str(tmp_path / "r"), TrainConfig(dataset=ds), on_line=lambda _: None)
 
 
 # ---------------------------------------------------------------- Kubernetes
@@ -231,10 +251,11 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     tmp_path, settings = fake_kubectl
     run = str(tmp_path / "runs" / "Run_1")
     lines: list[str] = []
-    launcher = build_launcher({"kind": "kubernetes", "kubernetes": settings, "env": {"X": "2"}})
-    code = launcher.launch(run, TrainConfig(dataset="ds"), env={"PET_TEE": "3"}, on_line=lines.append)
+    launcher = build_launcher({"kind": "kubernetes", **settings, "env": {"X": "2"}})
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    code = launcher.launch(run, TrainConfig(dataset=ds), env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, lines
-    assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == "ds"
+    assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == ds
     name = KubernetesLauncher.job_name(run)
     assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
 
@@ -277,8 +298,9 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
     tmp_path, settings = fake_kubectl
     monkeypatch.setenv("FAKE_OUTCOME", "Failed")
     lines: list[str] = []
-    code = build_launcher({"kind": "kubernetes", "kubernetes": settings}).launch(
-        str(tmp_path / "r9"), TrainConfig(), on_line=lines.append)
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    code = build_launcher({"kind": "kubernetes", **settings}).launch(
+        str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
     assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
     assert _calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
 
@@ -294,16 +316,16 @@ def test_rendered_slurm_script_trains_on_two_nodes_for_real(fake_slurm, tmp_path
     _, settings = fake_slurm
     _exe(tmp_path / "bin" / "scontrol", "print('127.0.0.1')\n")  # the first node's address
     ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
-    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1})
+    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1, "pg_timeout_s": 60})
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings = {**settings, "python": sys.executable, "gpus_per_node": 0, "nproc_per_node": 1, "rccl_profiles": [],
                 "rdzv_port": port, "rdzv_timeout_s": 120, "exclusive": False}
-    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "DLRMFLOW_PG_TIMEOUT": "60", "PYTHONWARNINGS": "ignore"}
+    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "PYTHONWARNINGS": "ignore"}
     lines: list[str] = []
     run = tmp_path / "runs" / "real"
-    code = build_launcher({"kind": "slurm", "slurm": settings, "env": env}).launch(str(run), cfg, on_line=lines.append)
+    code = build_launcher({"kind": "slurm", **settings, "env": env}).launch(str(run), cfg, on_line=lines.append)
     assert code == 0, "\n".join(lines[-60:])
     assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (run / "plan.txt").read_text()
     assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4]

@@ -1,4 +1,4 @@
-"""Multi-node training on one machine: two torchrun launchers (`dlrmflow train --nnodes 2 --node-rank K`)
+"""Multi-node training on one machine: two torchrun launchers (`dlrmflow train --launcher.nnodes 2 --launcher.node-rank K`)
 meeting at a c10d rendezvous on 127.0.0.1, exactly as two real nodes would, give the same losses,
 metrics and parameters as one node running both ranks (`--nproc 2`).
 
@@ -60,12 +60,12 @@ def test_two_nodes_equal_one_node(tmp_path):
     ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
     single, multi = tmp_path / "single", tmp_path / "multi"
     endpoint = f"127.0.0.1:{_free_port()}"
-    node = ["--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint]
+    node = ["--nproc", "1", "--launcher.nnodes", "2", "--launcher.rdzv-endpoint", endpoint]
     # all three launchers at once: the single-node run and both "nodes" (which share the run folder,
     # as nodes share an S3 prefix or a network file system)
     out = _finish({"single": _start(ds, single, "--nproc", "2"),
-                   "node0": _start(ds, multi, *node, "--node-rank", "0"),
-                   "node1": _start(ds, multi, *node, "--node-rank", "1")})
+                   "node0": _start(ds, multi, *node, "--launcher.node-rank", "0"),
+                   "node1": _start(ds, multi, *node, "--launcher.node-rank", "1")})
 
     assert "Sharding plan: 2 ranks (1 node(s) x 2)" in (single / "plan.txt").read_text()
     assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (multi / "plan.txt").read_text()

@@ -9,16 +9,16 @@ import json
 
 import pytest
 
+from flows.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from train_runs import metrics, train
-from training.config import TrainConfig
 from training.evaluate import evaluate_run
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_criteo_sample_preset_reaches_the_quality_bar(criteo_10k, tmp_path):
-    hint = TrainConfig.preset("criteo-sample").preprocess
+    hint = PipelinePreset.named("criteo-sample").preprocess.model_dump(exclude_unset=True)
     ds = preprocess(PreprocessConfig(inputs=[str(criteo_10k)], out=str(tmp_path / "store"), spec="criteo",
                                      progress=False, **hint))
     run = tmp_path / "run"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from flows.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from preprocessing.synthetic import generate
 from train_runs import train
-from training.config import TrainConfig
 from training.evaluate import evaluate_run
 
 ROWS = 500_000
@@ -18,7 +18,7 @@ ROWS = 500_000
 @pytest.mark.timeout(500)
 def test_dlrm_gets_within_0_01_of_the_planted_models_auc(tmp_path):
     meta = generate(str(tmp_path / "raw"), ROWS, seed=0)
-    hint = TrainConfig.preset("synthetic").preprocess
+    hint = PipelinePreset.named("synthetic").preprocess.model_dump(exclude_unset=True)
     ds = preprocess(PreprocessConfig(inputs=[str(tmp_path / "raw" / "part-*")], out=str(tmp_path / "store"), spec="criteo",
                                      progress=False, **hint))
     run = tmp_path / "run"

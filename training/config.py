@@ -13,16 +13,13 @@ from typing import Any, Literal
 
 import fsspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.config import apply_overrides, validate
 from common.errors import UserError
 from training.sharding import ShardingConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
-
-
-class ConfigError(UserError):
-    """A training config that cannot be used; the message names the file, the field and the fix."""
 
 
 class _Section(BaseModel):
@@ -113,7 +110,6 @@ class TrainConfig(_Section):
     log_every: int = Field(10, ge=1, description="Write a metrics.jsonl line every this many steps.")
     seed: int = Field(0, description="Seed of the initial weights and of the data order.")
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
-    preprocess: dict[str, Any] | None = Field(None, description="Hint only (training ignores it): how the dataset this config was tuned on was preprocessed.")
 
     # ---- I/O -------------------------------------------------------------------------
     @classmethod
@@ -123,28 +119,23 @@ class TrainConfig(_Section):
             with fsspec.open(path, "r", **storage_options) as f:
                 data = yaml.safe_load(f.read()) or {}
         except FileNotFoundError:
-            raise ConfigError(f"{path}: training config does not exist. Fix: pass an existing YAML or --preset NAME "
+            raise UserError(f"{path}: training config does not exist. Fix: pass an existing YAML or --preset NAME "
                               f"({', '.join(preset_names())}).") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: is not valid YAML: {e}") from None
+            raise UserError(f"{path}: is not valid YAML: {e}") from None
         return cls.from_dict(data, source=path)
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "config") -> "TrainConfig":
         """Validate parsed YAML/JSON; errors name the source and the field."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            raise ConfigError(f"{source}: {field}: {err['msg']} (got {err.get('input')!r}).") from None
+        return validate(cls, data, source)
 
     @classmethod
     def preset(cls, name: str) -> "TrainConfig":
         """A built-in preset (``training/presets/<name>.yaml``)."""
         path = PRESET_DIR / f"{name}.yaml"
         if not path.exists():
-            raise ConfigError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
+            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
         return cls.from_yaml(str(path))
 
     def to_yaml(self) -> str:
@@ -153,19 +144,7 @@ class TrainConfig(_Section):
 
     def with_overrides(self, overrides: dict[str, Any]) -> "TrainConfig":
         """A copy with dotted-key overrides applied (``{"optimizer.dense.lr": 0.1}``), re-validated."""
-        data = self.model_dump(mode="json")
-        for key, value in overrides.items():
-            node = data
-            *parents, last = key.split(".")
-            for p in parents:
-                if not isinstance(node.get(p), dict):
-                    raise ConfigError(f"override '{key}': '{p}' is not a config section.")
-                node = node[p]
-            if last not in node:
-                raise ConfigError(f"override '{key}': unknown field '{last}'. Fix: see `dlrmflow train --help`.")
-            node[last] = value
-        return TrainConfig.from_dict(data, source="overrides")
-
+        return TrainConfig.from_dict(apply_overrides(self.model_dump(mode="json"), overrides), source="overrides")
 
 def preset_names() -> list[str]:
     """Names of the built-in presets."""

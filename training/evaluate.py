@@ -154,7 +154,7 @@ def evaluate_run(run_uri: str, split: str = "test", checkpoint: str | int = "bes
     """Evaluate checkpoint ``best|latest|STEP`` of a run on ``split`` with ``nproc`` ranks (torchrun,
     in a subprocess). Returns the content of ``<run>/eval/<split>/metrics.json``; raises UserError
     on bad inputs or a failed evaluation. Output goes to this process's stdout or to ``on_line``."""
-    from training.launch import run_command, torchrun_command
+    from training.launchers.local import run_command, torchrun_command
 
     if nproc < 1:
         raise UserError(f"nproc must be at least 1 (got {nproc}).")

@@ -25,6 +25,11 @@ def storage_options(uri: str) -> dict[str, Any]:
     return {}
 
 
+def run_name(run_uri: str) -> str:
+    """The name of a run folder given by its URI."""
+    return run_uri.rstrip("/").rsplit("/", 1)[-1]
+
+
 class RunDir:
     """One run folder: the single place that names its files; every write is atomic."""
 
@@ -49,7 +54,7 @@ class RunDir:
     @property
     def name(self) -> str:
         """The folder's name (the rendezvous id and job names come from it)."""
-        return self.uri.rsplit("/", 1)[-1]
+        return run_name(self.uri)
 
     # ---- the training config -------------------------------------------------------------
     def has_config(self) -> bool:

@@ -1,6 +1,6 @@
 """Per-rank entry point that torchrun starts: ``python -m training.worker RUN [--resume]``.
 
-Reads ``<run>/config.yaml`` (written by ``training.launch`` before the ranks start), joins the
+Reads ``<run>/config.yaml`` (written by the launcher before the ranks start), joins the
 process group, builds the Trainer, resumes from the latest complete checkpoint if asked,
 trains, and always leaves the process group.
 """

@@ -19,80 +19,50 @@ S3 settings come from the AWS_* variables or --credentials-block.
 """
 
 
+# fields the pipeline fills in itself: not options
+_FILLED_IN = {"train.dataset", "preprocess.out", "preprocess.progress"}
+
+
 def add_arguments(p) -> None:
-    g = p.add_argument_group("data and store")
-    g.add_argument("--input", dest="inputs", action="append", default=[], metavar="[SPLIT=]PATH_OR_URI",
-                   help="input files, folders or globs (repeatable); default: synthetic Criteo logs")
-    g.add_argument("--rows", type=int, help="rows of synthetic data when no --input is given (default 60000)")
-    g.add_argument("--store", metavar="URI", help="artifact store root (default $DLRMFLOW_STORE, else ./artifacts)")
-    g.add_argument("--credentials-block", metavar="NAME", help="Prefect Secret block with the S3 settings")
-    g.add_argument("--run-name", help="run folder name under <store>/runs/ (default: derived, so re-runs resume)")
-    g = p.add_argument_group("preprocessing (as in `dlrmflow preprocess`)")
-    g.add_argument("--spec", default="criteo", help="`criteo` or an input spec YAML")
-    g.add_argument("--split", help="split rule, e.g. ordered:train=0.8,val=0.1,test=0.1")
-    g.add_argument("--frequency-threshold", type=int, metavar="T")
-    g.add_argument("--count-on", choices=["train", "all"])
-    g.add_argument("--numerical-dtype", choices=["float16", "float32"])
-    g.add_argument("--on-bad-row", choices=["error", "skip"])
-    g.add_argument("--max-bad-fraction", type=float)
-    g.add_argument("--workers", type=int, help="input files processed at once (default 1)")
-    g = p.add_argument_group("training (as in `dlrmflow train`)")
-    src = g.add_mutually_exclusive_group()
-    src.add_argument("--config", help="training config YAML")
-    src.add_argument("--preset", help="built-in training preset (default: default)")
-    g.add_argument("--nproc", type=int, default=2, help="training processes (default 2)")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--max-steps", type=int)
-    g.add_argument("--checkpoint-every", type=int)
-    g.add_argument("--seed", type=int)
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a training config field")
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--eval-split", default="test", help="split to evaluate on (default test)")
-    g.add_argument("--checkpoint", default="best", help="best, latest or a step (default best)")
+    from flows.config import PipelineConfig
+    from flows.options import add_options, add_set_option
+
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="pipeline preset (flows/presets.yaml): a training preset and the preprocessing "
+                     "it was tuned with, applied where the options given here do not conflict (default: default)")
+    src.add_argument("--config", help="training config YAML (instead of a preset)")
+    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train"}, skip=_FILLED_IN)
+    add_set_option(p, "train.optimizer.dense.lr=0.1")
 
 
 def build_config(args):
-    """The PipelineConfig of the command line."""
-    import yaml
-    from pydantic import ValidationError
-
-    from common.errors import UserError
-    from flows.config import PipelineConfig
+    """The PipelineConfig of the command line: the preset (or --config), then the options given."""
+    from flows.config import PipelineConfig, PipelinePreset
+    from flows.options import build, collect
     from training.config import TrainConfig
 
-    train = TrainConfig.from_yaml(args.config) if args.config else TrainConfig.preset(args.preset or "default")
-    overrides = {k: v for k, v in {"epochs": args.epochs, "max_steps": args.max_steps, "seed": args.seed,
-                                   "checkpoint_every": args.checkpoint_every}.items() if v is not None}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.dense.lr=0.1")
-        overrides[key.strip()] = yaml.safe_load(value)
-    given = {k: v for k, v in {"inputs": args.inputs, "spec": args.spec, "split": args.split,
-                               "frequency_threshold": args.frequency_threshold, "count_on": args.count_on,
-                               "numerical_dtype": args.numerical_dtype, "on_bad_row": args.on_bad_row,
-                               "max_bad_fraction": args.max_bad_fraction, "workers": args.workers}.items()
-             if v is not None}
-    # the preset's preprocessing (e.g. criteo-sample's split and threshold) unless given here
-    preprocess = {**(train.preprocess or {}), **given}
-    data = {"preprocess": preprocess, "train": train.with_overrides(overrides).model_dump(), "nproc": args.nproc,
-            "evaluate": {"split": args.eval_split, "checkpoint": args.checkpoint},
-            "synthetic": {"rows": args.rows} if args.rows else {},
-            "store": args.store, "run_name": args.run_name, "credentials_block": args.credentials_block}
-    try:
-        return PipelineConfig(**{k: v for k, v in data.items() if v is not None})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise UserError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}.") from None
+    preset = PipelinePreset.named(args.preset or "default")
+    train = TrainConfig.from_yaml(args.config) if args.config else TrainConfig.preset(preset.train)
+    given = {k.split(".", 1)[1]: v for k, v in collect(args, "pipeline").items() if k.startswith("preprocess.")}
+    applied, skipped = ({}, {}) if args.config else preset.hints(given)
+    for key, value in applied.items():
+        _say(f"preset {args.preset or 'default'}: preprocess.{key} = {value!r}")
+    for key, why in skipped.items():
+        _say(f"preset {args.preset}: preprocess.{key} not applied ({why})")
+    base = PipelineConfig().model_dump(mode="json")
+    base.update(train=train.model_dump(mode="json"), preprocess={**base["preprocess"], **applied})
+    return build(PipelineConfig, args, base, root="pipeline")
+
+
+def _say(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
-    import os
     import time
 
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from prefect.logging.configuration import setup_logging
-    setup_logging()  # before torch: fbgemm's import-time logging.info() would install a plain root handler
     from flows.store import Store
 
     start = time.monotonic()

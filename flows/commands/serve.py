@@ -15,35 +15,27 @@ Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop w
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--store", metavar="URI",
-                        help="artifact store root (default $DLRMFLOW_STORE, else ./artifacts)")
-    parser.add_argument("--cron", default="0 2 * * *", help="the pipeline's schedule (default nightly at 02:00 UTC)")
+    from flows.config import ServeConfig
+    from flows.options import add_options
+
+    add_options(parser, ServeConfig)
 
 
 def run(args) -> int:
-    import os
-
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from prefect.logging.configuration import setup_logging
-    setup_logging()  # before torch: fbgemm's import-time logging.info() would install a plain root handler
-    from prefect.client.schemas.schedules import CronSchedule
     from prefect.settings import PREFECT_API_URL
-    from pydantic import ValidationError
 
     from common.errors import UserError
+    from flows.config import ServeConfig
+    from flows.deploy import serve_all
+    from flows.options import build
     from flows.store import Store
 
     if not PREFECT_API_URL.value():
         raise UserError("serve needs a Prefect server. Fix: start one (prefect server start) and set "
                         "PREFECT_API_URL, e.g. http://127.0.0.1:4200/api.")
-    store = Store(args.store)
+    config = build(ServeConfig, args)
+    store = Store(config.store)
     store.check()
-    try:
-        CronSchedule(cron=args.cron)
-    except ValidationError:
-        raise UserError(f"--cron {args.cron!r} is not a cron expression. "
-                        "Fix: e.g. \"0 2 * * *\" (02:00 daily).") from None
-    from flows.deploy import serve_all
-    print(f"serving 4 deployments (pipeline: cron '{args.cron}'), store {store.uri}", flush=True)
-    serve_all(store.uri, args.cron)
+    print(f"serving 4 deployments (pipeline: cron '{config.cron}'), store {store.uri}", flush=True)
+    serve_all(config.model_copy(update={"store": store.uri}))
     return 0

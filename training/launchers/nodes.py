@@ -18,7 +18,7 @@ def node_command(run_uri: str, *, python: str, nproc: int, nnodes: int, resume: 
                  is_host: str, rdzv_timeout_s: int) -> str:
     """``exec PYTHON -m torch.distributed.run ... -m training.worker RUN``; ``is_host`` is a shell
     expression that is 1 on the node hosting the rendezvous and 0 elsewhere."""
-    from training.launch import torchrun_command
+    from training.launchers.local import torchrun_command
 
     cmd = torchrun_command(run_uri, nproc=nproc, nnodes=max(nnodes, 2), rdzv_endpoint="@ENDPOINT@",
                            resume=resume, run_id=run_id)

@@ -19,22 +19,18 @@ from typing import TYPE_CHECKING
 
 from common.atomic import write_atomic
 
-from flows.launchers.base import Launcher, LaunchError, OnLine, infra_dir, profile_env, render, run_id_of
-from flows.launchers.config import SlurmSettings
-from flows.launchers.nodes import node_command
+from training.launchers.base import Launcher, LaunchError, OnLine, infra_dir, render
+from training.launchers.nodes import node_command
+from training.rundir import run_name
 
 if TYPE_CHECKING:
-    from training.config import TrainConfig
+    from training.rundir import RunDir
 
 _JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class SlurmLauncher(Launcher):
     kind = "slurm"
-
-    def __init__(self, settings: SlurmSettings | None = None, env: dict[str, str] | None = None):
-        self.settings = settings or SlurmSettings()
-        self.env = env or {}
 
     @property
     def nproc(self) -> int:
@@ -53,7 +49,7 @@ class SlurmLauncher(Launcher):
 
     @staticmethod
     def job_name(run_uri: str) -> str:
-        return "dlrmflow-" + _JOB_NAME.sub("-", run_id_of(run_uri))[:100]
+        return "dlrmflow-" + _JOB_NAME.sub("-", run_name(run_uri))[:100]
 
     def directives(self, run_uri: str) -> list[str]:
         """The #SBATCH lines."""
@@ -83,11 +79,8 @@ class SlurmLauncher(Launcher):
     def node_command(self, run_uri: str, resume: bool) -> str:
         s = self.settings
         return node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
-                            run_id=run_id_of(run_uri), is_host="$(( SLURM_NODEID == 0 ))",
+                            run_id=run_name(run_uri), is_host="$(( SLURM_NODEID == 0 ))",
                             rdzv_timeout_s=s.rdzv_timeout_s)
-
-    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
-        return {**profile_env(self.settings.rccl_profiles), **self.env, **(env or {})}
 
     def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
         """The batch script of this run."""
@@ -110,12 +103,9 @@ class SlurmLauncher(Launcher):
     def submit_command(self, script: Path) -> list[str]:
         return [self.settings.sbatch, "--wait", "--parsable", str(script)]
 
-    def launch(self, run_uri: str, cfg: "TrainConfig", *, nproc: int | None = None, resume: bool = False,
-               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
-        from training.launch import save_config
-
-        emit = on_line or (lambda line: print(line, flush=True))
-        save_config(run_uri, cfg)
+    def start(self, run: "RunDir", *, nproc: int | None, resume: bool, env: dict[str, str] | None,
+              on_line: OnLine) -> int:
+        emit, run_uri = on_line, run.uri
         script, log_pattern = self.paths(run_uri)
         script.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(script, self.render(run_uri, resume=resume, env=env))

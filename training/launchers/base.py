@@ -1,5 +1,6 @@
-"""The Launcher interface, the local launcher, and what all launchers share: the infra/ folder,
-RCCL/NCCL environment profiles (infra/rccl/<name>.env) and ``{{ name }}`` templates."""
+"""The Launcher base and what all launchers share: the dataset check and config save before any rank
+starts, the ranks' environment from RCCL/NCCL profiles (infra/rccl/<name>.env), the infra/ folder
+and ``{{ name }}`` templates."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ import os
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from common.errors import UserError
+from training.rundir import RunDir, storage_options
 
 if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
     from training.config import TrainConfig
@@ -79,55 +79,69 @@ def render(template: str, values: dict[str, object], source: str = "template") -
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
 
 
-def run_id_of(run_uri: str) -> str:
-    """The run folder's name (the rendezvous id and the job name come from it)."""
-    return run_uri.rstrip("/").rsplit("/", 1)[-1]
-
-
 class Launcher(ABC):
     """Runs ``training.worker`` on every rank of a run and waits for it.
 
-    ``launch`` writes the resolved config to ``<run>/config.yaml`` first (the ranks read it from
-    there, so the run folder must be reachable from wherever they run: s3:// or a shared file
-    system), then starts the ranks, hands every output line to ``on_line`` (or prints it), and
-    returns the exit code of the job (0: trained; else the failing rank's torchrun exit code).
+    ``launch`` checks the dataset and writes the resolved config to ``<run>/config.yaml`` first (the
+    ranks read it from there, so the run folder must be reachable from wherever they run: s3:// or a
+    shared file system), then ``start``s the ranks, hands every output line to ``on_line`` (or prints
+    it), and returns the exit code of the job (0: trained; else the failing rank's exit code).
     """
 
     kind: str
 
-    @abstractmethod
-    def launch(self, run_uri: str, cfg: TrainConfig, *, nproc: int | None = None, resume: bool = False,
+    def __init__(self, settings=None):
+        from training.launchers.config import KubernetesSettings, LocalSettings, SlurmSettings
+
+        default = {"local": LocalSettings, "slurm": SlurmSettings, "kubernetes": KubernetesSettings}[self.kind]
+        self.settings = settings or default()
+
+    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """The ranks' environment: the RCCL profiles, then the settings' env, then ``env``."""
+        return {**profile_env(self.settings.rccl_profiles), **self.settings.env, **(env or {})}
+
+    def launch(self, run: RunDir | str, cfg: TrainConfig, *, nproc: int | None = None, resume: bool = False,
                env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
         """``nproc``: ranks per node for the local launcher (Slurm/Kubernetes take theirs from their
         settings); ``env``: extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes)."""
+        run = RunDir(run)
+        check_dataset(cfg)
+        run.save_config(cfg)
+        return self.start(run, nproc=nproc, resume=resume, env=env,
+                          on_line=on_line or (lambda line: print(line, flush=True)))
+
+    @abstractmethod
+    def start(self, run: RunDir, *, nproc: int | None, resume: bool, env: dict[str, str] | None,
+              on_line: OnLine) -> int:
+        """Start the ranks of a prepared run and wait for them; returns the job's exit code."""
 
     def describe(self) -> str:
         """One line for the logs: where training runs."""
         return self.kind
 
 
-class LocalLauncher(Launcher):
-    """torchrun as a subprocess here (``training.launch.launch``): standalone, or one node of a c10d job."""
+def check_dataset(cfg: TrainConfig) -> None:
+    """Fail fast, before torchrun starts, when the dataset, its training split or one of that split's
+    files is missing: a one-line UserError here instead of every rank failing under torchrun."""
+    import fsspec
 
-    kind = "local"
+    from feature_spec import load, resolve
 
-    def __init__(self, settings=None, env: dict[str, str] | None = None):
-        from flows.launchers.config import LocalSettings
-
-        self.settings = settings or LocalSettings()
-        self.env = env or {}
-
-    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
-        return {**profile_env(self.settings.rccl_profiles), **self.env, **(env or {})}
-
-    def launch(self, run_uri: str, cfg: TrainConfig, *, nproc: int | None = None, resume: bool = False,
-               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
-        from training.launch import launch
-
-        s = self.settings
-        return launch(run_uri, cfg, nproc=nproc or 1, nnodes=s.nnodes, rdzv_endpoint=s.rdzv_endpoint,
-                      node_rank=s.node_rank, resume=resume, env=self.environment(env), on_line=on_line)
-
-    def describe(self) -> str:
-        s = self.settings
-        return "local torchrun" + (f" (node of {s.nnodes}, rendezvous {s.rdzv_endpoint})" if s.nnodes > 1 else "")
+    if not cfg.dataset:
+        raise UserError("no dataset given. Fix: pass --dataset DATASET_URI (a folder written by `dlrmflow preprocess`).")
+    options = storage_options(cfg.dataset)
+    spec = load(cfg.dataset, **options)
+    split = cfg.data.train_split
+    if split not in spec.splits:
+        raise UserError(f"{cfg.dataset}: the dataset has no split '{split}' (it has: {', '.join(spec.splits) or 'none'}). "
+                        "Fix: set data.train_split to one of those split names.")
+    if not spec.is_dataset:
+        raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
+                        "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
+    files = sorted({resolve(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
+    fs, _ = fsspec.core.url_to_fs(files[0], **options)
+    missing = [f for f in files if not fs.exists(f)]
+    if missing:
+        raise UserError(f"{missing[0]}: data file of split '{split}' is missing"
+                        f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}. "
+                        "Fix: re-run preprocessing, or correct the path in the feature spec.")

@@ -1,22 +1,31 @@
 """LauncherConfig: where `torchrun` runs (this machine, a Slurm allocation, a Kubernetes Job).
 
-A plain pydantic model (JSON-serialisable, with descriptions) so it can be a Prefect flow parameter
-and the UI renders it as a form; ``build_launcher(cfg)`` turns it into a ``Launcher``.
+One settings model per kind, told apart by ``kind`` (a discriminated union): a Prefect form shows
+only the chosen launcher's fields and the command line takes ``--launcher KIND``. Plain pydantic
+(JSON-serialisable, with descriptions); ``build_launcher(cfg)`` turns it into a ``Launcher``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Settings(BaseModel):
+    """What every launcher takes."""
+
     model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of every rank "
+                                "(after the RCCL profiles, so it overrides them). Never put secrets here.")
 
 
 class LocalSettings(_Settings):
     """torchrun as a subprocess of this process (the default; also one node of a hand-started multi-node run)."""
+
+    kind: Literal["local"] = Field("local", description="Launcher: 'local' runs torchrun here; 'slurm' submits "
+                                   "an sbatch job and waits; 'kubernetes' applies an indexed Job and waits.")
 
     nnodes: int = Field(1, ge=1, description="Nodes in the job. >1: start the same launcher on every node "
                         "with the same rdzv_endpoint.")
@@ -28,6 +37,8 @@ class LocalSettings(_Settings):
 
 class SlurmSettings(_Settings):
     """`sbatch --wait` of infra/slurm/train.sbatch: one torchrun per node via srun, c10d rendezvous on the first node."""
+
+    kind: Literal["slurm"] = "slurm"
 
     nodes: int = Field(1, ge=1, description="Nodes to allocate (#SBATCH --nodes).")
     gpus_per_node: int = Field(8, ge=0, description="GPUs per node (#SBATCH --gpus-per-node); also the ranks "
@@ -61,6 +72,8 @@ class SlurmSettings(_Settings):
 class KubernetesSettings(_Settings):
     """An indexed Job (one pod per node) + a headless Service for the rendezvous, applied with kubectl."""
 
+    kind: Literal["kubernetes"] = "kubernetes"
+
     image: str = Field("ghcr.io/example/dlrmflow-rocm:0.1.0", description="Training image (infra/docker/rocm.Dockerfile).")
     namespace: str = Field("dlrmflow", description="Namespace of the Job, Service and ConfigMap.")
     nodes: int = Field(1, ge=1, description="Pods (one per node) in the indexed Job.")
@@ -90,14 +103,16 @@ class KubernetesSettings(_Settings):
     context: str | None = Field(None, description="kubectl --context (None: the current one / in-cluster config).")
 
 
-class LauncherConfig(_Settings):
-    """Where training runs: `local` (torchrun subprocess, default), `slurm` (sbatch) or `kubernetes` (Job)."""
+LauncherConfig = Annotated[Union[LocalSettings, SlurmSettings, KubernetesSettings], Field(discriminator="kind")]
+"""Where training runs: `local` (torchrun subprocess, default), `slurm` (sbatch) or `kubernetes` (Job)."""
 
-    kind: Literal["local", "slurm", "kubernetes"] = Field("local", description="Launcher: 'local' runs torchrun "
-                                                          "here; 'slurm' submits an sbatch job and waits; "
-                                                          "'kubernetes' applies an indexed Job and waits.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of every rank "
-                                "(after the RCCL profiles, so it overrides them). Never put secrets here.")
-    local: LocalSettings = Field(default_factory=LocalSettings, description="Settings of kind 'local'.")
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="Settings of kind 'slurm'.")
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="Settings of kind 'kubernetes'.")
+
+class LaunchConfig(BaseModel):
+    """Where a training run's ranks start, and how many on this machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nproc: int = Field(1, ge=1, description="Processes (ranks) on this machine (local launcher; Slurm and "
+                       "Kubernetes take theirs from their settings).")
+    launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
+                                     "torchrun (default), a Slurm allocation or a Kubernetes Job.")

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from flows.launchers.base import Launcher, LaunchError, OnLine, infra_dir, profile_env, render, run_id_of
-from flows.launchers.config import KubernetesSettings
-from flows.launchers.nodes import node_command
+from training.launchers.base import Launcher, LaunchError, OnLine, infra_dir, render
+from training.launchers.nodes import node_command
+from training.rundir import run_name
 
 if TYPE_CHECKING:
-    from training.config import TrainConfig
+    from training.rundir import RunDir
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|No resources found|is pending|not found")
@@ -33,10 +33,6 @@ _NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|N
 
 class KubernetesLauncher(Launcher):
     kind = "kubernetes"
-
-    def __init__(self, settings: KubernetesSettings | None = None, env: dict[str, str] | None = None):
-        self.settings = settings or KubernetesSettings()
-        self.env = env or {}
 
     @property
     def nproc(self) -> int:
@@ -50,7 +46,7 @@ class KubernetesLauncher(Launcher):
     @staticmethod
     def job_name(run_uri: str) -> str:
         """A DNS label for the Job and Service: ``dlrmflow-<run>`` (shortened with a hash when long)."""
-        run = run_id_of(run_uri)
+        run = run_name(run_uri)
         slug = _NOT_DNS.sub("-", run.lower()).strip("-") or "run"
         name = f"dlrmflow-{slug}"
         if len(name) > 40 or slug != run:  # pod hostnames add "-<index>"; keep distinct runs distinct
@@ -61,15 +57,12 @@ class KubernetesLauncher(Launcher):
         s = self.settings
         return [s.kubectl, *(["--context", s.context] if s.context else []), "--namespace", s.namespace, *args]
 
-    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
-        return {**profile_env(self.settings.rccl_profiles), **self.env, **(env or {})}
-
     def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
         """The manifest of this run (multi-document YAML)."""
         s = self.settings
         name = self.job_name(run_uri)
         labels = {"app.kubernetes.io/name": "dlrmflow", "app.kubernetes.io/component": "train",
-                  "dlrmflow/run": _NOT_DNS.sub("-", run_id_of(run_uri).lower())[:63].strip("-") or "run"}
+                  "dlrmflow/run": _NOT_DNS.sub("-", run_name(run_uri).lower())[:63].strip("-") or "run"}
         resources = {**({s.gpu_resource: str(s.gpus_per_node)} if s.gpus_per_node else {}),
                      **({"cpu": s.cpu} if s.cpu else {}), **({"memory": s.memory} if s.memory else {}),
                      **s.extra_resources}
@@ -77,7 +70,7 @@ class KubernetesLauncher(Launcher):
         if s.s3_secret:
             env_from.append({"secretRef": {"name": s.s3_secret}})
         cmd = node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
-                           run_id=run_id_of(run_uri), is_host="$(( JOB_COMPLETION_INDEX == 0 ))",
+                           run_id=run_name(run_uri), is_host="$(( JOB_COMPLETION_INDEX == 0 ))",
                            rdzv_timeout_s=s.rdzv_timeout_s)
         values = {
             "name": name, "namespace": s.namespace, "labels": labels, "config_env": self.environment(env),
@@ -93,13 +86,10 @@ class KubernetesLauncher(Launcher):
         docs = [_prune(d) for d in yaml.safe_load_all(text) if d]
         return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
 
-    def launch(self, run_uri: str, cfg: "TrainConfig", *, nproc: int | None = None, resume: bool = False,
-               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
-        from training.launch import save_config
-
-        emit = on_line or (lambda line: print(line, flush=True))
+    def start(self, run: "RunDir", *, nproc: int | None, resume: bool, env: dict[str, str] | None,
+              on_line: OnLine) -> int:
+        emit, run_uri = on_line, run.uri
         s = self.settings
-        save_config(run_uri, cfg)
         name = self.job_name(run_uri)
         manifest = self.render(run_uri, resume=resume, env=env)
         with tempfile.NamedTemporaryFile("w", prefix=f"{name}-", suffix=".yaml", delete=False) as f:

@@ -1,0 +1,45 @@
+"""What every config model shares: dotted overrides and one message for an invalid value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from common.errors import UserError
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    """``base`` (a model dump) with each dotted ``overrides`` key (``optimizer.dense.lr``) set in it.
+
+    ``strict``: a key that ``base`` does not have is a UserError (a typo), else it is added."""
+    data = dict(base)
+    for key, value in overrides.items():
+        node = data
+        *parents, last = key.split(".")
+        for part in parents:
+            child = node.get(part, None if strict else {})
+            if not isinstance(child, dict):
+                raise UserError(f"override '{key}': '{part}' is not a config section.")
+            node[part] = child = dict(child)
+            node = child
+        if strict and last not in node:
+            raise UserError(f"override '{key}': unknown field '{last}'. Fix: see the command's --help.")
+        node[last] = value
+    return data
+
+
+def config_error(e: ValidationError, source: str) -> UserError:
+    """One message for an invalid config, the same from a YAML file, the command line or a flow parameter."""
+    err = e.errors()[0]
+    field = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return UserError(f"{source}: {field}: {err['msg']}{got}.")
+
+
+def validate(model: type[BaseModel], data: Any, source: str):
+    """``model`` validated from ``data``; errors as ``config_error``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise config_error(e, source) from None

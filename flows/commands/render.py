@@ -1,0 +1,40 @@
+"""`dlrmflow render`: print the sbatch script or Kubernetes manifest a launcher would submit (nothing is submitted)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "print the Slurm batch script or Kubernetes manifest that `train --launcher slurm|kubernetes` would submit"
+DESCRIPTION = HELP + """
+
+examples:
+  dlrmflow render --run s3://bucket/runs/r1 --launcher slurm --launcher.nodes 4 --launcher.partition mi300x
+  dlrmflow render --run s3://bucket/runs/r1 --launcher kubernetes --launcher.nodes 2 --launcher.image REGISTRY/dlrmflow-rocm:0.1.0
+  dlrmflow render --run s3://bucket/runs/r1 --config launcher.yaml > job.yaml
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.options import add_options
+    from training.launchers import LaunchConfig
+
+    p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
+    p.add_argument("--config", metavar="LAUNCHER.yaml", help="launcher settings YAML (kind: slurm|kubernetes, ...)")
+    p.add_argument("--resume", action="store_true", help="render the --resume variant")
+    add_options(p, LaunchConfig, root="launch", skip={"nproc"})
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from common.errors import UserError
+    from flows.options import build
+    from training.launchers import LaunchConfig, build_launcher
+
+    launcher = yaml.safe_load(open(args.config)) if args.config else {"kind": "slurm"}
+    config = build(LaunchConfig, args, {"launcher": launcher}, root="launch")
+    if config.launcher.kind == "local":
+        raise UserError("the local launcher submits nothing to render. Fix: --launcher slurm or --launcher kubernetes.")
+    sys.stdout.write(build_launcher(config.launcher).render(args.run, resume=args.resume))
+    return 0
