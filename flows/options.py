@@ -102,23 +102,22 @@ def _variants(annotation, field) -> list[type[BaseModel]]:
 
 
 def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], *, root: str = "config",
-                skip: Iterable[str] = (), flatten: Iterable[str] = (), positional: Iterable[str] = (),
-                defaults: BaseModel | None = None, title: str | None = None) -> None:
+                skip: Iterable[str] = (), flatten: Iterable[str] = (), defaults: BaseModel | None = None,
+                title: str | None = None) -> None:
     """Add one option per field of ``model`` (recursively) to ``parser``.
 
     ``root`` names the model in ``collect``/``build``; ``skip`` leaves out fields (dotted paths, e.g.
     fields a command fills in itself); ``flatten`` offers a nested section's fields without its prefix
-    (their names must not collide); ``positional`` makes top-level fields positional arguments;
-    ``defaults`` is the instance whose values the help shows (default: the model's own defaults).
+    (their names must not collide); ``defaults`` is the instance whose values the help shows (default: the model's own defaults).
     A discriminated union (e.g. the launcher) becomes ``--launcher KIND`` plus every kind's fields.
     """
-    _Adder(parser, root, set(skip), set(flatten), set(positional)).model(model, defaults, title, "", "")
+    _Adder(parser, root, set(skip), set(flatten)).model(model, defaults, title, "", "")
 
 
 class _Adder:
-    def __init__(self, parser, root, skip, flatten, positional):
-        self.parser, self.root, self.skip, self.flatten, self.positional = parser, root, skip, flatten, positional
-        self.flags: dict[str, list[str]] = {}  # flag -> kinds offering it (union variants share flags)
+    def __init__(self, parser, root, skip, flatten):
+        self.parser, self.root, self.skip, self.flatten = parser, root, skip, flatten
+        self.flags: set[str] = set()  # union variants with a field of the same name share its flag
 
     def model(self, model, defaults, title, path, flag, kind: str | None = None) -> None:
         group = self.parser.add_argument_group(title) if title else self.parser
@@ -142,22 +141,16 @@ class _Adder:
                     self.model(variant, default if getattr(default, "kind", None) == k else None,
                                f"{sub_title}: --{sub_flag.replace('_', '-')} {k}", sub_path + ".", sub_flag + ".", k)
             else:
-                self.scalar(group, field, annotation, optional, default, sub_path, sub_flag, kind,
-                            positional=name in self.positional and not path)
+                self.scalar(group, field, annotation, optional, default, sub_path, sub_flag)
 
-    def scalar(self, group, field, annotation, optional, default, path, flag, kind, positional) -> None:
-        dest = f"{_PREFIX}{self.root}:{path}"
-        help_text = _help(field.description, default)
-        origin = typing.get_origin(annotation)
-        if positional:
-            group.add_argument(dest, metavar=path.upper(), help=help_text, **({"nargs": "+"} if origin is list else {}))
-            return
+    def scalar(self, group, field, annotation, optional, default, path, flag) -> None:
         flags = [_flag(flag)]
-        if flags[0] in self.flags:  # the same field of another union variant: one flag for both
-            self.flags[flags[0]].append(kind)
+        if flags[0] in self.flags:
             return
-        self.flags[flags[0]] = [kind]
-        kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS, "help": help_text}
+        self.flags.add(flags[0])
+        origin = typing.get_origin(annotation)
+        kwargs: dict[str, Any] = {"dest": f"{_PREFIX}{self.root}:{path}", "default": argparse.SUPPRESS,
+                                  "help": _help(field.description, default)}
         if annotation is bool:
             kwargs["action"] = _Bool
         elif origin is Literal:  # choices shown, checked by the model (the same message as from a YAML file)
