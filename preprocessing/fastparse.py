@@ -23,7 +23,7 @@ import polars as pl
 
 from feature_spec import CRITEO_COLUMNS
 
-from .transforms import Plan, hashed_index
+from .transforms import Transforms, hashed_index
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,18 @@ def enabled() -> bool:
     return _criteo is not None and os.environ.get("DLRMFLOW_NO_FAST_PARSE", "0") in ("", "0")
 
 
-def for_plan(fmt, plan: Plan, types: dict) -> Callable[[bytes], pl.DataFrame | None] | None:
+def block_parser(fmt, t: Transforms, types: dict) -> Callable[[bytes], pl.DataFrame | None] | None:
     """The block parser for this input (block -> intermediate rows, or None to use the polars path),
-    or None where the input is not plain Criteo TSV with the standard plan."""
+    or None where the input is not plain Criteo TSV with the standard transforms."""
     if not enabled() or fmt.kind != "criteo" or fmt.header or list(fmt.columns or []) != CRITEO_COLUMNS:
         return None
     label, ints, cats = CRITEO_COLUMNS[0], CRITEO_COLUMNS[1:1 + N_INT], CRITEO_COLUMNS[1 + N_INT:]
-    if (plan.label != label or plan.positive is not None or plan.positive_if is not None or plan.split_column
-            or plan.numerical != [(n, "log1p") for n in ints]
-            or [c.name for c in plan.categorical] != cats or any(c.kind != "hex" for c in plan.categorical)
+    if (t.label != label or t.positive is not None or t.positive_if is not None or t.split_column
+            or t.numerical != [(n, "log1p") for n in ints]
+            or [c.name for c in t.categorical] != cats or any(c.kind != "hex" for c in t.categorical)
             or types != {label: pl.Float64, **dict.fromkeys(ints, pl.Float64), **dict.fromkeys(cats, pl.String)}):
         return None
-    hashed = [(c.name, c.hash_buckets) for c in plan.categorical if c.hash_buckets is not None]
+    hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]
 
     def parse(block: bytes) -> pl.DataFrame | None:
         df = parse_block(block)

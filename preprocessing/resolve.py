@@ -21,7 +21,7 @@ from . import splits
 from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type
 from .readers import Format
-from .transforms import Plan
+from .transforms import Transforms
 
 FORMAT_VERSION = 1
 
@@ -35,7 +35,7 @@ class Resolved:
     inputs: list[InputFile]
     rule: splits.SplitRule
     threshold: int
-    plan: Plan
+    plan: Transforms
     fmt: Format
     fingerprint: str
     dataset: str
@@ -58,7 +58,7 @@ def resolve(config: PreprocessConfig) -> Resolved:
     threshold = config.frequency_threshold if config.frequency_threshold is not None \
         else int(defaults.get("frequency_threshold", 0))
     numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
-    plan = Plan.from_spec(spec, threshold, rule.column, numeric_cuts)
+    plan = Transforms.from_spec(spec, threshold, rule.column, numeric_cuts)
     fmt = _format(config.spec, spec, inputs)
     resolved_config = {**config.output_settings(), "frequency_threshold": threshold, "split": rule.text(),
                        "format_version": FORMAT_VERSION}

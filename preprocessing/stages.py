@@ -25,7 +25,7 @@ from feature_spec import categorical_file_name
 
 from . import fastparse, readers, splits, vocab
 from .errors import BadRows
-from .transforms import SPLIT_COLUMN, Plan, to_intermediate
+from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
 # test hook: seconds to sleep after each finished part, so a test can kill a run part-way
@@ -37,7 +37,7 @@ class Job:
     """Everything a worker needs, for all stages (picklable)."""
 
     work: Path
-    plan: Plan
+    plan: Transforms
     fmt: readers.Format
     types: dict
     rule: splits.SplitRule
@@ -74,7 +74,7 @@ def parse_file(job: Job, task: FileTask, progress=None) -> dict:
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(job.plan.vocab_features, compact_factor=2) if _may_count_in_parse(job, task) else None
-    fast = fastparse.for_plan(job.fmt, job.plan, job.types)
+    fast = fastparse.block_parser(job.fmt, job.plan, job.types)
     with atomic_dir(folder / f"{part_name(task.i)}.arrow") as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(task.uri, job.fmt, job.types, bad, fast=fast)):
             out = df if line_numbers is None else \
