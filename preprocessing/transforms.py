@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from feature_spec import FeatureSpec
+from feature_spec import FeatureSpec, categorical_dtype
 
 from .errors import BadRows
 from .hashing import hash_values
@@ -59,6 +59,10 @@ class Transforms:
     @property
     def vocab_features(self) -> list[str]:
         return [c.name for c in self.categorical if c.hash_buckets is None]
+
+    def categorical_dtypes(self, cards: dict[str, int]) -> dict[str, str]:
+        """Output dtype of each categorical: the smallest integer type that holds its cardinality."""
+        return {c.name: categorical_dtype(cards[c.name]) for c in self.categorical}
 
     def parse_types(self, native: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
         """Column -> type to parse the raw column as (``native``: a Parquet file's own types)."""

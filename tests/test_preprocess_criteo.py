@@ -110,7 +110,7 @@ def test_workers_and_rerun_give_identical_bytes(criteo_10k, tmp_path, capsys):
         assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
     capsys.readouterr()
     assert _preprocess(criteo_10k, tmp_path / "a", 2) == one
-    assert "nothing to do" in capsys.readouterr().err
+    assert "already complete, skipping preprocessing" in capsys.readouterr().err
 
 
 def test_files_split_and_hash_buckets(criteo_10k, rows, tmp_path):

@@ -14,10 +14,11 @@ from preprocessing import PreprocessConfig, run
 
 
 def _start(inputs: Path, out: Path, workers: int) -> subprocess.Popen:
-    env = {**os.environ, "DLRMFLOW_TEST_PART_DELAY_S": "0.3"}
-    cmd = [sys.executable, "-m", "flows", "preprocess", "--input", str(inputs), "--out", str(out),
-           "--frequency-threshold", "2", "--workers", str(workers), "--no-progress"]
-    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """`dlrmflow preprocess` pausing 0.3 s after each per-file part (tests/slow_preprocess.py)."""
+    cmd = [sys.executable, str(Path(__file__).with_name("slow_preprocess.py")), "0.3", "preprocess",
+           "--input", str(inputs), "--out", str(out), "--frequency-threshold", "2", "--workers", str(workers),
+           "--no-progress"]
+    return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _kill_when(proc: subprocess.Popen, out: Path, pattern: str, n: int) -> None:
