@@ -54,7 +54,7 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(t.vocab_features, compact_factor=2) if _may_count_in_parse(job, i) else None
-    fast = fastparse.block_parser(job.fmt, t, job.types)
+    fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
     with atomic_dir(job.work.parsed(i)) as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(uri, job.fmt, job.types, bad, fast=fast)):
             out = df if line_numbers is None else \

@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from feature_spec import CRITEO_COLUMNS, criteo_spec
-from preprocessing import fastparse, readers
+from preprocessing import PreprocessConfig, fastparse, readers
+from preprocessing import run as preprocess
 from preprocessing.errors import BadRowError, BadRows
 from preprocessing.transforms import Transforms, to_intermediate
 
@@ -57,9 +58,20 @@ def test_applies_only_to_the_standard_criteo_transforms():
     assert fastparse.block_parser(FMT, other, other.parse_types()) is None
 
 
-def test_switch_turns_it_off(monkeypatch):
-    monkeypatch.setenv("DLRMFLOW_NO_FAST_PARSE", "1")
-    assert fastparse.block_parser(FMT, TRANSFORMS, TYPES) is None
+@pytest.mark.skipif(not REAL.exists(), reason="real Criteo rows not available")
+def test_config_switch_turns_it_off_with_the_same_bytes(monkeypatch, tmp_path):
+    calls, parse_block = [], fastparse.parse_block
+    monkeypatch.setattr(fastparse, "parse_block", lambda block: calls.append(1) or parse_block(block))
+    datasets = []
+    for fast in (True, False):
+        calls.clear()
+        datasets.append(Path(preprocess(PreprocessConfig(inputs=[str(REAL)], out=str(tmp_path / str(fast)),
+                                                         progress=False, frequency_threshold=2, fast_parse=fast))))
+        assert bool(calls) == fast
+    on, off = datasets
+    assert on.name == off.name   # not part of the fingerprint
+    files = sorted(p.relative_to(on) for p in on.rglob("*") if p.is_file())
+    assert all((on / rel).read_bytes() == (off / rel).read_bytes() for rel in files)
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real Criteo rows not available")
