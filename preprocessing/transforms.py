@@ -113,6 +113,8 @@ def _numerical(name: str, transform: str) -> pl.Expr:
     col = pl.col(name)
     if transform == "log1p":
         col = col.clip(lower_bound=0).log1p()
+    elif transform == "log3p":   # as NVIDIA DLRM's Spark job: log(x + 3), and 0 where that is undefined
+        col = pl.when(col > -3).then((col + 3).log())
     return col.fill_null(0).cast(pl.Float32)
 
 
