@@ -8,6 +8,7 @@ from flows.preprocess import _task, preprocess
 from flows.store import transient
 from preprocessing import PreprocessConfig, run
 from prefect_fixtures import synthetic_inputs  # noqa: F401  (a fixture)
+from same_dataset import assert_same_files
 
 
 def test_flow_runs_each_stage_as_tasks_and_writes_the_same_bytes(prefect_harness, synthetic_inputs, tmp_path):
@@ -25,10 +26,7 @@ def test_flow_runs_each_stage_as_tasks_and_writes_the_same_bytes(prefect_harness
     assert names == ["build_vocabulary", "count-0", "count-1", "encode-0", "encode-1", "parse-0", "parse-1",
                      "write_dataset"]
     reference = Path(run(config.model_copy(update={"out": str(tmp_path / "threads")})))
-    files = sorted(p.relative_to(reference) for p in reference.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(dataset) for p in dataset.rglob("*") if p.is_file())
-    for rel in files:
-        assert (reference / rel).read_bytes() == (dataset / rel).read_bytes(), rel
+    assert_same_files(reference, dataset)
     assert not (tmp_path / "flow" / "_work").exists()
 
 

@@ -15,6 +15,7 @@ from preprocessing import PreprocessConfig, fastparse, readers
 from preprocessing import run as preprocess
 from preprocessing.errors import BadRowError, BadRows
 from preprocessing.transforms import Transforms, to_intermediate
+from same_dataset import assert_same_files
 
 pytestmark = pytest.mark.skipif(fastparse._criteo is None, reason="preprocessing._criteo is not built")
 
@@ -70,8 +71,7 @@ def test_config_switch_turns_it_off_with_the_same_bytes(monkeypatch, tmp_path):
         assert bool(calls) == fast
     on, off = datasets
     assert on.name == off.name   # not part of the fingerprint
-    files = sorted(p.relative_to(on) for p in on.rglob("*") if p.is_file())
-    assert all((on / rel).read_bytes() == (off / rel).read_bytes() for rel in files)
+    assert_same_files(on, off)
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real Criteo rows not available")
