@@ -21,6 +21,10 @@ from .parallel import Executor, ThreadExecutor
 from .stages import LABEL_FILE, NUMERICAL_FILE, Placement
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 class Preprocessing:
     """One preprocessing job. ``run`` parses every input file, places the rows (split names, global row
     numbers), counts every file, builds the vocabularies, encodes every file and writes the dataset; every
@@ -28,17 +32,12 @@ class Preprocessing:
 
     def __init__(self, config: PreprocessConfig):
         self.job = Job.from_config(config)
-        self.dataset = self.job.dataset
 
-    def is_complete(self) -> bool:
-        """True when the dataset already exists (``_SUCCESS`` written)."""
-        return writer.is_complete(self.dataset)
-
-    def run(self, executor: Executor | None = None, say: Callable[[str], None] | None = None) -> str:
+    def run(self, executor: Executor | None = None, say: Callable[[str], None] = _say) -> str:
         """Run every stage with ``executor`` (default: worker threads) unless the dataset is complete; ``say``
         reports each milestone (default: stderr). Returns the dataset URI."""
-        job, say = self.job, say or _say
-        if self.is_complete():
+        job = self.job
+        if writer.is_complete(job.dataset):
             say(f"dataset with fingerprint {job.fingerprint[:12]} already complete, skipping preprocessing: "
                 f"{job.dataset}")
             return job.dataset
@@ -63,10 +62,6 @@ class Preprocessing:
 def run(config: PreprocessConfig) -> str:
     """Preprocess per ``config`` in worker threads; returns the dataset URI (an existing complete one is reused)."""
     return Preprocessing(config).run()
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 def build_vocab(job: Job) -> dict[str, int]:
