@@ -49,8 +49,8 @@ def _ours(data: Path, store: Path, workers: int, rows: int) -> dict:
     shutil.rmtree(store, ignore_errors=True)
     m = _check(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data / "part-*.tsv"), "--spec", "criteo",
                              "--split", "ordered:train=0.8,val=0.1,test=0.1", "--frequency-threshold", "3",
-                             "--workers", str(workers), "--out", str(store)],
-                            env={**os.environ, "DLRMFLOW_NO_PROGRESS": "1"}), "dlrmflow preprocess")
+                             "--workers", str(workers), "--no-progress", "--out", str(store)]),
+               "dlrmflow preprocess")
     return {"tool": "dlrmflow preprocess", "rows": rows, "workers": workers, "wall_s": round(m.wall_s, 2),
             "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
             "rows_per_s": round(rows / m.wall_s),

@@ -25,7 +25,8 @@ INPUT_CHUNK_TYPES = ("csv", "tsv", "parquet", "criteo")
 OUTPUT_CHUNK_TYPE = "split_binary"
 CHUNK_TYPES = INPUT_CHUNK_TYPES + (OUTPUT_CHUNK_TYPE,)
 CHANNELS = ("label", "numerical", "categorical")
-TRANSFORMS = ("log1p", "identity")
+# numerical transforms: log1p(max(x, 0)) (the default); log3p = log(x + 3), NVIDIA DLRM's and TorchRec's; x as is
+TRANSFORMS = ("log1p", "log3p", "identity")
 NUMERICAL_DTYPES = ("float16", "float32")
 CATEGORICAL_DTYPES = ("int8", "int16", "int32", "int64")
 # raw value types a user may declare for an input categorical: `hex` is Criteo's 8-digit hex
@@ -43,7 +44,7 @@ class Feature(BaseModel):
     # --- input-spec options ---
     frequency_threshold: int | None = Field(default=None, ge=0)
     hash_buckets: int | None = None
-    transform: Literal["log1p", "identity"] | None = None
+    transform: Literal[TRANSFORMS] | None = None
     # label derivation for labels that are not 0/1
     positive: Any = None           # value (or list of values) that means label 1, e.g. ">50K"
     positive_if: str | None = None  # numeric comparison that means label 1, e.g. ">= 4"

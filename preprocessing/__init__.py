@@ -1,7 +1,7 @@
 """Preprocessing: raw click logs (Criteo TSV, CSV, Parquet) -> NVIDIA split-binary dataset.
 
-``run(PreprocessConfig(...))`` returns the dataset URI; ``Preprocessing`` runs the same job stage by
-stage; ``inspect.summary(uri)`` describes one.
+``run(PreprocessConfig(...))`` returns the dataset URI; ``Preprocessing(config).run(executor)`` runs the same
+stages with another executor (the Prefect flow's tasks); ``inspect.summary(uri)`` describes a dataset.
 
 The names are imported on first use, so ``import preprocessing.config`` (the CLI's ``--help``) does not
 pay for polars and numpy.

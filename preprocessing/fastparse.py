@@ -8,14 +8,13 @@ Any other block (a bad row, CRLF, quotes, "1.0", "-0", ...) goes to the general 
 which reports the problem with its file, line and column as before.
 
 Used only for the ``criteo`` chunk type with the standard layout (label, I1..I13 with log1p,
-C1..C26 hex; hashed categoricals are hashed after the parse). Set DLRMFLOW_NO_FAST_PARSE=1 to
-turn it off; where the extension is not built (no compiler) the polars path is used (debug log).
+C1..C26 hex; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``
+turns it off; where the extension is not built (no compiler) the polars path is used (debug log).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -23,7 +22,7 @@ import polars as pl
 
 from feature_spec import CRITEO_COLUMNS
 
-from .transforms import Plan, hashed_index
+from .transforms import Transforms, hashed_index
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +35,18 @@ except ImportError as e:   # not built: the polars path parses every block
 N_INT, N_CAT = 13, 26
 
 
-def enabled() -> bool:
-    return _criteo is not None and os.environ.get("DLRMFLOW_NO_FAST_PARSE", "0") in ("", "0")
-
-
-def for_plan(fmt, plan: Plan, types: dict) -> Callable[[bytes], pl.DataFrame | None] | None:
+def block_parser(fmt, t: Transforms, types: dict) -> Callable[[bytes], pl.DataFrame | None] | None:
     """The block parser for this input (block -> intermediate rows, or None to use the polars path),
-    or None where the input is not plain Criteo TSV with the standard plan."""
-    if not enabled() or fmt.kind != "criteo" or fmt.header or list(fmt.columns or []) != CRITEO_COLUMNS:
+    or None where the input is not plain Criteo TSV with the standard transforms."""
+    if _criteo is None or fmt.kind != "criteo" or fmt.header or list(fmt.columns or []) != CRITEO_COLUMNS:
         return None
     label, ints, cats = CRITEO_COLUMNS[0], CRITEO_COLUMNS[1:1 + N_INT], CRITEO_COLUMNS[1 + N_INT:]
-    if (plan.label != label or plan.positive is not None or plan.positive_if is not None or plan.split_column
-            or plan.numerical != [(n, "log1p") for n in ints]
-            or [c.name for c in plan.categorical] != cats or any(c.kind != "hex" for c in plan.categorical)
+    if (t.label != label or t.positive is not None or t.positive_if is not None or t.split_column
+            or t.numerical != [(n, "log1p") for n in ints]
+            or [c.name for c in t.categorical] != cats or any(c.kind != "hex" for c in t.categorical)
             or types != {label: pl.Float64, **dict.fromkeys(ints, pl.Float64), **dict.fromkeys(cats, pl.String)}):
         return None
-    hashed = [(c.name, c.hash_buckets) for c in plan.categorical if c.hash_buckets is not None]
+    hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]
 
     def parse(block: bytes) -> pl.DataFrame | None:
         df = parse_block(block)

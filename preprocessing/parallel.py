@@ -1,5 +1,6 @@
-"""Run a stage over input files: in-process, one file at a time (1 worker) or several files at once in
-worker threads (polars and numpy do the heavy lifting outside the GIL), with a progress bar.
+"""How the stages run: the ``Executor`` protocol, and ``ThreadExecutor``, which runs a stage over the input files
+in-process, one file at a time (1 worker) or several at once in worker threads (polars and numpy do the heavy
+lifting outside the GIL), with a progress bar.
 
 Threads, not processes: a spawned worker pays ~0.4 s of CPU importing numpy/polars before
 doing any work, and polars already spreads each file's work over all cores; a second file in flight
@@ -11,35 +12,33 @@ from __future__ import annotations
 import sys
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from tqdm import tqdm
 
+T = TypeVar("T")
+Progress = Callable[[int], object]   # called with the number of raw rows just done
 
-class Runner:
-    """Maps a stage function ``fn(job, task, progress)`` over tasks; results come back in task order."""
+
+class Executor(Protocol):
+    """Runs the stages of ``Preprocessing.run``."""
+
+    def map(self, stage: str, fn: Callable[[int, Progress | None], T], files: Sequence[int],
+            rows: int | None = None) -> list[T]:
+        """``fn(i, progress)`` for every input file ``i`` (``rows``: their total, if known); results in file order."""
+
+    def call(self, stage: str, fn: Callable[[], T]) -> T:
+        """``fn()``: a step done once for all files."""
+
+
+class ThreadExecutor:
+    """Per-file stages in ``workers`` threads; the first error cancels the files not yet started and is raised."""
 
     def __init__(self, workers: int, show_progress: bool):
         self.workers, self.show = workers, show_progress
-        self.pool = None
-        self._cancelled = threading.Event()
 
-    @contextmanager
-    def open(self):
-        """Start the worker threads (when more than one) and stop them after."""
-        if self.workers == 1:
-            yield self
-            return
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="dlrmflow-preprocess") as pool:
-            self.pool = pool
-            try:
-                yield self
-            finally:
-                self._cancelled.set()
-
-    def map(self, fn, job, tasks: list, desc: str, total: int | None = None) -> list:
-        """Run ``fn`` for every task; the first error cancels what has not started and is raised."""
-        bar = tqdm(total=total, desc=desc, unit=" rows", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
+    def map(self, stage: str, fn, files: Sequence[int], rows: int | None = None) -> list:
+        bar = tqdm(total=rows, desc=stage, unit=" rows", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
                    disable=not (self.show and sys.stderr.isatty()))
         lock = threading.Lock()
 
@@ -48,14 +47,18 @@ class Runner:
                 bar.update(n)
 
         with bar:
-            if self.pool is None:
-                return [fn(job, t, bar.update) for t in tasks]
-            futures = [self.pool.submit(fn, job, t, progress) for t in tasks]
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in futures:
-                if f.done() and f.exception() is not None:
-                    for p in pending:
-                        p.cancel()
-                    wait(pending)   # let files in flight finish their current part (each part is atomic)
-                    raise f.exception()
-            return [f.result() for f in futures]
+            if self.workers == 1:
+                return [fn(i, bar.update) for i in files]
+            with ThreadPoolExecutor(self.workers, thread_name_prefix=f"dlrmflow-{stage}") as pool:
+                futures = [pool.submit(fn, i, progress) for i in files]
+                _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+                for p in pending:
+                    p.cancel()   # files in flight finish their current part (each part is atomic)
+                wait(futures)
+                failed = next((f for f in futures if not f.cancelled() and f.exception() is not None), None)
+                if failed is not None:
+                    raise failed.exception()
+                return [f.result() for f in futures]
+
+    def call(self, stage: str, fn):
+        return fn()

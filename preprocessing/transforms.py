@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from feature_spec import FeatureSpec
+from feature_spec import FeatureSpec, categorical_dtype
 
 from .errors import BadRows
 from .hashing import hash_values
@@ -28,8 +28,8 @@ class Categorical:
 
 
 @dataclass
-class Plan:
-    """What to do with each input column, resolved from the input spec and the config."""
+class Transforms:
+    """What to do with each input column, taken from the input spec and the config."""
 
     label: str
     positive: list[str] | None = None
@@ -41,8 +41,8 @@ class Plan:
 
     @classmethod
     def from_spec(cls, spec: FeatureSpec, threshold: int, split_column: str | None = None,
-                  split_numeric: bool = False) -> "Plan":
-        """The plan for a spec; ``threshold`` applies where a feature sets none."""
+                  split_numeric: bool = False) -> "Transforms":
+        """The transforms of a spec; ``threshold`` applies where a feature sets none."""
         fs = spec.feature_spec
         label = fs[spec.label_feature]
         positive = label.positive
@@ -60,6 +60,10 @@ class Plan:
     def vocab_features(self) -> list[str]:
         return [c.name for c in self.categorical if c.hash_buckets is None]
 
+    def categorical_dtypes(self, cards: dict[str, int]) -> dict[str, str]:
+        """Output dtype of each categorical: the smallest integer type that holds its cardinality."""
+        return {c.name: categorical_dtype(cards[c.name]) for c in self.categorical}
+
     def parse_types(self, native: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
         """Column -> type to parse the raw column as (``native``: a Parquet file's own types)."""
         types: dict[str, pl.DataType] = {self.label: pl.String if self.positive else pl.Float64}
@@ -74,33 +78,33 @@ class Plan:
         return types
 
 
-def to_intermediate(df: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRows,
+def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray, bad: BadRows,
                     split_names) -> pl.DataFrame:
     """Typed raw rows -> label (Int8), transformed numericals (Float32), categoricals (hex -> UInt32,
     int -> Int64, str -> String, hashed -> final Int64 index), and ``__split`` (String) for column rules.
     Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy."""
-    cols = [_label(plan).alias(plan.label)]
-    cols += [_numerical(n, t).alias(n) for n, t in plan.numerical]
+    cols = [_label(transforms).alias(transforms.label)]
+    cols += [_numerical(n, t).alias(n) for n, t in transforms.numerical]
     cols += [pl.col(c.name).str.to_integer(base=16, dtype=pl.UInt32, strict=False).alias(c.name)
-             if c.kind == "hex" else pl.col(c.name) for c in plan.categorical]
-    if plan.split_column:
-        cols.append(split_names(df[plan.split_column]).alias(SPLIT_COLUMN))
+             if c.kind == "hex" else pl.col(c.name) for c in transforms.categorical]
+    if transforms.split_column:
+        cols.append(split_names(df[transforms.split_column]).alias(SPLIT_COLUMN))
     out = df.lazy().select(cols).collect()   # lazy: the columns are computed in parallel
-    ok = _check(df, out, plan, lines, bad)
+    ok = _check(df, out, transforms, lines, bad)
     if ok is not None:
         out = out.filter(ok)
-    for c in plan.categorical:
+    for c in transforms.categorical:
         if c.hash_buckets is not None:
             out = out.with_columns(hashed_index(out[c.name], c.hash_buckets).alias(c.name))
     return out
 
 
-def _label(plan: Plan) -> pl.Expr:
-    col = pl.col(plan.label)
-    if plan.positive is not None:
-        return pl.when(col.is_null()).then(None).otherwise(col.is_in(plan.positive)).cast(pl.Int8)
-    if plan.positive_if is not None:
-        op, number = plan.positive_if
+def _label(transforms: Transforms) -> pl.Expr:
+    col = pl.col(transforms.label)
+    if transforms.positive is not None:
+        return pl.when(col.is_null()).then(None).otherwise(col.is_in(transforms.positive)).cast(pl.Int8)
+    if transforms.positive_if is not None:
+        op, number = transforms.positive_if
         return _OPS[op](col, number).cast(pl.Int8)
     return pl.when(col == 1).then(1).when(col == 0).then(0).otherwise(None).cast(pl.Int8)
 
@@ -109,23 +113,25 @@ def _numerical(name: str, transform: str) -> pl.Expr:
     col = pl.col(name)
     if transform == "log1p":
         col = col.clip(lower_bound=0).log1p()
+    elif transform == "log3p":   # as NVIDIA DLRM's Spark job: log(x + 3), and 0 where that is undefined
+        col = pl.when(col > -3).then((col + 3).log())
     return col.fill_null(0).cast(pl.Float32)
 
 
-def _check(raw: pl.DataFrame, out: pl.DataFrame, plan: Plan, lines: np.ndarray, bad: BadRows):
+def _check(raw: pl.DataFrame, out: pl.DataFrame, transforms: Transforms, lines: np.ndarray, bad: BadRows):
     """Report rows whose values fail a check; returns the keep mask (None when all rows are fine).
     A check fails only where the output has more nulls than the raw column, so null counts (kept by polars
     with each column) rule out most checks without a pass over the rows."""
     checks = []
-    if out[plan.label].null_count():
-        checks.append((plan.label, out[plan.label].is_null(), "label is missing or not 0/1 (set `positive:` or "
-                       "`positive_if:` on the label feature in the spec for other labels)."))
-    for c in plan.categorical:
+    if out[transforms.label].null_count():
+        checks.append((transforms.label, out[transforms.label].is_null(), "label is missing or not 0/1 (set "
+                       "`positive:` or `positive_if:` on the label feature in the spec for other labels)."))
+    for c in transforms.categorical:
         if c.kind == "hex" and out[c.name].null_count() > raw[c.name].null_count():
             checks.append((c.name, raw[c.name].is_not_null() & out[c.name].is_null(),
                            "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
-    if plan.split_column and out[SPLIT_COLUMN].null_count():
-        checks.append((plan.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
+    if transforms.split_column and out[SPLIT_COLUMN].null_count():
+        checks.append((transforms.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
     keep = None
     for name, mask, problem in checks:
         for i in np.flatnonzero(mask.to_numpy()):

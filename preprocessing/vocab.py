@@ -42,7 +42,11 @@ class Counter:
     def write(self, folder: Path) -> None:
         """One Arrow IPC file of (value, count) per feature."""
         for f in self.pending:
-            self._compact(f).write_ipc(folder / f"{f}.arrow", compression="uncompressed")
+            self._compact(f).write_ipc(_counts_file(folder, f), compression="uncompressed")
+
+
+def _counts_file(folder: Path, feature: str) -> Path:
+    return folder / f"{feature}.arrow"
 
 
 def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -50,14 +54,10 @@ def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
 
 
-def build(count_files: list[Path], threshold: int, dtype: pl.DataType) -> pl.DataFrame:
-    """Merge per-file counts into the vocabulary (value, count, index) for one feature."""
-    return build_many({"value": (count_files, threshold, dtype)})["value"]
-
-
 def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
-    """``build`` for several features: one polars query per feature, a few run together (in parallel; not all
-    at once, so that the merged counts of only a few large vocabularies are in memory at a time)."""
+    """Merge the counts in the count folders (written by ``Counter.write``) into each feature's vocabulary
+    (value, count, index) with its threshold: one polars query per feature, a few run together (in parallel;
+    not all at once, so that the merged counts of only a few large vocabularies are in memory at a time)."""
     names, out = list(features), {}
     group = 2 * pl.thread_pool_size()
     for k in range(0, len(names), group):
@@ -67,9 +67,9 @@ def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict
 
 def _build_group(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
     queries = []
-    for files, threshold, dtype in features.values():
-        counts = (pl.concat([pl.scan_ipc(p) for p in files]).group_by("value")
-                  .agg(pl.col("count").sum()) if files
+    for name, (folders, threshold, dtype) in features.items():
+        counts = (pl.concat([pl.scan_ipc(_counts_file(p, name)) for p in folders]).group_by("value")
+                  .agg(pl.col("count").sum()) if folders
                   else pl.LazyFrame(schema={"value": dtype, "count": pl.Int64}))
         kept = counts.filter(pl.col("count") >= max(threshold, 1)).sort(["count", "value"], descending=[True, False])
         queries.append(kept.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("index")))

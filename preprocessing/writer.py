@@ -46,10 +46,14 @@ def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list
     return dict(zip(rels, sums))
 
 
-def write_vocab(dataset: str, vocab_dir: Path, features: list[str]) -> dict[str, str]:
-    """vocab/<feature>.parquet copied to the dataset; returns checksums by relative path."""
-    return {f"vocab/{f}.parquet": _put(dataset, f"vocab/{f}.parquet", [vocab_dir / f"{f}.parquet"])
-            for f in features}
+def vocab_file(feature: str) -> str:
+    """A vocabulary's path relative to the dataset folder."""
+    return f"vocab/{feature}.parquet"
+
+
+def write_vocab(dataset: str, sources: dict[str, Path]) -> dict[str, str]:
+    """Each feature's vocabulary (a local file) copied to the dataset; returns checksums by relative path."""
+    return {vocab_file(f): _put(dataset, vocab_file(f), [path]) for f, path in sources.items()}
 
 
 def finish(dataset: str, spec: FeatureSpec) -> None:

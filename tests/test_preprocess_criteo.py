@@ -12,6 +12,7 @@ import pytest
 
 import feature_spec as fspec
 from preprocessing import PreprocessConfig, run
+from same_dataset import assert_same_files
 
 NUM = [f"I{i}" for i in range(1, 14)]
 CAT = [f"C{i}" for i in range(1, 27)]
@@ -104,13 +105,10 @@ def test_workers_and_rerun_give_identical_bytes(criteo_10k, tmp_path, capsys):
     one = _preprocess(criteo_10k, tmp_path / "a", 2)
     two = _preprocess(criteo_10k, tmp_path / "b", 2, workers=2)
     assert one.name == two.name
-    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
-    for rel in files:
-        assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
+    assert_same_files(one, two)
     capsys.readouterr()
     assert _preprocess(criteo_10k, tmp_path / "a", 2) == one
-    assert "nothing to do" in capsys.readouterr().err
+    assert "already complete, skipping preprocessing" in capsys.readouterr().err
 
 
 def test_files_split_and_hash_buckets(criteo_10k, rows, tmp_path):

@@ -11,15 +11,17 @@ import polars as pl
 import pytest
 
 from feature_spec import CRITEO_COLUMNS, criteo_spec
-from preprocessing import fastparse, readers
+from preprocessing import PreprocessConfig, fastparse, readers
+from preprocessing import run as preprocess
 from preprocessing.errors import BadRowError, BadRows
-from preprocessing.transforms import Plan, to_intermediate
+from preprocessing.transforms import Transforms, to_intermediate
+from same_dataset import assert_same_files
 
 pytestmark = pytest.mark.skipif(fastparse._criteo is None, reason="preprocessing._criteo is not built")
 
 REAL = Path("/work/shared/data/criteo/criteo_kaggle_train_head10k.txt.gz")
-PLAN = Plan.from_spec(criteo_spec(), 3)
-TYPES = PLAN.parse_types()
+TRANSFORMS = Transforms.from_spec(criteo_spec(), 3)
+TYPES = TRANSFORMS.parse_types()
 FMT = readers.Format("criteo", columns=list(CRITEO_COLUMNS))
 
 
@@ -33,7 +35,7 @@ def _polars(block: bytes, policy: str = "skip"):
     """The general path: readers + to_intermediate, with the bad rows it reports."""
     bad = BadRows("f.tsv", policy)
     df, lines, _ = readers._parse_block(block, 1, CRITEO_COLUMNS, FMT, TYPES, bad)
-    return to_intermediate(df, PLAN, lines, bad, None), bad.count
+    return to_intermediate(df, TRANSFORMS, lines, bad, None), bad.count
 
 
 def _assert_same(fast: pl.DataFrame, slow: pl.DataFrame) -> None:
@@ -49,17 +51,27 @@ def _assert_same(fast: pl.DataFrame, slow: pl.DataFrame) -> None:
             assert a.equals(b), c
 
 
-def test_applies_only_to_the_standard_criteo_plan():
-    assert fastparse.for_plan(FMT, PLAN, TYPES) is not None
-    assert fastparse.for_plan(readers.Format("tsv", columns=list(CRITEO_COLUMNS)), PLAN, TYPES) is None
-    other = Plan.from_spec(criteo_spec(), 3)
+def test_applies_only_to_the_standard_criteo_transforms():
+    assert fastparse.block_parser(FMT, TRANSFORMS, TYPES) is not None
+    assert fastparse.block_parser(readers.Format("tsv", columns=list(CRITEO_COLUMNS)), TRANSFORMS, TYPES) is None
+    other = Transforms.from_spec(criteo_spec(), 3)
     other.numerical = [(n, "none") for n, _ in other.numerical]
-    assert fastparse.for_plan(FMT, other, other.parse_types()) is None
+    assert fastparse.block_parser(FMT, other, other.parse_types()) is None
 
 
-def test_switch_turns_it_off(monkeypatch):
-    monkeypatch.setenv("DLRMFLOW_NO_FAST_PARSE", "1")
-    assert fastparse.for_plan(FMT, PLAN, TYPES) is None
+@pytest.mark.skipif(not REAL.exists(), reason="real Criteo rows not available")
+def test_config_switch_turns_it_off_with_the_same_bytes(monkeypatch, tmp_path):
+    calls, parse_block = [], fastparse.parse_block
+    monkeypatch.setattr(fastparse, "parse_block", lambda block: calls.append(1) or parse_block(block))
+    datasets = []
+    for fast in (True, False):
+        calls.clear()
+        datasets.append(Path(preprocess(PreprocessConfig(inputs=[str(REAL)], out=str(tmp_path / str(fast)),
+                                                         progress=False, frequency_threshold=2, fast_parse=fast))))
+        assert bool(calls) == fast
+    on, off = datasets
+    assert on.name == off.name   # not part of the fingerprint
+    assert_same_files(on, off)
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real Criteo rows not available")
@@ -93,12 +105,12 @@ def test_edge_cases_identical():
 
 
 def test_hashed_categoricals_identical():
-    plan = Plan.from_spec(criteo_spec(), 3)
-    plan.categorical[0].hash_buckets = 1000
+    transforms = Transforms.from_spec(criteo_spec(), 3)
+    transforms.categorical[0].hash_buckets = 1000
     block = ("\n".join(EDGE_ROWS) + "\n").encode()
-    fast = fastparse.for_plan(FMT, plan, plan.parse_types())(block)
+    fast = fastparse.block_parser(FMT, transforms, transforms.parse_types())(block)
     df, lines, _ = readers._parse_block(block, 1, CRITEO_COLUMNS, FMT, TYPES, BadRows("f", "skip"))
-    _assert_same(fast, to_intermediate(df, plan, lines, BadRows("f", "skip"), None))
+    _assert_same(fast, to_intermediate(df, transforms, lines, BadRows("f", "skip"), None))
 
 
 BAD_ROWS = {
@@ -128,11 +140,11 @@ def test_irregular_blocks_fall_back(tmp_path, kind):
     assert fastparse.parse_block(text.encode()) is None
     path = tmp_path / "f.tsv"
     path.write_text(text)
-    fast = fastparse.for_plan(FMT, PLAN, TYPES)
+    fast = fastparse.block_parser(FMT, TRANSFORMS, TYPES)
 
     def run(policy, use_fast):
         bad = BadRows(str(path), policy)
-        parts = [df if lines is None else to_intermediate(df, PLAN, lines, bad, None)
+        parts = [df if lines is None else to_intermediate(df, TRANSFORMS, lines, bad, None)
                  for df, lines in readers.read(str(path), FMT, TYPES, bad, fast=fast if use_fast else None)]
         return pl.concat(parts), bad.count
 

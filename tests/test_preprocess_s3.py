@@ -62,7 +62,7 @@ def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_endpoint):
     dataset = r.stdout.strip().splitlines()[-1]
     assert dataset.startswith("s3://logs/store/datasets/criteo-")
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert "nothing to do" in again.stderr
+    assert "already complete, skipping preprocessing" in again.stderr
 
     ref = Path(run(PreprocessConfig(inputs=[str(local)], out=str(tmp_path / "ref"), frequency_threshold=2,
                                     progress=False)))

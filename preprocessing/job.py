@@ -1,17 +1,11 @@
-"""Resolve a PreprocessConfig: the input spec, the input files, the split rule, the fingerprint."""
+"""A preprocessing job: a PreprocessConfig with its input spec, input files, split rule and fingerprint looked up."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 import feature_spec as fspec
 from common.errors import UserError
@@ -20,55 +14,58 @@ from feature_spec import FeatureSpec
 from . import splits
 from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type
-from .readers import Format
-from .transforms import Plan
+from .readers import Format, parquet_types
+from .transforms import Transforms
+from .work import WorkFolder
 
 FORMAT_VERSION = 1
 
 
-@dataclass
-class Resolved:
-    """A config with everything looked up: what the pipeline runs."""
+@dataclass(frozen=True)
+class Job:
+    """Everything the stages need, fixed before the first one runs (built by ``Job.from_config``)."""
 
     config: PreprocessConfig
     spec: FeatureSpec
     inputs: list[InputFile]
     rule: splits.SplitRule
     threshold: int
-    plan: Plan
+    transforms: Transforms
     fmt: Format
+    types: dict         # column -> the type its raw values are parsed as
     fingerprint: str
     dataset: str
-    work: Path
+    work: WorkFolder
+
+    @classmethod
+    def from_config(cls, config: PreprocessConfig) -> Job:
+        """Look up the spec and inputs, derive the split rule and fingerprint, name the dataset and work folders."""
+        spec = fspec.preset(config.spec) if "/" not in config.spec and not config.spec.endswith((".yaml", ".yml")) \
+            else fspec.load(config.spec)
+        defaults = spec.metadata.get("preprocessing") or {}
+        inputs = expand(config.inputs or _spec_files(config.spec, spec))
+        rule = _rule(config, defaults, inputs)
+        threshold = config.frequency_threshold if config.frequency_threshold is not None \
+            else int(defaults.get("frequency_threshold", 0))
+        numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
+        transforms = Transforms.from_spec(spec, threshold, rule.column, numeric_cuts)
+        fmt = _format(config.spec, spec, inputs)
+        settings = {**config.output_settings(), "frequency_threshold": threshold, "split": rule.text(),
+                           "format_version": FORMAT_VERSION}
+        identity = {"inputs": [f.model_dump() for f in inputs], "config": settings,
+                    "spec": spec.model_dump(mode="json", exclude={"source_spec"})}
+        fingerprint = hashlib.blake2b(json.dumps(identity, sort_keys=True, default=str).encode(),
+                                      digest_size=16).hexdigest()
+        key = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(spec.metadata.get("name") or "dataset")) + "-" + fingerprint[:12]
+        native = parquet_types(inputs[0].uri) if fmt.kind == "parquet" else None
+        return cls(config, spec, inputs, rule, threshold, transforms, fmt, transforms.parse_types(native), fingerprint,
+                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, config.out, key))
 
     def settings(self) -> dict:
-        """The resolved preprocessing settings recorded in the dataset's metadata."""
+        """The effective preprocessing settings recorded in the dataset's metadata."""
         return {"spec": self.config.spec, "inputs": [f.uri for f in self.inputs], "split": self.rule.text(),
                 **self.config.output_settings(), "frequency_threshold": self.threshold,
                 "max_bad_fraction": self.config.max_bad_fraction}
-
-
-def resolve(config: PreprocessConfig) -> Resolved:
-    """Look up the spec and inputs, derive the split rule and fingerprint, name the dataset folder."""
-    spec = fspec.preset(config.spec) if "/" not in config.spec and not config.spec.endswith((".yaml", ".yml")) \
-        else fspec.load(config.spec)
-    defaults = spec.metadata.get("preprocessing") or {}
-    inputs = expand(config.inputs or _spec_files(config.spec, spec))
-    rule = _rule(config, defaults, inputs)
-    threshold = config.frequency_threshold if config.frequency_threshold is not None \
-        else int(defaults.get("frequency_threshold", 0))
-    numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
-    plan = Plan.from_spec(spec, threshold, rule.column, numeric_cuts)
-    fmt = _format(config.spec, spec, inputs)
-    resolved_config = {**config.output_settings(), "frequency_threshold": threshold, "split": rule.text(),
-                       "format_version": FORMAT_VERSION}
-    identity = {"inputs": [f.model_dump() for f in inputs], "config": resolved_config,
-                "spec": spec.model_dump(mode="json", exclude={"source_spec"})}
-    fingerprint = hashlib.blake2b(json.dumps(identity, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(spec.metadata.get("name") or "dataset"))
-    dataset = fspec.join_uri(config.out, "datasets", f"{name}-{fingerprint[:12]}")
-    return Resolved(config, spec, inputs, rule, threshold, plan, fmt, fingerprint, dataset,
-                    _work_dir(config, f"{name}-{fingerprint[:12]}"))
 
 
 def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:
@@ -104,15 +101,6 @@ def _format(spec_name: str, spec: FeatureSpec, inputs: list[InputFile]) -> Forma
     return Format(kind, columns=columns, header=header)
 
 
-def _work_dir(config: PreprocessConfig, key: str) -> Path:
-    if config.work_dir:
-        return Path(config.work_dir) / key
-    fs, path = fsspec.core.url_to_fs(config.out)
-    if isinstance(fs, LocalFileSystem):
-        return Path(path) / "_work" / key
-    return Path(tempfile.gettempdir()) / "dlrmflow-work" / key
-
-
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -120,7 +108,3 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
 
-
-def env_flag(name: str) -> bool:
-    """True when an environment variable is set to something other than '', '0' or 'false'."""
-    return os.environ.get(name, "").lower() not in ("", "0", "false")
