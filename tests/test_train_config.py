@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from common.errors import UserError
 from training.config import TrainConfig, preset_names
 from training.launchers.local import torchrun_command
 from training.metrics import log_loss, roc_auc
