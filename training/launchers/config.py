@@ -35,16 +35,33 @@ class LocalSettings(_Settings):
                                      "(infra/rccl/<name>.env, or a path) exported to the ranks. Default: none.")
 
 
-class SlurmSettings(_Settings):
+class _ClusterSettings(_Settings):
+    """What the Slurm and Kubernetes launchers share: nodes (pods) of ranks meeting at a c10d rendezvous."""
+
+    nodes: int = Field(1, ge=1, description="Nodes to allocate (Slurm: #SBATCH --nodes; Kubernetes: pods of the "
+                       "indexed Job).")
+    gpus_per_node: int = Field(8, ge=0, description="GPUs per node (Slurm: --gpus-per-node; Kubernetes: the GPU "
+                               "resource per pod); also the ranks per node unless nproc_per_node is set. 0: CPU nodes.")
+    nproc_per_node: int | None = Field(None, ge=1, description="Ranks (torchrun processes) per node. "
+                                       "Default: gpus_per_node.")
+    python: str = Field("python", description="Python on the nodes (a venv's, or the image's).")
+    rdzv_port: int = Field(29500, ge=1, le=65535, description="c10d rendezvous port on the first node (pod 0).")
+    rdzv_timeout_s: int = Field(900, ge=1, description="How long nodes wait for each other at the rendezvous "
+                                "(image pulls and scheduling included).")
+    rccl_profiles: list[str] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
+                                     "(infra/rccl/<name>.env, or a path) exported on every node; add 'debug' for "
+                                     "NCCL_DEBUG=INFO.")
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.nproc_per_node or self.gpus_per_node or 1
+
+
+class SlurmSettings(_ClusterSettings):
     """`sbatch --wait` of infra/slurm/train.sbatch: one torchrun per node via srun, c10d rendezvous on the first node."""
 
     kind: Literal["slurm"] = "slurm"
 
-    nodes: int = Field(1, ge=1, description="Nodes to allocate (#SBATCH --nodes).")
-    gpus_per_node: int = Field(8, ge=0, description="GPUs per node (#SBATCH --gpus-per-node); also the ranks "
-                               "per node unless nproc_per_node is set. 0: CPU nodes (no --gpus-per-node).")
-    nproc_per_node: int | None = Field(None, ge=1, description="Ranks (torchrun processes) per node. "
-                                       "Default: gpus_per_node.")
     cpus_per_task: int | None = Field(None, ge=1, description="#SBATCH --cpus-per-task (CPU cores per node's torchrun).")
     partition: str | None = Field(None, description="#SBATCH --partition.")
     account: str | None = Field(None, description="#SBATCH --account.")
@@ -54,32 +71,23 @@ class SlurmSettings(_Settings):
                                       "e.g. '--qos=high' or '--constraint=mi300x'.")
     setup: list[str] = Field(default_factory=list, description="Shell lines run on the batch host before srun, e.g. "
                              "'module load rocm/7.1' or 'source /shared/dlrmflow/.venv/bin/activate'.")
-    python: str = Field("python", description="Python on the compute nodes (a venv's, or the container's).")
     container_image: str | None = Field(None, description="Run each node in this image with pyxis/enroot "
                                         "(srun --container-image=...). None: the nodes' own environment.")
     container_mounts: list[str] = Field(default_factory=list, description="srun --container-mounts entries "
                                         "(SRC:DST), e.g. the shared run folder.")
-    rdzv_port: int = Field(29500, ge=1, le=65535, description="c10d rendezvous port on the first node.")
-    rdzv_timeout_s: int = Field(900, ge=1, description="How long nodes wait for each other at the rendezvous.")
-    rccl_profiles: list[str] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
-                                     "(infra/rccl/<name>.env, or a path) exported in the job; add 'debug' for NCCL_DEBUG=INFO.")
     work_dir: str = Field("~/.dlrmflow/slurm", description="Folder for the rendered scripts and job logs; must be "
                           "visible to this process and the batch host (a shared file system).")
     sbatch: str = Field("sbatch", description="sbatch executable.")
     scancel: str = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
 
 
-class KubernetesSettings(_Settings):
+class KubernetesSettings(_ClusterSettings):
     """An indexed Job (one pod per node) + a headless Service for the rendezvous, applied with kubectl."""
 
     kind: Literal["kubernetes"] = "kubernetes"
 
     image: str = Field("ghcr.io/example/dlrmflow-rocm:0.1.0", description="Training image (infra/docker/rocm.Dockerfile).")
     namespace: str = Field("dlrmflow", description="Namespace of the Job, Service and ConfigMap.")
-    nodes: int = Field(1, ge=1, description="Pods (one per node) in the indexed Job.")
-    gpus_per_node: int = Field(8, ge=0, description="amd.com/gpu per pod; also the ranks per pod unless "
-                               "nproc_per_node is set. 0: CPU pods.")
-    nproc_per_node: int | None = Field(None, ge=1, description="Ranks per pod. Default: gpus_per_node.")
     gpu_resource: str = Field("amd.com/gpu", description="Extended resource name of the GPUs (AMD GPU device plugin).")
     cpu: str | None = Field(None, description="CPU request/limit per pod, e.g. '96'.")
     memory: str | None = Field(None, description="Memory request/limit per pod, e.g. '1500Gi'.")
@@ -91,12 +99,6 @@ class KubernetesSettings(_Settings):
     service_account: str | None = Field(None, description="Service account of the training pods.")
     image_pull_secret: str | None = Field(None, description="imagePullSecrets entry for a private registry.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector of the pods.")
-    python: str = Field("python", description="Python in the image.")
-    rdzv_port: int = Field(29500, ge=1, le=65535, description="c10d rendezvous port on pod 0.")
-    rdzv_timeout_s: int = Field(900, ge=1, description="How long pods wait for each other at the rendezvous "
-                                "(image pulls and scheduling included).")
-    rccl_profiles: list[str] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
-                                     "(infra/rccl/<name>.env, or a path), rendered into the Job's ConfigMap.")
     timeout_s: int = Field(7 * 24 * 3600, ge=1, description="kubectl wait timeout for the Job to finish.")
     ttl_s: int = Field(3 * 24 * 3600, ge=0, description="ttlSecondsAfterFinished of the Job (its pods' logs stay this long).")
     kubectl: str = Field("kubectl", description="kubectl executable.")

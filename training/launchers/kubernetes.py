@@ -34,14 +34,9 @@ _NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|N
 class KubernetesLauncher(Launcher):
     kind = "kubernetes"
 
-    @property
-    def nproc(self) -> int:
-        s = self.settings
-        return s.nproc_per_node or s.gpus_per_node or 1
-
     def describe(self) -> str:
         s = self.settings
-        return f"kubernetes: {s.nodes} pod(s) x {self.nproc} rank(s), namespace {s.namespace}, image {s.image}"
+        return f"kubernetes: {s.nodes} pod(s) x {self.settings.ranks_per_node} rank(s), namespace {s.namespace}, image {s.image}"
 
     @staticmethod
     def job_name(run_uri: str) -> str:
@@ -69,12 +64,12 @@ class KubernetesLauncher(Launcher):
         env_from = [{"configMapRef": {"name": f"{name}-env"}}]
         if s.s3_secret:
             env_from.append({"secretRef": {"name": s.s3_secret}})
-        cmd = node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
+        cmd = node_command(run_uri, python=s.python, nproc=self.settings.ranks_per_node, nnodes=s.nodes, resume=resume,
                            run_id=run_name(run_uri), is_host="$(( JOB_COMPLETION_INDEX == 0 ))",
                            rdzv_timeout_s=s.rdzv_timeout_s)
         values = {
             "name": name, "namespace": s.namespace, "labels": labels, "config_env": self.environment(env),
-            "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s, "nproc_per_node": self.nproc,
+            "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s, "nproc_per_node": self.settings.ranks_per_node,
             "service_account": s.service_account, "node_selector": s.node_selector,
             "image_pull_secrets": [{"name": s.image_pull_secret}] if s.image_pull_secret else [],
             "image": s.image, "node_command": cmd, "env_from": env_from, "resources": resources,

@@ -32,14 +32,9 @@ _JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 class SlurmLauncher(Launcher):
     kind = "slurm"
 
-    @property
-    def nproc(self) -> int:
-        s = self.settings
-        return s.nproc_per_node or s.gpus_per_node or 1
-
     def describe(self) -> str:
         s = self.settings
-        return f"slurm: {s.nodes} node(s) x {self.nproc} rank(s)" + (f", partition {s.partition}" if s.partition else "")
+        return f"slurm: {s.nodes} node(s) x {self.settings.ranks_per_node} rank(s)" + (f", partition {s.partition}" if s.partition else "")
 
     def paths(self, run_uri: str) -> tuple[Path, Path]:
         """(script, log pattern with %j) of a run."""
@@ -78,7 +73,7 @@ class SlurmLauncher(Launcher):
 
     def node_command(self, run_uri: str, resume: bool) -> str:
         s = self.settings
-        return node_command(run_uri, python=s.python, nproc=self.nproc, nnodes=s.nodes, resume=resume,
+        return node_command(run_uri, python=s.python, nproc=self.settings.ranks_per_node, nnodes=s.nodes, resume=resume,
                             run_id=run_name(run_uri), is_host="$(( SLURM_NODEID == 0 ))",
                             rdzv_timeout_s=s.rdzv_timeout_s)
 
@@ -93,7 +88,7 @@ class SlurmLauncher(Launcher):
             "rccl_profiles": ", ".join(s.rccl_profiles) or "none",
             "env_exports": "\n".join(exports) or ":",
             "rdzv_port": s.rdzv_port,
-            "nproc_per_node": self.nproc,
+            "nproc_per_node": self.settings.ranks_per_node,
             "run_uri": shlex.quote(run_uri),
             "node_command": shlex.quote(self.node_command(run_uri, resume)),
             "srun_options": " ".join(shlex.quote(o) for o in self.srun_options()),
