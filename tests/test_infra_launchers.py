@@ -294,13 +294,13 @@ def test_rendered_slurm_script_trains_on_two_nodes_for_real(fake_slurm, tmp_path
     _, settings = fake_slurm
     _exe(tmp_path / "bin" / "scontrol", "print('127.0.0.1')\n")  # the first node's address
     ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
-    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1})
+    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1, "pg_timeout_s": 60})
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings = {**settings, "python": sys.executable, "gpus_per_node": 0, "nproc_per_node": 1, "rccl_profiles": [],
                 "rdzv_port": port, "rdzv_timeout_s": 120, "exclusive": False}
-    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "DLRMFLOW_PG_TIMEOUT": "60", "PYTHONWARNINGS": "ignore"}
+    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "PYTHONWARNINGS": "ignore"}
     lines: list[str] = []
     run = tmp_path / "runs" / "real"
     code = build_launcher({"kind": "slurm", "slurm": settings, "env": env}).launch(str(run), cfg, on_line=lines.append)

@@ -14,8 +14,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-DEFAULT_TIMEOUT_S = 600.0
-
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -45,12 +43,12 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def init(timeout_s: float | None = None) -> DistEnv:
-    """Join (or create) the default process group from torchrun's environment.
+def init(timeout_s: float) -> DistEnv:
+    """Join (or create) the default process group from torchrun's environment, with a collective
+    timeout of ``timeout_s`` (the config's ``pg_timeout_s``).
 
     Without torchrun's variables this is a one-process group on a free local port, so the
-    same code runs from a notebook or a test. ``timeout_s`` defaults to
-    ``$DLRMFLOW_PG_TIMEOUT`` or 600 s.
+    same code runs from a notebook or a test.
     """
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -62,9 +60,8 @@ def init(timeout_s: float | None = None) -> DistEnv:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend_for(device)
-    timeout = timeout_s if timeout_s is not None else float(os.environ.get("DLRMFLOW_PG_TIMEOUT", DEFAULT_TIMEOUT_S))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     return DistEnv(rank, world, local_rank, local_world, device, backend)
 
 
