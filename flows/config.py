@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flows.launchers import LauncherConfig
 from flows.store import default_store
 from preprocessing import PreprocessConfig
-from training.config import TrainConfig
+from training.config import EvaluateConfig, TrainConfig
 
 
 class _Model(BaseModel):
@@ -33,14 +33,6 @@ class PipelinePreprocess(PreprocessConfig):
                               "Empty: synthetic Criteo logs (see `synthetic`).")
     out: str = Field("", description="Store root for the dataset; empty: the pipeline's store.")
     progress: bool = Field(False, description="Show a terminal progress bar (the flow reports progress itself).")
-
-
-class EvaluateConfig(_Model):
-    """What to evaluate: a split of the run's dataset with one of its checkpoints."""
-
-    split: str = Field("test", description="Held-out split to evaluate on.")
-    checkpoint: str = Field("best", description="`best`, `latest` or a step number.")
-    nproc: int = Field(1, ge=1, description="Processes (ranks) for evaluation.")
 
 
 def _default_train() -> TrainConfig:

@@ -8,11 +8,15 @@ rank's failure ends the job instead of leaving the others waiting in a collectiv
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+
+from common.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,19 @@ def init(timeout_s: float) -> DistEnv:
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     return DistEnv(rank, world, local_rank, local_world, device, backend)
+
+
+def run_rank(work: Callable[[], None]) -> int:
+    """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error for a
+    UserError. Always leaves the process group."""
+    try:
+        work()
+        return 0
+    except UserError as e:
+        print(f"error (rank {os.environ.get('RANK', 0)}): {e}", file=sys.stderr)
+        return 2
+    finally:
+        destroy()
 
 
 def destroy() -> None:

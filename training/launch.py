@@ -42,8 +42,8 @@ def save_config(run_uri: str, cfg: TrainConfig) -> None:
 
 
 def check_dataset(cfg: TrainConfig) -> None:
-    """Fail fast, before torchrun starts, when the dataset, its training split or one of that split's
-    files is missing: a one-line UserError here instead of every rank failing under torchrun."""
+    """Fail fast, before torchrun starts, when the dataset, its training or validation split or one of
+    the training split's files is missing: a one-line UserError here instead of every rank failing."""
     import fsspec
 
     from feature_spec import load, resolve
@@ -56,6 +56,7 @@ def check_dataset(cfg: TrainConfig) -> None:
     if split not in spec.splits:
         raise UserError(f"{cfg.dataset}: the dataset has no split '{split}' (it has: {', '.join(spec.splits) or 'none'}). "
                         "Fix: set data.train_split to one of those split names.")
+    cfg.eval_split_in(spec.splits)
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")

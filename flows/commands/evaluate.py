@@ -30,12 +30,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.evaluate import METRICS_FILE, eval_dir, evaluate_run, format_table
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+    from training.report import format_table
+    from training.rundir import RunDir
 
-    record = evaluate_run(args.run, split=args.split, checkpoint=args.checkpoint, nproc=args.nproc,
-                          dataset=args.dataset)
-    where = eval_dir(args.run, args.split)
-    print(f"\n{args.split} metrics of {args.run} (checkpoint {record['checkpoint']}, step {record['step']}):")
+    config = EvaluateConfig.from_dict({k: getattr(args, k) for k in EvaluateConfig.model_fields}, source="options")
+    run = RunDir(args.run)
+    record = evaluate_run(run, config)
+    where = run.eval_dir(config.split)
+    print(f"\n{config.split} metrics of {run} (checkpoint {record['checkpoint']}, step {record['step']}):")
     print(format_table(record))
-    print(f"\nwrote {where}/{METRICS_FILE}, {where}/roc.png, {where}/calibration.png")
+    print(f"\nwrote {where}/{RunDir.EVAL_METRICS}, {where}/{RunDir.ROC}, {where}/{RunDir.CALIBRATION}")
     return 0
