@@ -167,7 +167,7 @@ def test_bad_dataset_or_config_is_a_one_line_error(dataset, tmp_path, capsys):
     msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r2"), "--set", "data.train_split=training")
     assert "no split 'training' (it has: train, val)" in msg
     msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r7"), "--set", "eval_split=validation")
-    assert "no split 'validation' to validate on (it has: train, val)" in msg
+    assert "no split 'validation' (it has: train, val). Fix: set eval_split" in msg
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {embedding_dim: 8, bottom_mlp: [32, 16]}\n")

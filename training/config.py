@@ -27,6 +27,12 @@ class ConfigError(UserError):
     """A training config that cannot be used; the message names the file, the field and the fix."""
 
 
+def split_error(dataset: str | None, split: str, splits: list[str], fix: str) -> ConfigError:
+    """The error for a split that the dataset lacks, naming the splits it has and the fix."""
+    return ConfigError(f"{dataset}: the dataset has no split '{split}' (it has: {', '.join(splits) or 'none'}). "
+                       f"Fix: {fix}")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -135,8 +141,7 @@ class TrainConfig(_Section):
             return self.eval_split
         if self.eval_split == type(self).model_fields["eval_split"].default and "test" in splits:
             return "test"
-        raise ConfigError(f"{self.dataset}: the dataset has no split '{self.eval_split}' to validate on (it has: "
-                          f"{', '.join(splits) or 'none'}). Fix: set eval_split to one of those split names.")
+        raise split_error(self.dataset, self.eval_split, splits, "set eval_split to one of those split names.")
 
     # ---- I/O -------------------------------------------------------------------------
     @classmethod

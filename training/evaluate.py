@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
-from training.config import EvaluateConfig
+from training.config import EvaluateConfig, split_error
 from training.rundir import RunDir, storage_options
 
 
@@ -30,9 +30,8 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
         raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. Fix: pass --dataset DATASET_URI.")
     spec = load(dataset, **storage_options(dataset))
     if config.split not in spec.splits:
-        raise UserError(f"{dataset}: the dataset has no split '{config.split}' (it has: "
-                        f"{', '.join(spec.splits) or 'none'}). Fix: evaluate one of those, "
-                        f"e.g. --split {next(iter(spec.splits), 'test')}.")
+        raise split_error(dataset, config.split, spec.splits,
+                          f"evaluate one of those, e.g. --split {next(iter(spec.splits), 'test')}.")
     fallback = "latest" if config.checkpoint == "best" else None
     step, warning = Checkpointer(run).step_for(config.checkpoint, fallback=fallback)
     return {"dataset": dataset, "step": step, "warning": warning}

@@ -13,7 +13,7 @@ import sys
 from typing import Callable
 
 from common.errors import UserError
-from training.config import TrainConfig
+from training.config import TrainConfig, split_error
 from training.rundir import RunDir, storage_options
 
 
@@ -54,8 +54,7 @@ def check_dataset(cfg: TrainConfig) -> None:
     spec = load(cfg.dataset, **options)
     split = cfg.data.train_split
     if split not in spec.splits:
-        raise UserError(f"{cfg.dataset}: the dataset has no split '{split}' (it has: {', '.join(spec.splits) or 'none'}). "
-                        "Fix: set data.train_split to one of those split names.")
+        raise split_error(cfg.dataset, split, spec.splits, "set data.train_split to one of those split names.")
     cfg.eval_split_in(spec.splits)
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
