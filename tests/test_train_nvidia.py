@@ -27,8 +27,9 @@ def test_eval_split_falls_back_to_test_only_for_the_default():
     cfg = TrainConfig(dataset="ds")
     assert cfg.eval_split_in(["train", "val", "test"]) == "val"
     assert cfg.eval_split_in(["train", "test"]) == "test"
-    with pytest.raises(UserError, match=r"ds: the dataset has no split 'val' \(it has: train\)"):
+    with pytest.raises(UserError, match=r"ds: the dataset has no split 'val' \(it has: train\).*null to train without"):
         cfg.eval_split_in(["train"])
+    assert cfg.with_overrides({"eval_split": None}).eval_split_in(["train"]) is None  # no validation
     with pytest.raises(UserError, match=r"no split 'holdout' \(it has: train, test\).*eval_split"):
         cfg.with_overrides({"eval_split": "holdout"}).eval_split_in(["train", "test"])
 

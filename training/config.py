@@ -123,8 +123,9 @@ class TrainConfig(_Section):
     epochs: int = Field(1, ge=1, description="Passes over the training split.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many global steps (None: after `epochs`).")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on eval_split every this many steps (None: at the end of each epoch).")
-    eval_split: str = Field("val", description="Split validated on during training (early stopping, the best "
-                            "checkpoint); a dataset without the default 'val' is validated on 'test'.")
+    eval_split: str | None = Field("val", description="Split validated on during training (early stopping, the "
+                                   "best checkpoint); a dataset without the default 'val' is validated on 'test'. "
+                                   "None: no validation.")
     best_metric: Literal["auc", "logloss"] = Field("auc", description="Validation metric that picks the best checkpoint.")
     early_stopping_patience: int | None = Field(None, ge=1, description="Stop after this many evaluations without improvement (None: never).")
     checkpoint_every: int | None = Field(None, ge=1, description="Save a checkpoint every this many steps (always at the end and at each new best).")
@@ -134,14 +135,15 @@ class TrainConfig(_Section):
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
     preprocess: dict[str, Any] | None = Field(None, description="Hint only (training ignores it): how the dataset this config was tuned on was preprocessed.")
 
-    def eval_split_in(self, splits: list[str]) -> str:
-        """The split to validate on among the dataset's ``splits``: ``eval_split``, or ``test`` when the
-        default ``val`` is missing. Raises ConfigError naming the splits when there is none."""
-        if self.eval_split in splits:
+    def eval_split_in(self, splits: list[str]) -> str | None:
+        """The split to validate on among the dataset's ``splits``: ``eval_split`` (None: no validation), or
+        ``test`` when the default ``val`` is missing. Raises ConfigError naming the splits when there is none."""
+        if self.eval_split is None or self.eval_split in splits:
             return self.eval_split
         if self.eval_split == type(self).model_fields["eval_split"].default and "test" in splits:
             return "test"
-        raise split_error(self.dataset, self.eval_split, splits, "set eval_split to one of those split names.")
+        raise split_error(self.dataset, self.eval_split, splits,
+                          "set eval_split to one of those split names, or to null to train without validation.")
 
     # ---- I/O -------------------------------------------------------------------------
     @classmethod

@@ -89,7 +89,7 @@ class Trainer(Stateful):
         return self._datasets[split]
 
     @cached_property
-    def eval_split(self) -> str:
+    def eval_split(self) -> str | None:
         """The split validated on during training (``eval_split``, or ``test`` for a missing default)."""
         return self.cfg.eval_split_in(self.spec.splits)
 
@@ -284,7 +284,7 @@ class Trainer(Stateful):
             self.epoch, self.step_in_epoch = self.epoch + 1, 0
         every = self.cfg.eval_every
         best = None
-        if (self.step % every == 0) if every else epoch_end:
+        if self.eval_split and ((self.step % every == 0) if every else epoch_end):
             best = self._validate(log)
         checkpoint_due = self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0
         if ckpt and (best is not None or checkpoint_due):
