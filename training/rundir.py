@@ -92,8 +92,7 @@ class RunDir:
 
     def eval_plot(self, split: str, name: str) -> bytes:
         """PNG bytes of plot ``name`` (ROC or CALIBRATION) of the evaluation of ``split``."""
-        with self.fs.open(self.path(self.EVAL, split, name), "rb") as f:
-            return f.read()
+        return self.fs.cat_file(self.path(self.EVAL, split, name))
 
     def write_eval(self, split: str, metrics: dict[str, Any], plots: dict[str, bytes]) -> None:
         """Write an evaluation: the plots (name -> PNG bytes), then metrics.json, which marks it complete."""
