@@ -120,7 +120,7 @@ def train_config(batch: int, steps: int, log_every: int) -> dict:
             "optimizer": {"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
                           "dense": {"type": "adagrad", "lr": 0.02}},
             "data": {"batch_size": batch, "shuffle": True}, "max_steps": steps, "log_every": log_every,
-            "keep_checkpoints": 1, "seed": 0}
+            "keep_checkpoints": 1, "seed": 0, "eval_split": None}  # the dataset has only 'train'
 
 
 def run_ours(ds: Path, tmp: Path, nproc: int, threads: int, global_batch: int, warmup: int, steps: int,

@@ -6,20 +6,14 @@ Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts
 from __future__ import annotations
 
 import base64
-import json
 import time
 
-import fsspec
 from prefect.artifacts import (create_image_artifact, create_link_artifact, create_markdown_artifact,
                                create_progress_artifact, create_table_artifact, update_progress_artifact)
 
 import feature_spec as fspec
-from training.evaluate import TABLE
-
-
-def _read(uri: str, mode: str = "r"):
-    with fsspec.open(uri, mode) as f:
-        return f.read()
+from training.report import TABLE
+from training.rundir import RunDir
 
 
 def _link(uri: str) -> str:
@@ -51,9 +45,9 @@ def dataset(uri: str) -> None:
     create_link_artifact(_link(uri), link_text="dataset folder", key="dataset-location", description=uri)
 
 
-def plan(run_uri: str) -> None:
-    """The sharding plan written by rank 0 (``<run>/plan.txt``)."""
-    text = _read(f"{run_uri}/plan.txt")
+def plan(run: RunDir) -> None:
+    """The sharding plan written by rank 0."""
+    text = run.read_text(RunDir.PLAN)
     create_markdown_artifact(f"### Sharding plan\n\n```\n{text}\n```", key="sharding-plan",
                              description="Embedding tables over ranks (TorchRec planner).")
 
@@ -77,17 +71,18 @@ def metrics_table(metrics: dict, key: str) -> None:
     """The evaluation metrics as a table artifact."""
     table = [{"metric": label, "value": round(metrics[k], 6) if isinstance(metrics[k], float) else metrics[k]}
              for k, label in TABLE if metrics.get(k) is not None]
+    warning = f" Warning: {metrics['warning']}." if metrics.get("warning") else ""
     create_table_artifact(table, key=key, description=f"Metrics on split '{metrics.get('split')}', "
-                          f"checkpoint step {metrics.get('step')}.")
+                          f"checkpoint step {metrics.get('step')}.{warning}")
 
 
-def evaluation(eval_uri: str, split: str) -> dict:
+def evaluation(run: RunDir, split: str) -> dict:
     """Metrics table, ROC and calibration plots (data: URLs) and a link; returns the metrics."""
-    metrics = json.loads(_read(f"{eval_uri}/metrics.json"))
+    metrics = run.eval_metrics(split)
     metrics_table(metrics, "evaluation-metrics")
-    for name, key in (("roc.png", "roc-curve"), ("calibration.png", "calibration-plot")):
-        data = base64.b64encode(_read(f"{eval_uri}/{name}", "rb")).decode()
+    for name, key in ((RunDir.ROC, "roc-curve"), (RunDir.CALIBRATION, "calibration-plot")):
+        data = base64.b64encode(run.eval_plot(split, name)).decode()
         create_image_artifact(f"data:image/png;base64,{data}", key=key, description=f"{name} on '{split}'")
-    create_link_artifact(_link(eval_uri), link_text="evaluation folder", key="evaluation-location",
-                         description=eval_uri)
+    where = run.eval_dir(split)
+    create_link_artifact(_link(where), link_text="evaluation folder", key="evaluation-location", description=where)
     return metrics

@@ -34,7 +34,7 @@ def _available() -> dict[str, str]:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; with ``only``, import just that command's module."""
+    """The command list; with ``only``, that command's options too."""
     parser = argparse.ArgumentParser(
         prog="dlrmflow",
         description="Raw click logs in, a trained and evaluated TorchRec DLRM out.",
@@ -45,11 +45,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             sub.add_parser(name)
             continue
-        mod = importlib.import_module(mod_name)
+        mod = importlib.import_module(mod_name)  # cheap: the commands import their needs when they run
         p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        if only is not None:  # the full listing needs each command's one-line help only
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
     return parser
 
 
@@ -79,9 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     if command in PREFECT_COMMANDS:
         _prefect_logging(debug)
     parser = build_parser(only=command if command in COMMANDS else None)
-    if command is None or command not in COMMANDS:
-        # full help (imports each command's module for its one-line help)
-        parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

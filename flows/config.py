@@ -17,7 +17,7 @@ from common.errors import UserError
 from flows.store import default_store
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
-from training.config import TrainConfig, preset_names
+from training.config import EvaluateConfig, TrainConfig, preset_names
 from training.launchers import LauncherConfig, LocalSettings
 
 
@@ -45,14 +45,6 @@ class PipelinePreprocess(PreprocessConfig):
                               "Empty: synthetic Criteo logs (see `synthetic`).")
     out: str = Field("", description="Store root for the dataset; empty: the pipeline's store.")
     progress: bool = Field(False, description="Show a terminal progress bar (the flow reports progress itself).")
-
-
-class EvaluateConfig(_Model):
-    """What to evaluate: a split of the run's dataset with one of its checkpoints."""
-
-    split: str = Field("test", description="Held-out split to evaluate on.")
-    checkpoint: str = Field("best", description="`best`, `latest` or a step number.")
-    nproc: int = Field(1, ge=1, description="Processes (ranks) for evaluation.")
 
 
 def _default_train() -> TrainConfig:

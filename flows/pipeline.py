@@ -57,15 +57,15 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     preprocess_config = config.preprocess_config(inputs, store.uri)
     dataset = preprocess(preprocess_config)
     train_config = config.train.model_copy(update={"dataset": dataset})
-    run_uri = store.run_uri(config.run_id(dataset, train_config))
+    run = RunDir(store.run_uri(config.run_id(dataset, train_config)))
     resolved = PipelineConfig.model_validate({**config.model_dump(), "store": store.uri,
                                               "train": train_config.model_dump(),
                                               "preprocess": preprocess_config.model_dump()})
-    RunDir(run_uri).write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False), "pipeline.yaml")
-    train(run_uri, train_config, config.nproc, config.launcher)
-    metrics = evaluate(run_uri, config.evaluate)
-    result = {"store": store.uri, "dataset": dataset, "run": run_uri,
-              "evaluation": f"{run_uri}/eval/{config.evaluate.split}", "metrics": metrics}
+    run.write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False), RunDir.PIPELINE)
+    train(run.uri, train_config, config.nproc, config.launcher)
+    metrics = evaluate(run.uri, config.evaluate)
+    result = {"store": store.uri, "dataset": dataset, "run": run.uri,
+              "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
     artifacts.metrics_table(metrics, "pipeline-metrics")
     create_markdown_artifact("\n".join(["### Pipeline outputs", ""] + [f"- {k}: `{v}`" for k, v in result.items()
                                                                     if k != "metrics"]),

@@ -1,10 +1,9 @@
 """The train flow: torchrun as a subprocess, its output streamed into the Prefect logs, a progress
-artifact, the sharding plan. A run with ``_SUCCESS`` is complete and skipped; one with complete
+artifact, the sharding plan. A complete run (the worker marked it) is skipped; one with complete
 checkpoints resumes from the latest; a failed launch fails the task with the failing rank's last lines."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import defaultdict, deque
@@ -20,7 +19,6 @@ from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalSettings, build_launcher
 from training.rundir import RunDir
 
-DONE = "_SUCCESS"
 TAIL_LINES = 30
 _RANK = re.compile(r"^\[default(\d+)\]:(.*)$")          # torchrun --tee prefix (PET_TEE=3)
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[")      # rank 0's tqdm bar
@@ -69,7 +67,7 @@ class _Stream:
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
-def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool,
+def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                     launcher: LauncherConfig | None = None) -> None:
     """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
     raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
@@ -77,13 +75,13 @@ def launch_torchrun(run_uri: str, config: TrainConfig, nproc: int, resume: bool,
     runner = build_launcher(launcher)
     logger = get_run_logger()
     logger.info("launching training: %s", runner.describe())
-    stream = _Stream(logger, artifacts.Progress("training-progress", f"training {run_uri}"))
+    stream = _Stream(logger, artifacts.Progress("training-progress", f"training {run}"))
     env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    code = runner.launch(RunDir(run_uri), config, nproc=nproc, resume=resume, env=env, on_line=stream)
+    code = runner.launch(run, config, nproc=nproc, resume=resume, env=env, on_line=stream)
     if code != 0:
-        step = Checkpointer(RunDir(run_uri)).resolve("latest")
+        step = Checkpointer(run).step_of("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
         raise TrainingFailed(stream.failure(code) + f"Run the pipeline again to resume from {resume_from}.")
 
@@ -102,15 +100,16 @@ def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherC
     if not config.dataset:
         raise UserError("config.dataset is empty. Fix: set it to a dataset URI written by the preprocess flow.")
     run = RunDir(run_uri)
-    if run.exists(DONE):
-        log.info("training already complete, skipping: %s (%s)", run_uri, run.read_text(DONE).strip())
+    if run.is_complete():
+        log.info("training already complete, skipping: %s", run_uri)
     else:
-        step = Checkpointer(run).resolve("latest")
+        step = Checkpointer(run).step_of("latest")
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
-        launch_torchrun(run_uri, config, nproc, step is not None, launcher)
-        latest = Checkpointer(run).resolve("latest")
-        run.write_text(json.dumps({"latest_step": latest}) + "\n", DONE)
+        launch_torchrun(run, config, nproc, step is not None, launcher)
+        if not run.is_complete():
+            raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
+                                 "complete. Fix: see the ranks' logs; run the flow again to resume.")
         log.info("training complete: %s", run_uri)
-    artifacts.plan(run_uri)
+    artifacts.plan(run)
     return run_uri

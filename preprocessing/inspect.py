@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import fsspec
+
 import feature_spec as fspec
+
+
+def _rows_from_files(dataset: str, spec: fspec.FeatureSpec) -> dict[str, int]:
+    """Rows per split from the size of its label file (one bool byte a row): for datasets whose
+    metadata has no row counts (NVIDIA's tools write none)."""
+    rows = {}
+    for split in spec.splits:
+        fs, path = fsspec.core.url_to_fs(fspec.resolve(dataset, spec.file_of(split, spec.label_feature)[0]))
+        if fs.exists(path):
+            rows[split] = fs.size(path)
+    return rows
 
 
 def summary(dataset: str) -> str:
     """A printable summary of the dataset at ``dataset`` (folder or feature_spec.yaml URI)."""
     spec = fspec.load(dataset)
     meta = spec.metadata
-    rows = meta.get("rows") or {}
+    rows = meta.get("rows") or _rows_from_files(dataset, spec)
     index0 = meta.get("index0_rows") or {}
-    lines = [f"dataset {meta.get('name', '?')}  fingerprint {meta.get('fingerprint', '?')}",
+    name = meta.get("name") or fspec.parent_uri(fspec.spec_uri(dataset)).rsplit("/", 1)[-1]
+    lines = [f"dataset {name}  fingerprint {meta.get('fingerprint') or 'none (not written by dlrmflow)'}",
              "rows: " + ", ".join(f"{s} {rows.get(s, '?'):,}" if isinstance(rows.get(s), int) else f"{s} ?"
                                   for s in spec.splits)]
     if spec.numerical_features:

@@ -33,7 +33,7 @@ def test_interrupted_and_resumed_run_ends_with_identical_parameters(dataset, tmp
     assert "table_wise" in (full / "plan.txt").read_text()
     # stop mid-epoch (8 steps per epoch), between evaluations, then resume on the run's own config
     train(dataset, parts, *COMMON, "--max-steps", "6", nproc=2)
-    assert Checkpointer(RunDir(str(parts))).resolve("latest") == 6
+    assert Checkpointer(RunDir(str(parts))).step_of("latest") == 6
     proc = train(dataset, parts, "--resume", "--max-steps", "14", nproc=2)
     assert "resumed from step 6 (epoch 0, step 6 of it)" in proc.stdout
 
@@ -64,7 +64,7 @@ def test_latest_skips_incomplete_checkpoints_and_pruning_keeps_best(tmp_path):
     run.write_text(json.dumps({"step": 8}), "checkpoints", "latest")
     run.write_text(json.dumps({"step": 2, "auc": 0.8}), "checkpoints", "best")
     assert ck.steps() == [2, 4, 6]
-    assert ck.resolve("latest") == 6 and ck.resolve("best") == 2 and ck.resolve(4) == 4 and ck.resolve(8) is None
+    assert ck.step_of("latest") == 6 and ck.step_of("best") == 2 and ck.step_of(4) == 4 and ck.step_of(8) is None
     ck._prune()
     assert ck.steps() == [2, 4, 6]  # 4 and 6 are the newest two, 2 is the best
     run.write_text(json.dumps({"step": 6}), "checkpoints", "best")

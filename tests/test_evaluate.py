@@ -12,6 +12,7 @@ import pytest
 
 from train_datasets import write_dataset
 from train_runs import REPO, python, train
+from training.config import EvaluateConfig
 from training.evaluate import evaluate_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -47,7 +48,8 @@ def test_cli_one_rank_then_api_two_ranks_agree(run):
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
 
     # the same checkpoint by its step number, on 2 ranks, through the Python API
-    two = evaluate_run(str(run), "test", str(best["step"]), nproc=2, env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
+    two = evaluate_run(str(run), EvaluateConfig(checkpoint=best["step"], nproc=2), env={"OMP_NUM_THREADS": "1"},
+                       on_line=lambda _: None)
     assert two["world_size"] == 2 and two["rows"] == 777 and two["positives"] == one["positives"]
     for k in ("auc", "pr_auc", "logloss", "normalized_entropy", "accuracy", "calibration", "base_logloss"):
         assert two[k] == pytest.approx(one[k], rel=1e-6, abs=1e-7), k

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import UserError
 from flows.cli import main as cli
 from train_datasets import write_dataset
-from training.config import TrainConfig
-from training.evaluate import check, evaluate_run, format_table, parse_checkpoint
+from common.errors import UserError
+from training.config import EvaluateConfig, TrainConfig
+from training.evaluate import check_inputs, evaluate_run
+from training.report import format_table
+from training.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -24,24 +26,36 @@ def untrained_run(tmp_path_factory):
 
 def test_unknown_run(tmp_path):
     with pytest.raises(UserError, match=r"not a training run \(no config.yaml there\).*--run folder"):
-        evaluate_run(str(tmp_path / "nope"))
+        evaluate_run(str(tmp_path / "nope"), EvaluateConfig())
 
 
 def test_split_absent(untrained_run):
     with pytest.raises(UserError, match=r"has no split 'holdout' \(it has: train, val, test\)"):
-        evaluate_run(str(untrained_run), split="holdout")
+        evaluate_run(str(untrained_run), EvaluateConfig(split="holdout"))
 
 
 @pytest.mark.parametrize("which", ["best", "latest", "40"])
 def test_checkpoint_absent(untrained_run, which):
     with pytest.raises(UserError, match=rf"no complete checkpoint '{which}' \(complete steps: none\).*train the run"):
-        check(str(untrained_run), "test", which)
+        check_inputs(RunDir(str(untrained_run)), EvaluateConfig(checkpoint=which))
+
+
+def test_best_falls_back_to_latest_with_a_warning(untrained_run):
+    run = RunDir(str(untrained_run))
+    for step in (2, 4):
+        run.write_text("{}", RunDir.CHECKPOINTS, str(step), "_COMPLETE")
+    try:
+        info = check_inputs(run, EvaluateConfig())
+        assert info["step"] == 4 and "no complete 'best' checkpoint; using 'latest' (step 4)" in info["warning"]
+        assert check_inputs(run, EvaluateConfig(checkpoint="2")) == {**info, "step": 2, "warning": None}
+    finally:
+        run.fs.rm(run.path(RunDir.CHECKPOINTS), recursive=True)
 
 
 def test_checkpoint_must_be_best_latest_or_a_step():
-    assert parse_checkpoint("best") == "best" and parse_checkpoint("12") == 12 and parse_checkpoint(7) == 7
-    with pytest.raises(UserError, match="not 'best', 'latest' or a step number"):
-        parse_checkpoint("newest")
+    assert EvaluateConfig(checkpoint="best").checkpoint == "best" and EvaluateConfig(checkpoint=7).checkpoint == "7"
+    with pytest.raises(UserError, match="checkpoint: .*'newest' is not 'best', 'latest' or a step number"):
+        EvaluateConfig.from_dict({"checkpoint": "newest"})
 
 
 def test_cli_reports_the_error_and_exits_2(untrained_run, capsys):

@@ -6,34 +6,7 @@ import pytest
 import yaml
 
 import feature_spec as fs
-
-NVIDIA_F15_SHAPE = """
-channel_spec:
-  categorical: [cat_0.bin, cat_1.bin, cat_2.bin]
-  label: [label]
-  numerical: &id001 [num_0, num_1]
-feature_spec:
-  cat_0.bin: {cardinality: 7912889, dtype: int32}
-  cat_1.bin: {cardinality: 11, dtype: int8}
-  cat_2.bin: {cardinality: 2209, dtype: int16}
-  label: {dtype: bool}
-  num_0: {dtype: float16}
-  num_1: {dtype: float16}
-metadata: {}
-source_spec:
-  test:
-  - {features: *id001, files: [test/numerical.bin], type: split_binary}
-  - {features: [label], files: [test/label.bin], type: split_binary}
-  - {features: [cat_0.bin], files: [test/cat_0.bin], type: split_binary}
-  - {features: [cat_1.bin], files: [test/cat_1.bin], type: split_binary}
-  - {features: [cat_2.bin], files: [test/cat_2.bin], type: split_binary}
-  train:
-  - {features: *id001, files: [train/numerical.bin], type: split_binary}
-  - {features: [label], files: [train/label.bin], type: split_binary}
-  - {features: [cat_0.bin], files: [train/cat_0.bin], type: split_binary}
-  - {features: [cat_1.bin], files: [train/cat_1.bin], type: split_binary}
-  - {features: [cat_2.bin], files: [train/cat_2.bin], type: split_binary}
-"""
+from train_datasets import NVIDIA_YAML as NVIDIA_F15_SHAPE
 
 
 def _nvidia() -> dict:

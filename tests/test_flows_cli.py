@@ -62,10 +62,11 @@ def test_run_takes_the_presets_preprocessing_unless_given(capsys):
 def test_every_config_field_is_a_command_line_option():
     """Each stage model's fields are reachable from its subcommand (generated from the models)."""
     from flows.cli import build_parser
-    from flows.config import PipelineConfig
+    from flows.config import PipelineConfig, ServeConfig
     from flows.options import collect
     from preprocessing.config import PreprocessConfig
-    from training.config import TrainConfig
+    from preprocessing.synthetic import SynthConfig
+    from training.config import EvaluateConfig, TrainConfig
     from training.launchers import LaunchConfig
 
     def leaves(model, prefix=""):
@@ -76,14 +77,19 @@ def test_every_config_field_is_a_command_line_option():
             elif name != "launcher":
                 yield prefix + name
 
-    parser = build_parser()
-    sub = parser._subparsers._group_actions[0].choices
+    def subparser(cmd):
+        return build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
+
+    sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "synth", "serve")}
     dests = {cmd: {a.dest for a in p._actions} for cmd, p in sub.items()}
     assert {f"@train:{f}" for f in leaves(TrainConfig)} <= dests["train"]
     assert {f"@launch:{f}" for f in leaves(LaunchConfig)} <= dests["train"]
     assert {"@launch:launcher.kind", "@launch:launcher.partition", "@launch:launcher.image",
             "@launch:launcher.nnodes"} <= dests["train"]
     assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]
+    assert {f"@evaluate:{f}" for f in leaves(EvaluateConfig)} <= dests["evaluate"]
+    assert {f"@config:{f}" for f in leaves(SynthConfig)} <= dests["synth"]
+    assert {f"@config:{f}" for f in leaves(ServeConfig)} <= dests["serve"]
     filled_in = {"train.dataset", "preprocess.out", "preprocess.progress"}
     assert {f"@pipeline:{f}" for f in leaves(PipelineConfig)} - {f"@pipeline:{f}" for f in filled_in} <= dests["run"]
     args = sub["train"].parse_args(["--run", "r", "--optimizer.dense.lr", "0.3", "--launcher", "slurm",

@@ -22,7 +22,7 @@ from train_datasets import write_dataset
 from train_runs import REPO, checkpoint_tensors, metrics
 
 PLAN = {"t_c0": "row_wise", "t_c1": "table_wise", "t_c2": "data_parallel", "t_c3": "column_wise"}
-COMMON = ["--set", "data.batch_size=128", "--set", "log_every=1", "--set", "epochs=1",
+COMMON = ["--set", "data.batch_size=128", "--set", "log_every=1", "--set", "epochs=1", "--set", "pg_timeout_s=60",
           "--set", "sharding.constraints=" + json.dumps({t: {"sharding_types": [s]} for t, s in PLAN.items()})]
 TIMEOUT = 150
 
@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 
 def _start(dataset, run, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DLRMFLOW_PG_TIMEOUT": "60", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "flows.cli", "train", "--dataset", str(dataset), "--run", str(run), *COMMON, *args]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -12,6 +12,7 @@ import pytest
 from flows.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from train_runs import metrics, train
+from training.config import EvaluateConfig
 from training.evaluate import evaluate_run
 
 
@@ -26,6 +27,6 @@ def test_criteo_sample_preset_reaches_the_quality_bar(criteo_10k, tmp_path):
     evals = [m for m in metrics(run) if "auc" in m]
     best = json.loads((run / "checkpoints" / "best").read_text())
     assert best["logloss"] == min(m["logloss"] for m in evals)  # best checkpoint by validation log loss
-    test = evaluate_run(str(run), "test", "best", env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
+    test = evaluate_run(str(run), EvaluateConfig(), env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
     assert test["rows"] == 2000 and test["step"] == best["step"]
     assert test["auc"] >= 0.73 and test["logloss"] <= 0.48, test

@@ -69,7 +69,7 @@ def test_a_two_rank_checkpoint_loads_on_one_rank_with_another_plan(runs):
 import json
 from training.trainer import Trainer
 t = Trainer.from_run({str(two)!r}, "best", overrides={{"sharding.constraints": {constraints(ONE_RANK_PLAN)}}})
-print(json.dumps({{"plan": t.plan_text, "val": t.evaluate("val")}}))
+print(json.dumps({{"plan": t.plan_text, "val": t.validate("val")}}))
 """)
     got = json.loads(out.strip().splitlines()[-1])
     for table, kind in ONE_RANK_PLAN.items():

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from train_datasets import write_dataset
-from train_runs import REPO, checkpoint_tensors, metrics, train
+from train_runs import PG_TIMEOUT, REPO, checkpoint_tensors, metrics, train
 
 # row-wise Adagrad tables, Adam (lazy state) for the MLPs, warmup and decay: a resume that lost any
 # state, or replayed or skipped a batch, changes the final parameters.
@@ -35,15 +35,15 @@ STEPS = 110  # 2048 / 32 = 64 steps per epoch: crosses an epoch boundary
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    return write_dataset(tmp_path_factory.mktemp("ds"), {"train": 2048})
+    return write_dataset(tmp_path_factory.mktemp("ds"), {"train": 2048, "val": 64})
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", "train", *args]
+    return [sys.executable, "-m", "flows.cli", "train", *PG_TIMEOUT, *args]
 
 
 def child_env(**extra: str) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "DLRMFLOW_PG_TIMEOUT": "120", **extra}
+    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
@@ -165,7 +165,9 @@ def test_bad_dataset_or_config_is_a_one_line_error(dataset, tmp_path, capsys):
     assert f"{broken}/train/cat_c3.bin: data file of split 'train' is missing" in msg
 
     msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r2"), "--set", "data.train_split=training")
-    assert "no split 'training' (it has: train)" in msg
+    assert "no split 'training' (it has: train, val)" in msg
+    msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r7"), "--set", "eval_split=validation")
+    assert "no split 'validation' (it has: train, val). Fix: set eval_split" in msg
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {embedding_dim: 8, bottom_mlp: [32, 16]}\n")
@@ -177,4 +179,4 @@ def test_bad_dataset_or_config_is_a_one_line_error(dataset, tmp_path, capsys):
     assert "unknown field 'lrr'" in msg
     msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r6"), "--set", "data.batch_size=0")
     assert "data.batch_size" in msg
-    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 7))  # nothing written, nothing launched
+    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 8))  # nothing written, nothing launched

@@ -9,6 +9,7 @@ from flows.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from preprocessing.synthetic import generate
 from train_runs import train
+from training.config import EvaluateConfig
 from training.evaluate import evaluate_run
 
 ROWS = 500_000
@@ -23,7 +24,7 @@ def test_dlrm_gets_within_0_01_of_the_planted_models_auc(tmp_path):
                                      progress=False, **hint))
     run = tmp_path / "run"
     train(ds, run, "--preset", "synthetic", timeout=400)
-    test = evaluate_run(str(run), "test", "best", env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
+    test = evaluate_run(str(run), EvaluateConfig(), env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
     assert test["rows"] == ROWS // 10
     assert test["auc"] >= meta["best_auc"] - 0.01, (test["auc"], meta["best_auc"])
     assert test["logloss"] <= meta["best_logloss"] + 0.015, (test["logloss"], meta["best_logloss"])

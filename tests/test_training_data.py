@@ -13,6 +13,7 @@ import torch
 
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, save
+from train_datasets import write_nvidia_dataset
 from training.data import Prefetcher, SplitBinaryDataset
 
 CATS = {"a": ("int8", 100), "b": ("int16", 3000), "rowid": ("int32", 2**20), "d": ("int64", 2**40)}
@@ -169,64 +170,8 @@ def test_prefetcher_raises_producer_errors_and_stops_when_dropped():
     assert threading.active_count() == before
 
 
-NVIDIA_YAML = """\
-channel_spec:
-  categorical: [cat_0.bin, cat_1.bin, cat_2.bin]
-  label: [label]
-  numerical: &id001 [num_0, num_1]
-feature_spec:
-  cat_0.bin: {cardinality: 7912889, dtype: int32}
-  cat_1.bin: {cardinality: 11, dtype: int8}
-  cat_2.bin: {cardinality: 2209, dtype: int16}
-  label: {dtype: bool}
-  num_0: {dtype: float16}
-  num_1: {dtype: float16}
-metadata: {}
-source_spec:
-  test:
-  - features: *id001
-    files: [test/numerical.bin]
-    type: split_binary
-  - features: [label]
-    files: [test/label.bin]
-    type: split_binary
-  - features: [cat_0.bin]
-    files: [test/cat_0.bin]
-    type: split_binary
-  - features: [cat_1.bin]
-    files: [test/cat_1.bin]
-    type: split_binary
-  - features: [cat_2.bin]
-    files: [test/cat_2.bin]
-    type: split_binary
-  train:
-  - features: *id001
-    files: [train/numerical.bin]
-    type: split_binary
-  - features: [label]
-    files: [train/label.bin]
-    type: split_binary
-  - features: [cat_0.bin]
-    files: [train/cat_0.bin]
-    type: split_binary
-  - features: [cat_1.bin]
-    files: [train/cat_1.bin]
-    type: split_binary
-  - features: [cat_2.bin]
-    files: [train/cat_2.bin]
-    type: split_binary
-"""
-
-
 def test_nvidia_preprocessed_dataset_loads_unchanged(tmp_path):
-    rng = np.random.default_rng(3)
-    (tmp_path / "feature_spec.yaml").write_text(NVIDIA_YAML)
-    for split, n in (("train", 50), ("test", 9)):
-        (tmp_path / split).mkdir()
-        (rng.random(n) < 0.5).tofile(tmp_path / split / "label.bin")
-        rng.normal(size=(n, 2)).astype(np.float16).tofile(tmp_path / split / "numerical.bin")
-        for i, dt in enumerate(("int32", "int8", "int16")):
-            rng.integers(0, 11, n).astype(dt).tofile(tmp_path / split / f"cat_{i}.bin")
+    write_nvidia_dataset(tmp_path, {"train": 50, "test": 9})
     ds = SplitBinaryDataset(str(tmp_path), "test")
     (batch,) = list(ds.batches(16))
     assert ds.num_rows == 9 and batch.sparse_features.keys() == ["cat_0.bin", "cat_1.bin", "cat_2.bin"]

@@ -1,4 +1,5 @@
-"""Small split_binary datasets with a learnable signal, written with numpy for the training tests."""
+"""Small split_binary datasets written with numpy for the training tests: ours with a learnable signal,
+and one shaped like NVIDIA's tools write them."""
 
 from __future__ import annotations
 
@@ -35,4 +36,48 @@ def write_dataset(root: Path, rows: dict[str, int] | None = None, n_num: int = 4
     spec = FeatureSpec(feature_spec=features, source_spec=source,
                        channel_spec={"label": ["click"], "numerical": num, "categorical": list(CARDS)})
     save(spec, str(root))
+    return root
+
+
+# as NVIDIA's tools write it: features named after their files, empty metadata, train and test only
+NVIDIA_YAML = """\
+channel_spec:
+  categorical: [cat_0.bin, cat_1.bin, cat_2.bin]
+  label: [label]
+  numerical: &id001 [num_0, num_1]
+feature_spec:
+  cat_0.bin: {cardinality: 7912889, dtype: int32}
+  cat_1.bin: {cardinality: 11, dtype: int8}
+  cat_2.bin: {cardinality: 2209, dtype: int16}
+  label: {dtype: bool}
+  num_0: {dtype: float16}
+  num_1: {dtype: float16}
+metadata: {}
+source_spec:
+  test:
+  - {features: *id001, files: [test/numerical.bin], type: split_binary}
+  - {features: [label], files: [test/label.bin], type: split_binary}
+  - {features: [cat_0.bin], files: [test/cat_0.bin], type: split_binary}
+  - {features: [cat_1.bin], files: [test/cat_1.bin], type: split_binary}
+  - {features: [cat_2.bin], files: [test/cat_2.bin], type: split_binary}
+  train:
+  - {features: *id001, files: [train/numerical.bin], type: split_binary}
+  - {features: [label], files: [train/label.bin], type: split_binary}
+  - {features: [cat_0.bin], files: [train/cat_0.bin], type: split_binary}
+  - {features: [cat_1.bin], files: [train/cat_1.bin], type: split_binary}
+  - {features: [cat_2.bin], files: [train/cat_2.bin], type: split_binary}
+"""
+
+
+def write_nvidia_dataset(root: Path, rows: dict[str, int], seed: int = 3) -> Path:
+    """A dataset with NVIDIA's feature spec (``NVIDIA_YAML``) and random rows (ids below 11)."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "feature_spec.yaml").write_text(NVIDIA_YAML)
+    for split, n in rows.items():
+        (root / split).mkdir()
+        (rng.random(n) < 0.5).tofile(root / split / "label.bin")
+        rng.normal(size=(n, 2)).astype(np.float16).tofile(root / split / "numerical.bin")
+        for i, dt in enumerate(("int32", "int8", "int16")):
+            rng.integers(0, 11, n).astype(dt).tofile(root / split / f"cat_{i}.bin")
     return root

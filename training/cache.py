@@ -17,7 +17,7 @@ import fsspec
 
 from common.atomic import atomic_path
 
-DEFAULT_CACHE_DIR = Path(os.environ.get("DLRMFLOW_CACHE_DIR", Path.home() / ".cache" / "dlrmflow"))
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "dlrmflow"
 
 
 def is_local(uri: str) -> bool:

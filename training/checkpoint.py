@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.planner import LoadPlan
 from common.errors import UserError
 from training.rundir import RunDir
 
-DIR = "checkpoints"
+DIR = RunDir.CHECKPOINTS
 COMPLETE = "_COMPLETE"
 
 
@@ -45,7 +45,7 @@ class Checkpointer:
             return None
         return json.loads(self.run.read_text(DIR, name))
 
-    def resolve(self, which: str | int = "latest") -> int | None:
+    def step_of(self, which: str | int = "latest") -> int | None:
         """Step of ``best``, ``latest`` or a step number, if that checkpoint is complete; else None
         (for ``latest``: the newest complete checkpoint, whatever the pointer says)."""
         complete = self.steps()
@@ -59,6 +59,19 @@ class Checkpointer:
             return ptr["step"] if ptr and ptr["step"] in complete else None
         step = int(which)
         return step if step in complete else None
+
+    def step_for(self, which: str | int, *, fallback: str | None = None) -> tuple[int, str | None]:
+        """The step to load for ``which``, else (when given) for ``fallback``: ``(step, warning)``, the
+        warning naming the checkpoint used when it fell back. Raises UserError when there is none."""
+        step, warning = self.step_of(which), None
+        if step is None and fallback is not None and (step := self.step_of(fallback)) is not None:
+            warning = (f"the run has no complete '{which}' checkpoint; using '{fallback}' "
+                       f"(step {step}) instead")
+        if step is None:
+            raise UserError(f"{self.run.join(DIR)}: no complete checkpoint '{which}' (complete steps: "
+                            f"{self.steps() or 'none'}). Fix: train the run first, or choose best, latest "
+                            "or one of those steps.")
+        return step, warning
 
     def uri(self, step: int) -> str:
         return self.run.join(DIR, str(step))
@@ -81,10 +94,7 @@ class Checkpointer:
 
     def load(self, which: str | int, state: dict[str, Any]) -> int:
         """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards); returns its step."""
-        step = self.resolve(which)
-        if step is None:
-            raise UserError(f"{self.run.join(DIR)}: no complete checkpoint '{which}' (complete: {self.steps() or 'none'}). "
-                            "Fix: train first, or pick one of the complete steps.")
+        step, _ = self.step_for(which)
         dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options), planner=_LoadPlanner())
         return step
 

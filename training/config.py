@@ -1,9 +1,10 @@
-"""The training configuration: one typed, validated, JSON-serialisable model (pydantic).
+"""The training and evaluation configurations: typed, validated, JSON-serialisable models (pydantic).
 
-The same model is the YAML file (``dlrmflow train --config``), the presets
+``TrainConfig`` is the YAML file (``dlrmflow train --config``), the presets
 (``training/presets/<name>.yaml``), the CLI's overrides and, later, the Prefect flow's
 parameters. Each section is built into its component by that component's module
-(``model.build_model``, ``trainer.build_optimizer``, ``sharding.plan_tables``).
+(``model.build_model``, ``trainer.build_optimizer``, ``sharding.plan_tables``). ``EvaluateConfig``
+is what ``dlrmflow evaluate`` takes besides the run (``training.evaluate.evaluate_run``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,29 @@ from typing import Any, Literal
 
 import fsspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.config import apply_overrides, validate
 from common.errors import UserError
+from training.cache import DEFAULT_CACHE_DIR
 from training.sharding import ShardingConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
+def split_error(dataset: str | None, split: str, splits: list[str], fix: str) -> UserError:
+    """The error for a split that the dataset lacks, naming the splits it has and the fix."""
+    return UserError(f"{dataset}: the dataset has no split '{split}' (it has: {', '.join(splits) or 'none'}). "
+                       f"Fix: {fix}")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "config"):
+        """Validate parsed YAML/JSON; errors name the source and the field."""
+        return validate(cls, data, source)
 
 
 class ModelConfig(_Section):
@@ -80,7 +93,7 @@ class DataConfig(_Section):
     eval_batch_size: int = Field(4096, ge=1, description="GLOBAL evaluation batch size (divided over the ranks like batch_size).")
     train_split: str = Field("train", description="Split to train on.")
     shuffle: bool = Field(True, description="Shuffle the order of global batches each epoch (a function of seed and epoch).")
-    cache_dir: str | None = Field(None, description="Local cache for a remote dataset (None: the data loader's default).")
+    cache_dir: str | None = Field(None, description=f"Local cache for a remote dataset (None: {DEFAULT_CACHE_DIR}).")
 
 
 class PrecisionConfig(_Section):
@@ -102,7 +115,9 @@ class TrainConfig(_Section):
     epochs: int = Field(1, ge=1, description="Passes over the training split.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many global steps (None: after `epochs`).")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on eval_split every this many steps (None: at the end of each epoch).")
-    eval_split: str = Field("val", description="Split used for evaluation, early stopping and the best checkpoint.")
+    eval_split: str | None = Field("val", description="Split validated on during training (early stopping, the "
+                                   "best checkpoint); a dataset without the default 'val' is validated on 'test'. "
+                                   "None: no validation.")
     best_metric: Literal["auc", "logloss"] = Field("auc", description="Validation metric that picks the best checkpoint.")
     early_stopping_patience: int | None = Field(None, ge=1, description="Stop after this many evaluations without improvement (None: never).")
     checkpoint_every: int | None = Field(None, ge=1, description="Save a checkpoint every this many steps (always at the end and at each new best).")
@@ -110,6 +125,16 @@ class TrainConfig(_Section):
     log_every: int = Field(10, ge=1, description="Write a metrics.jsonl line every this many steps.")
     seed: int = Field(0, description="Seed of the initial weights and of the data order.")
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
+
+    def eval_split_in(self, splits: list[str]) -> str | None:
+        """The split to validate on among the dataset's ``splits``: ``eval_split`` (None: no validation), or
+        ``test`` when the default ``val`` is missing. Raises UserError naming the splits when there is none."""
+        if self.eval_split is None or self.eval_split in splits:
+            return self.eval_split
+        if self.eval_split == type(self).model_fields["eval_split"].default and "test" in splits:
+            return "test"
+        raise split_error(self.dataset, self.eval_split, splits,
+                          "set eval_split to one of those split names, or to null to train without validation.")
 
     # ---- I/O -------------------------------------------------------------------------
     @classmethod
@@ -126,11 +151,6 @@ class TrainConfig(_Section):
         return cls.from_dict(data, source=path)
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "config") -> "TrainConfig":
-        """Validate parsed YAML/JSON; errors name the source and the field."""
-        return validate(cls, data, source)
-
-    @classmethod
     def preset(cls, name: str) -> "TrainConfig":
         """A built-in preset (``training/presets/<name>.yaml``)."""
         path = PRESET_DIR / f"{name}.yaml"
@@ -145,6 +165,25 @@ class TrainConfig(_Section):
     def with_overrides(self, overrides: dict[str, Any]) -> "TrainConfig":
         """A copy with dotted-key overrides applied (``{"optimizer.dense.lr": 0.1}``), re-validated."""
         return TrainConfig.from_dict(apply_overrides(self.model_dump(mode="json"), overrides), source="overrides")
+
+
+class EvaluateConfig(_Section):
+    """What to evaluate: one checkpoint of a run on a split of its dataset (or of another one)."""
+
+    split: str = Field("test", description="Held-out split to evaluate on.")
+    checkpoint: str = Field("best", description="`best` (by validation; the latest if the run never validated), "
+                            "`latest` or a step number.")
+    nproc: int = Field(1, ge=1, description="Processes (ranks) for evaluation.")
+    dataset: str | None = Field(None, description="Evaluate on this dataset instead of the run's own (same features).")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _best_latest_or_step(cls, v: Any) -> str:
+        v = str(v).strip()
+        if v not in ("best", "latest") and not v.isdigit():
+            raise ValueError(f"{v!r} is not 'best', 'latest' or a step number (e.g. best)")
+        return v
+
 
 def preset_names() -> list[str]:
     """Names of the built-in presets."""

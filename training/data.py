@@ -27,6 +27,7 @@ from common.errors import UserError
 from feature_spec import FeatureSpec, load, resolve
 
 from .cache import local_copy
+from .config import split_error
 
 PAD_LABEL = -1.0
 
@@ -55,8 +56,7 @@ class SplitBinaryDataset:
         self._cache_dir, self._storage_options = cache_dir, storage_options or {}
         self.spec: FeatureSpec = load(dataset_uri, **self._storage_options)
         if split not in self.spec.splits:
-            raise UserError(f"{dataset_uri}: the dataset has no split '{split}' (it has: "
-                            f"{', '.join(self.spec.splits) or 'none'}). Fix: use one of those split names.")
+            raise split_error(dataset_uri, split, self.spec.splits, "use one of those split names.")
         spec = self.spec
         if not spec.is_dataset:
             raise UserError(f"{dataset_uri}: this feature spec describes raw input, not a split_binary dataset. "

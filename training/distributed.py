@@ -8,13 +8,15 @@ rank's failure ends the job instead of leaving the others waiting in a collectiv
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-DEFAULT_TIMEOUT_S = 600.0
+from common.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,12 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def init(timeout_s: float | None = None) -> DistEnv:
-    """Join (or create) the default process group from torchrun's environment.
+def init(timeout_s: float) -> DistEnv:
+    """Join (or create) the default process group from torchrun's environment, with a collective
+    timeout of ``timeout_s`` (the config's ``pg_timeout_s``).
 
     Without torchrun's variables this is a one-process group on a free local port, so the
-    same code runs from a notebook or a test. ``timeout_s`` defaults to
-    ``$DLRMFLOW_PG_TIMEOUT`` or 600 s.
+    same code runs from a notebook or a test.
     """
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -62,10 +64,22 @@ def init(timeout_s: float | None = None) -> DistEnv:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend_for(device)
-    timeout = timeout_s if timeout_s is not None else float(os.environ.get("DLRMFLOW_PG_TIMEOUT", DEFAULT_TIMEOUT_S))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     return DistEnv(rank, world, local_rank, local_world, device, backend)
+
+
+def run_rank(work: Callable[[], None]) -> int:
+    """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error for a
+    UserError. Always leaves the process group."""
+    try:
+        work()
+        return 0
+    except UserError as e:
+        print(f"error (rank {os.environ.get('RANK', 0)}): {e}", file=sys.stderr)
+        return 2
+    finally:
+        destroy()
 
 
 def destroy() -> None:

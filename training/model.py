@@ -7,6 +7,7 @@ batch reaches the model (TorchRec's pipeline needs the batch's KJT to feed the t
 
 from __future__ import annotations
 
+import re
 import zlib
 from contextlib import nullcontext
 
@@ -26,8 +27,11 @@ INIT_BLOCK_ROWS = 1024
 
 
 def table_name(feature: str) -> str:
-    """Name of a feature's embedding table."""
-    return f"t_{feature}"
+    """Name of a feature's embedding table: ``t_<feature>``, valid as a module name for any feature name
+    (NVIDIA names features after their files: ``cat_0.bin``). Characters other than letters, digits and
+    ``_`` become ``_``, and such a name gets the feature's CRC32 so that it cannot collide with another."""
+    name = "t_" + re.sub(r"\W", "_", feature, flags=re.ASCII)
+    return name if name == f"t_{feature}" else f"{name}_{zlib.crc32(feature.encode()):08x}"
 
 
 def embedding_tables(cfg: ModelConfig, spec: FeatureSpec, precision: PrecisionConfig | None = None) -> list[EmbeddingBagConfig]:

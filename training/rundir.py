@@ -1,8 +1,7 @@
 """The run folder (local path or s3://...) through fsspec: atomic text files and metrics.jsonl.
 
-Layout: ``config.yaml``, ``plan.txt``, ``metrics.jsonl``, ``checkpoints/<step>/`` (see
-``training.checkpoint``). S3 credentials and endpoint come from the standard AWS variables
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+``RunDir`` names every file of a run folder (see its constants). S3 credentials and endpoint come
+from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,9 @@ class RunDir:
     PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
     DONE = "_SUCCESS"             # written last by the worker: training finished
     CHECKPOINTS = "checkpoints"   # <step>/ DCP folders and the latest/best pointers (training.checkpoint)
-    EVAL = "eval"                 # eval/<split>/ (training.evaluate)
+    EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
+    EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
+    ROC, CALIBRATION = "roc.png", "calibration.png"
 
     def __init__(self, uri: "str | RunDir", options: dict[str, Any] | None = None):
         if isinstance(uri, RunDir):
@@ -77,6 +78,32 @@ class RunDir:
 
     def mark_complete(self, info: dict[str, Any]) -> None:
         self.write_text(json.dumps(info) + "\n", self.DONE)
+
+    def mark_incomplete(self) -> None:
+        """Remove the completion marker (training continues a finished run)."""
+        if self.is_complete():
+            self.fs.rm(self.path(self.DONE))
+
+    # ---- evaluations ----------------------------------------------------------------------
+    def eval_dir(self, split: str) -> str:
+        """URI of ``eval/<split>/``."""
+        return self.join(self.EVAL, split)
+
+    def eval_metrics(self, split: str) -> dict[str, Any] | None:
+        """The complete evaluation of ``split`` (its metrics.json), or None."""
+        if not self.exists(self.EVAL, split, self.EVAL_METRICS):
+            return None
+        return json.loads(self.read_text(self.EVAL, split, self.EVAL_METRICS))
+
+    def eval_plot(self, split: str, name: str) -> bytes:
+        """PNG bytes of plot ``name`` (ROC or CALIBRATION) of the evaluation of ``split``."""
+        return self.fs.cat_file(self.path(self.EVAL, split, name))
+
+    def write_eval(self, split: str, metrics: dict[str, Any], plots: dict[str, bytes]) -> None:
+        """Write an evaluation: the plots (name -> PNG bytes), then metrics.json, which marks it complete."""
+        for name, data in plots.items():
+            self.write_bytes(data, self.EVAL, split, name)
+        self.write_text(json.dumps(metrics, indent=2) + "\n", self.EVAL, split, self.EVAL_METRICS)
 
     def join(self, *parts: str) -> str:
         """URI of a path inside the run folder."""

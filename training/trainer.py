@@ -1,8 +1,8 @@
 """The Trainer: builds the sharded DLRM from a TrainConfig and trains it (a Stateful object for DCP).
 
 ``Trainer(cfg, env, run)`` builds data, model, sharding plan, DistributedModelParallel and the
-optimizers; ``train()`` runs TrainPipelineSparseDist between evaluation/checkpoint boundaries;
-``predict(split)`` and ``evaluate(split)`` run over a split on all ranks. ``from_run`` rebuilds the
+optimizers; ``train()`` runs TrainPipelineSparseDist between validation/checkpoint boundaries;
+``predict(split)`` and ``validate(split)`` run over a split on all ranks. ``from_run`` rebuilds the
 model of a finished run and loads one of its checkpoints (what evaluation builds on).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import cached_property
 from itertools import islice
 from typing import Any, Iterator
 
@@ -87,6 +88,11 @@ class Trainer(Stateful):
                                                        storage_options=storage_options(self.cfg.dataset))
         return self._datasets[split]
 
+    @cached_property
+    def eval_split(self) -> str | None:
+        """The split validated on during training (``eval_split``, or ``test`` for a missing default)."""
+        return self.cfg.eval_split_in(self.spec.splits)
+
     def _build_model(self) -> tuple[DistributedModelParallel, str]:
         cfg, env = self.cfg, self.env
         torch.manual_seed(cfg.seed)
@@ -145,25 +151,21 @@ class Trainer(Stateful):
         return step
 
     @classmethod
-    def from_run(cls, run_uri: str, which: str | int = "best", env: DistEnv | None = None,
+    def from_run(cls, run: RunDir | str, which: str | int = "best", env: DistEnv | None = None,
                  overrides: dict[str, Any] | None = None) -> "Trainer":
-        """The model of a run folder with checkpoint ``best|latest|STEP`` loaded (model weights only;
-        ``best`` falls back to ``latest`` when the run never evaluated).
+        """The model of a run folder with checkpoint ``best|latest|STEP`` loaded (model weights only).
 
         Call on every rank (it joins the process group if needed). ``overrides`` change the run's
         config, e.g. ``{"dataset": ..., "sharding.constraints": ...}`` (DCP reshards on load)."""
         from training.distributed import init
 
-        run = RunDir(run_uri)
-        cfg = TrainConfig.from_yaml(run.join("config.yaml"), **run.options).with_overrides(overrides or {})
+        run = RunDir(run)
+        cfg = run.load_config().with_overrides(overrides or {})
         trainer = cls(cfg, env or init(cfg.pg_timeout_s))
-        ckpt = Checkpointer(run)
-        if which == "best" and ckpt.resolve("best") is None:
-            which = "latest"
-        trainer.load(ckpt, which, model_only=True)
+        trainer.load(Checkpointer(run), which, model_only=True)
         return trainer
 
-    # ---- prediction and evaluation ---------------------------------------------------------
+    # ---- prediction and validation ---------------------------------------------------------
     @torch.no_grad()
     def predict(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         """Click probabilities and labels of every row of ``split``, gathered on every rank
@@ -181,7 +183,7 @@ class Trainer(Stateful):
         keep = y >= 0
         return p[keep], y[keep]
 
-    def evaluate(self, split: str) -> dict[str, float]:
+    def validate(self, split: str) -> dict[str, float]:
         """ROC AUC, log loss and row count on ``split`` (all ranks)."""
         p, y = self.predict(split)
         return {"auc": metrics.roc_auc(p, y), "logloss": metrics.log_loss(p, y), "rows": int(len(y))}
@@ -196,7 +198,7 @@ class Trainer(Stateful):
         return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
 
     def train(self) -> None:
-        """Train until ``epochs``/``max_steps`` or early stopping; checkpoint and evaluate on the way."""
+        """Train until ``epochs``/``max_steps`` or early stopping; checkpoint and validate on the way."""
         if self.steps_per_epoch() == 0:
             raise UserError(f"split '{self.cfg.data.train_split}' has {self.train_data.num_rows} rows, fewer than one "
                             f"global batch ({self.cfg.data.batch_size}). Fix: use a smaller data.batch_size.")
@@ -232,7 +234,7 @@ class Trainer(Stateful):
                                        start_step=self.step_in_epoch)
 
     def _segment_length(self, total: int) -> int:
-        """Steps until the next boundary: end of epoch, end of run, evaluation or checkpoint."""
+        """Steps until the next boundary: end of epoch, end of run, validation or checkpoint."""
         n = min(self.steps_per_epoch() - self.step_in_epoch, total - self.step)
         for every in (self.cfg.eval_every, self.cfg.checkpoint_every):
             if every:
@@ -241,7 +243,7 @@ class Trainer(Stateful):
 
     def _segment(self, batches: Iterator, n: int, bar: tqdm, log: MetricsLog | None) -> None:
         """``n`` steps through a fresh TrainPipelineSparseDist, drained and detached at the end
-        (so that the DMP can be called directly for evaluation)."""
+        (so that the DMP can be called directly for validation)."""
         pipeline = TrainPipelineSparseDist(self.dmp, self.optimizer, self.env.device, execute_all_batches=True)
         feed = (self.hasher(b) for b in islice(batches, n))
         try:
@@ -282,20 +284,18 @@ class Trainer(Stateful):
             self.epoch, self.step_in_epoch = self.epoch + 1, 0
         every = self.cfg.eval_every
         best = None
-        if (self.step % every == 0) if every else epoch_end:
-            best = self._evaluate_for_early_stopping(log)
+        if self.eval_split and ((self.step % every == 0) if every else epoch_end):
+            best = self._validate(log)
         checkpoint_due = self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0
         if ckpt and (best is not None or checkpoint_due):
             ckpt.save(self.step, self.state_dict(), best=best)
         if log:
             log.flush()
 
-    def _evaluate_for_early_stopping(self, log: MetricsLog | None) -> dict[str, Any] | None:
-        """Evaluate on eval_split; update best / patience. Returns the metrics when they are a new best."""
-        split = self.cfg.eval_split
-        if split not in self.spec.splits:
-            return None
-        result = self.evaluate(split)
+    def _validate(self, log: MetricsLog | None) -> dict[str, Any] | None:
+        """Validate on the eval split; update best / patience. Returns the metrics when they are a new best."""
+        split = self.eval_split
+        result = self.validate(split)
         if log:
             log.log({"step": self.step, "epoch": self.epoch, "eval_split": split, **result})
         if self.env.is_main:

@@ -1,8 +1,8 @@
 """Per-rank entry point that torchrun starts: ``python -m training.worker RUN [--resume]``.
 
-Reads ``<run>/config.yaml`` (written by the launcher before the ranks start), joins the
-process group, builds the Trainer, resumes from the latest complete checkpoint if asked,
-trains, and always leaves the process group.
+Reads the run's config (saved by the launcher before the ranks start), joins the process group,
+builds the Trainer, resumes from the latest complete checkpoint if asked, trains, marks the run
+complete (rank 0), and always leaves the process group.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ import os
 import signal
 import sys
 
-from common.errors import UserError
 from training import distributed
 from training.checkpoint import Checkpointer
-from training.config import TrainConfig
 from training.rundir import RunDir
 
 
@@ -34,42 +32,39 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def train(run: RunDir, resume: bool) -> None:
+    """Train the run on this rank (resuming from its latest complete checkpoint if asked); rank 0
+    writes the sharding plan and, at the end, the completion marker."""
+    cfg = run.load_config()
+    env = distributed.init(cfg.pg_timeout_s)
+    from training.trainer import Trainer
+
+    trainer = Trainer(cfg, env, run)
+    if trainer.eval_split != cfg.eval_split and env.is_main:  # every rank resolves the split here
+        print(f"the dataset has no split '{cfg.eval_split}': validating on '{trainer.eval_split}'", flush=True)
+    if env.is_main:
+        print(trainer.plan_text, flush=True)
+        run.write_text(trainer.plan_text + "\n", RunDir.PLAN)
+        run.mark_incomplete()
+    ckpt = Checkpointer(run, cfg.keep_checkpoints)
+    if resume and ckpt.step_of("latest") is not None:
+        step = trainer.load(ckpt, "latest")
+        if env.is_main:
+            print(f"resumed from step {step} (epoch {trainer.epoch}, step {trainer.step_in_epoch} of it)", flush=True)
+    trainer.train()
+    if env.is_main:
+        best = ckpt.pointer("best")
+        print(f"done: {trainer.step} steps; best {best}" if best else f"done: {trainer.step} steps", flush=True)
+        run.mark_complete({"latest_step": ckpt.step_of("latest")})
+
+
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m training.worker", description=__doc__)
-    parser.add_argument("run", help="run folder or URI holding config.yaml")
+    parser.add_argument("run", help="run folder or URI holding the config")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
     args = parser.parse_args(argv)
-
-    run = RunDir(args.run)
-    try:
-        cfg = TrainConfig.from_yaml(run.join("config.yaml"), **run.options)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    env = distributed.init(cfg.pg_timeout_s)
-    try:
-        from training.trainer import Trainer
-
-        trainer = Trainer(cfg, env, run)
-        if env.is_main:
-            print(trainer.plan_text, flush=True)
-            run.write_text(trainer.plan_text + "\n", "plan.txt")
-        ckpt = Checkpointer(run, cfg.keep_checkpoints)
-        if args.resume and ckpt.resolve("latest") is not None:
-            step = trainer.load(ckpt, "latest")
-            if env.is_main:
-                print(f"resumed from step {step} (epoch {trainer.epoch}, step {trainer.step_in_epoch} of it)", flush=True)
-        trainer.train()
-        if env.is_main:
-            best = ckpt.pointer("best")
-            print(f"done: {trainer.step} steps; best {best}" if best else f"done: {trainer.step} steps", flush=True)
-        return 0
-    except UserError as e:
-        print(f"error (rank {env.rank}): {e}", file=sys.stderr)
-        return 2
-    finally:
-        distributed.destroy()
+    return distributed.run_rank(lambda: train(RunDir(args.run), args.resume))
 
 
 if __name__ == "__main__":

@@ -21,21 +21,25 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.options import add_options
+    from training.config import EvaluateConfig
+
     p.add_argument("--run", required=True, help="run folder or URI written by `dlrmflow train`")
-    p.add_argument("--split", default="test", help="split of the run's dataset to evaluate (default test)")
-    p.add_argument("--checkpoint", default="best",
-                   help="best (by validation; the latest if the run never evaluated), latest, or a step number")
-    p.add_argument("--nproc", type=int, default=1, help="processes (ranks) on this node (default 1)")
-    p.add_argument("--dataset", help="evaluate on this dataset instead of the run's own (same features)")
+    add_options(p, EvaluateConfig, root="evaluate")
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.evaluate import METRICS_FILE, eval_dir, evaluate_run, format_table
+    from flows.options import build
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+    from training.report import format_table
+    from training.rundir import RunDir
 
-    record = evaluate_run(args.run, split=args.split, checkpoint=args.checkpoint, nproc=args.nproc,
-                          dataset=args.dataset)
-    where = eval_dir(args.run, args.split)
-    print(f"\n{args.split} metrics of {args.run} (checkpoint {record['checkpoint']}, step {record['step']}):")
+    config = build(EvaluateConfig, args, root="evaluate")
+    run = RunDir(args.run)
+    record = evaluate_run(run, config)
+    where = run.eval_dir(config.split)
+    print(f"\n{config.split} metrics of {run} (checkpoint {record['checkpoint']}, step {record['step']}):")
     print(format_table(record))
-    print(f"\nwrote {where}/{METRICS_FILE}, {where}/roc.png, {where}/calibration.png")
+    print(f"\nwrote {where}/{RunDir.EVAL_METRICS}, {where}/{RunDir.ROC}, {where}/{RunDir.CALIBRATION}")
     return 0

@@ -70,7 +70,7 @@ def run(args) -> int:
     if not config.credentials_block:
         Store(config.store).check()  # fail fast, before Prefect starts
     from flows.pipeline import pipeline
-    from training.evaluate import format_table
+    from training.report import format_table
 
     out = pipeline(config)
     print(f"\ndlrmflow run finished in {time.monotonic() - start:.0f} s")

@@ -121,9 +121,11 @@ class Launcher(ABC):
 
 
 def check_dataset(cfg: TrainConfig) -> None:
-    """Fail fast, before torchrun starts, when the dataset, its training split or one of that split's
-    files is missing: a one-line UserError here instead of every rank failing under torchrun."""
+    """Fail fast, before torchrun starts, when the dataset, its training or validation split or one of
+    the training split's files is missing: a one-line UserError here instead of every rank failing."""
     import fsspec
+
+    from training.config import split_error
 
     from feature_spec import load, resolve
 
@@ -133,8 +135,8 @@ def check_dataset(cfg: TrainConfig) -> None:
     spec = load(cfg.dataset, **options)
     split = cfg.data.train_split
     if split not in spec.splits:
-        raise UserError(f"{cfg.dataset}: the dataset has no split '{split}' (it has: {', '.join(spec.splits) or 'none'}). "
-                        "Fix: set data.train_split to one of those split names.")
+        raise split_error(cfg.dataset, split, spec.splits, "set data.train_split to one of those split names.")
+    cfg.eval_split_in(spec.splits)
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")

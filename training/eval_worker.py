@@ -1,0 +1,54 @@
+"""Per-rank entry point of an evaluation that torchrun starts:
+``python -m training.eval_worker RUN [--config EVALUATE_CONFIG_JSON]`` (``training.evaluate`` launches it).
+
+Every rank loads the checkpoint (DCP reshards it to this world size) and predicts its share of the
+split; the predictions are gathered and rank 0 writes the report (``training.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from training import distributed
+from training.config import EvaluateConfig
+from training.evaluate import check_inputs
+from training.report import write_report
+from training.rundir import RunDir
+
+
+def evaluate(run: RunDir, config: EvaluateConfig) -> None:
+    """Predict this rank's share of the split; rank 0 writes the report of all the predictions."""
+    info = check_inputs(run, config)
+    from training.trainer import Trainer
+
+    trainer = Trainer.from_run(run, info["step"], overrides={"dataset": info["dataset"]})
+    probs, labels = trainer.predict(config.split)
+    env = trainer.env
+    if env.is_main:
+        record = write_report(run, config.split, probs, labels,
+                              {"checkpoint": config.checkpoint, "step": info["step"], "dataset": info["dataset"],
+                               "run": run.uri, "world_size": env.world_size, "warning": info["warning"]})
+        print(f"evaluated step {info['step']} on '{config.split}' ({record['rows']:,} rows, {env.world_size} "
+              f"rank(s)): auc {record['auc']:.4f} logloss {record['logloss']:.4f} -> {run.eval_dir(config.split)}",
+              flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.eval_worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run folder or URI (holds config.yaml and checkpoints/)")
+    parser.add_argument("--config", default="{}", help="the EvaluateConfig as JSON (default: its defaults)")
+    args = parser.parse_args(argv)
+    return distributed.run_rank(
+        lambda: evaluate(RunDir(args.run), EvaluateConfig.from_dict(json.loads(args.config), source="--config")))
+
+
+if __name__ == "__main__":
+    code = main()  # the process group is destroyed and every file written by now
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # skip interpreter teardown: a rank was seen to abort there (SIGABRT) after finishing its work
+    os._exit(code)
