@@ -176,9 +176,10 @@ class _Adder:
         group.add_argument(*flags, **kwargs)
 
 
-def add_set_option(parser: argparse.ArgumentParser, example: str = "optimizer.dense.lr=0.1") -> None:
-    """``--set KEY=VALUE``: any field by its dotted name (repeatable), as the generated flags."""
-    parser.add_argument("--set", dest=SET_DEST, action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+def add_set_option(parser: argparse.ArgumentParser, root: str = "config", example: str = "optimizer.dense.lr=0.1") -> None:
+    """``--set KEY=VALUE``: any field of ``root`` by its dotted name (repeatable), as the generated flags."""
+    parser.add_argument("--set", dest=f"{SET_DEST}:{root}", action="append", default=[], type=_key_value,
+                        metavar="KEY=VALUE",
                         help=f"override a config field by its dotted name, e.g. --set {example} (repeatable)")
 
 
@@ -186,7 +187,7 @@ def collect(args: argparse.Namespace, root: str = "config") -> dict[str, Any]:
     """The given options of ``root`` as ``{dotted.field: value}`` (``--set`` ones included, parsed as YAML)."""
     head = f"{_PREFIX}{root}:"
     given = {dest[len(head):]: value for dest, value in vars(args).items() if dest.startswith(head)}
-    for key, value in getattr(args, SET_DEST, None) or []:
+    for key, value in getattr(args, f"{SET_DEST}:{root}", None) or []:
         given[key] = _scalar(value)
     return given
 

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
                      "it was tuned with, applied where the options given here do not conflict (default: default)")
     src.add_argument("--config", help="training config YAML (instead of a preset)")
     add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train"}, skip=_FILLED_IN)
-    add_set_option(p, "train.optimizer.dense.lr=0.1")
+    add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 
 def build_config(args):

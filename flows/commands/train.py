@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, LaunchConfig, root="launch", title="where the ranks run")
     add_options(p, TrainConfig, root="train", defaults=TrainConfig.preset("default"), title="training config "
                 "(defaults: the 'default' preset)")
-    add_set_option(p)
+    add_set_option(p, "train")
 
 
 def resolve_config(args: argparse.Namespace):
