@@ -78,6 +78,9 @@ def test_dockerfiles_copy_files_that_exist_and_are_not_ignored(name):
         for src in sources:
             assert (REPO / src).exists(), f"{name}: COPY {src} does not exist"
             assert f"!{src}" in ignore or f"!{src}/**" in ignore, f"{name}: {src} is excluded by the dockerignore"
+    packages = re.search(r'include = \[(.+)\]', (REPO / "pyproject.toml").read_text()).group(1)
+    for package in re.findall(r'"(\w+)\*"', packages):  # every package the wheel holds is in the image
+        assert f"COPY {package} ./{package}" in text, f"{name}: the package {package} is not copied"
     assert args["KUBECTL_VERSION"].startswith("v1.") and "sha256sum -c" in text
 
 

@@ -30,6 +30,7 @@ RUN pip install "uv==${UV_VERSION}"
 
 WORKDIR /opt/dlrmflow
 COPY pyproject.toml README.md ./
+COPY common ./common
 COPY feature_spec ./feature_spec
 COPY preprocessing ./preprocessing
 COPY training ./training

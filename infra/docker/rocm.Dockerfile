@@ -49,6 +49,7 @@ RUN uv pip install --index-url "${ROCM_INDEX}" "torch==${TORCH_VERSION}" "fbgemm
 
 WORKDIR /opt/dlrmflow
 COPY pyproject.toml README.md ./
+COPY common ./common
 COPY feature_spec ./feature_spec
 COPY preprocessing ./preprocessing
 COPY training ./training
