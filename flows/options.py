@@ -18,7 +18,7 @@ import typing
 from typing import Any, Iterable, Literal
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from common.config import apply_overrides, validate
 
@@ -194,14 +194,23 @@ def collect(args: argparse.Namespace, root: str = "config") -> dict[str, Any]:
 
 def build(model: type[BaseModel], args: argparse.Namespace, base: dict[str, Any] | None = None, *,
           root: str = "config", source: str = "command line"):
-    """``model`` from ``base`` (a dump: defaults, a preset, a YAML file) with the options given in ``args``."""
+    """``model`` from ``base`` (a dump: a preset, a YAML file; default: the model's defaults) with the options
+    given in ``args``."""
     overrides = collect(args, root)
-    data = dict(base or {})
+    data = dict(base) if base is not None else _defaults(model)
     for key in [k for k in overrides if k.endswith(".kind")]:  # another union variant: its own defaults
         section = key[:-len(".kind")]
         if (_get(data, section) or {}).get("kind") != overrides[key]:
             data = apply_overrides(data, {section: {}}, strict=False)
     return validate(model, apply_overrides(data, overrides, strict=False), source)
+
+
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's defaults (so that a union section given only some fields keeps its default kind)."""
+    try:
+        return model().model_dump(mode="json")
+    except ValidationError:  # required fields: they come from the command line
+        return {}
 
 
 def _get(data: dict, dotted: str):

@@ -16,7 +16,7 @@ from training.launchers import launcher_config
 def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_harness, fake_slurm, monkeypatch):
     tmp_path, settings = fake_slurm
     monkeypatch.setenv("FAKE_EXIT_NODE1", "3")  # the second node's torchrun fails
-    dataset = str(write_dataset(tmp_path / "dataset", {"train": 64}))
+    dataset = str(write_dataset(tmp_path / "dataset", {"train": 64, "val": 32}))
     config = TrainConfig.preset("default").model_copy(update={"dataset": dataset})
     launcher = launcher_config({"kind": "slurm", **settings})
 

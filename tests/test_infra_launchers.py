@@ -53,7 +53,7 @@ def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
 def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
-    cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64})))
+    cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))
     launcher = build_launcher({"kind": "local", "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
                                "node_rank": 1, "rccl_profiles": ["amd-mi3xx"]})
     run = tmp_path / "runs" / "r"
@@ -151,7 +151,7 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     run = tmp_path / "runs" / "r1"
     launcher = build_launcher({"kind": "slurm", **settings, "env": {"X": "2"}})
     lines: list[str] = []
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     code = launcher.launch(str(run), TrainConfig(dataset=ds), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, "\n".join(lines)
     assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
@@ -193,7 +193,7 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
     settings = {**settings, "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
                 "rccl_profiles": []}
     lines: list[str] = []
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     assert build_launcher({"kind": "slurm", **settings}).launch(
         str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
     text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
@@ -205,7 +205,7 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
 def test_slurm_launcher_reports_a_refused_submission(tmp_path):
     sbatch = _exe(tmp_path / "sbatch", "import sys\nprint('sbatch: error: invalid partition', file=sys.stderr)\nsys.exit(1)\n")
     launcher = build_launcher({"kind": "slurm", "sbatch": str(sbatch), "work_dir": str(tmp_path)})
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     with pytest.raises(LaunchError, match="invalid partition"):
         launcher.launch(str(tmp_path / "r"), TrainConfig(dataset=ds), on_line=lambda _: None)
 
@@ -252,7 +252,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     run = str(tmp_path / "runs" / "Run_1")
     lines: list[str] = []
     launcher = build_launcher({"kind": "kubernetes", **settings, "env": {"X": "2"}})
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     code = launcher.launch(run, TrainConfig(dataset=ds), env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, lines
     assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == ds
@@ -298,7 +298,7 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
     tmp_path, settings = fake_kubectl
     monkeypatch.setenv("FAKE_OUTCOME", "Failed")
     lines: list[str] = []
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64}))
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     code = build_launcher({"kind": "kubernetes", **settings}).launch(
         str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
     assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
