@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from training.launchers import build_launcher, read_env_file
 
@@ -42,6 +44,36 @@ def _compose() -> dict:
 def test_pyproject_pins_what_the_images_install():
     assert PINS["prefect"] == "3.8.8" and PY_MINOR == "3.11"
     assert {"torch", "fbgemm-gpu-cpu", "torchrec"} <= PINS.keys()
+
+
+def _locked() -> dict[str, tuple[str, list[str]]]:
+    """infra/requirements.lock: normalized name -> (version, sha256 hashes)."""
+    locked: dict[str, tuple[str, list[str]]] = {}
+    name = None
+    for line in (INFRA / "requirements.lock").read_text().splitlines():
+        if m := re.match(r"([A-Za-z0-9][\w.-]*)==(\S+)", line):
+            name = canonicalize_name(m[1])
+            locked[name] = (m[2], [])
+        elif m := re.search(r"--hash=sha256:([0-9a-f]{64})", line):
+            locked[name][1].append(m[1])
+    return locked
+
+
+def test_lock_satisfies_pyproject_and_leaves_out_cuda_fbgemm():
+    """`make install` syncs .venv to the lock: it must hold what pyproject.toml asks for (the cpu and
+    test extras included), a hash for every archive, the project itself, and never torchrec's CUDA
+    fbgemm-gpu (infra/uv-excludes.txt)."""
+    locked = _locked()
+    assert "-e ." in (INFRA / "requirements.lock").read_text().splitlines()
+    assert all(hashes for _version, hashes in locked.values())
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for spec in PYPROJECT["project"]["dependencies"] + extras["cpu"] + extras["test"]:
+        req = Requirement(spec)
+        version, _hashes = locked[canonicalize_name(req.name)]
+        assert req.specifier.contains(version), f"the lock has {req.name}=={version}, pyproject.toml asks {spec}"
+    assert locked["torch"][0] == PINS["torch"] + "+cpu"
+    for excluded in (INFRA / "uv-excludes.txt").read_text().split():
+        assert canonicalize_name(excluded) not in locked
 
 
 def test_rocm_image_pins_the_same_stack_as_pyproject():
