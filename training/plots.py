@@ -96,7 +96,8 @@ def training_curve_png(records: list[dict], best_metric: str, title: str) -> byt
         best = metrics.best_evaluation(evals, best_metric)
         eval_ax.axvline(best["step"], color="grey", ls=":", lw=1.5)
         eval_ax.annotate(f"best: step {best['step']}\nAUC {best['auc']:.4f}, log loss {best['logloss']:.4f}",
-                         (best["step"], best["auc"]), textcoords="offset points", xytext=(6, -24), fontsize=8)
+                         (best["step"], best["auc"]), textcoords="offset points", xytext=(6, -24), fontsize=8,
+                         bbox={"boxstyle": "round", "fc": "white", "alpha": 0.85})
         eval_ax.legend(handles=eval_ax.get_lines()[:1] + loss_twin.get_lines(), loc="lower right", fontsize=8)
     else:
         eval_ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=eval_ax.transAxes)
