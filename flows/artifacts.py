@@ -24,6 +24,7 @@ from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.context import FlowRunContext
 
 import feature_spec as fspec
+from common.errors import UserError
 from flows.config import config_hash
 from training import metrics as tm
 from training.report import TABLE
@@ -199,8 +200,17 @@ def outputs(where: dict[str, str]) -> None:
     create_markdown_artifact("\n".join(lines), key=PIPELINE_OUTPUTS, description="Where this run's outputs are stored.")
 
 
+_RUN_COLUMNS = ("run", "dataset", "config", "epochs", "world size", "val AUC (best)", "val log loss", "test AUC",
+                "test log loss", "test NE", "trained")
+
+
 def _run_row(run: RunDir) -> dict:
-    cfg, done = run.load_config(), run.completion() or {}
+    row = dict.fromkeys(_RUN_COLUMNS, "-") | {"run": run.name}
+    try:
+        cfg = run.load_config()
+    except UserError as e:  # e.g. a run of another version: listed, never failing the pipeline that lists it
+        return row | {"trained": f"config unreadable: {e}"}
+    done = run.completion() or {}
     best = tm.best_evaluation(run.metrics(), cfg.best_metric) or {}
     test = run.eval_metrics("test") or {}
     stamp = run.fs.modified(run.path(RunDir.DONE)) if done else None
@@ -208,12 +218,12 @@ def _run_row(run: RunDir) -> dict:
     def num(value):
         return round(value, 4) if isinstance(value, float) else "-"
 
-    return {"run": run.name, "dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg),
-            "epochs": cfg.epochs, "world size": done.get("world_size", "-"),
-            "val AUC (best)": num(best.get("auc")), "val log loss": num(best.get("logloss")),
-            "test AUC": num(test.get("auc")), "test log loss": num(test.get("logloss")),
-            "test NE": num(test.get("normalized_entropy")),
-            "trained": stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "incomplete"}
+    return row | {"dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg),
+                  "epochs": cfg.epochs, "world size": done.get("world_size", "-"),
+                  "val AUC (best)": num(best.get("auc")), "val log loss": num(best.get("logloss")),
+                  "test AUC": num(test.get("auc")), "test log loss": num(test.get("logloss")),
+                  "test NE": num(test.get("normalized_entropy")),
+                  "trained": stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "incomplete"}
 
 
 def runs(store_uri: str) -> None:

@@ -58,6 +58,8 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in (dataset / "feature_spec.yaml", run / "_SUCCESS",
                                                   run / "eval/test/metrics.json")}
     steps = sorted(p.name for p in (run / "checkpoints").iterdir())
+    (run.parent / "old-run").mkdir()
+    (run.parent / "old-run" / "config.yaml").write_text("retired_field: 1\n")  # e.g. written by another version
     again = pipeline(config)
     assert again["run"] == out["run"] and again["metrics"]["auc"] == out["metrics"]["auc"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
@@ -66,3 +68,5 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     assert logs_matching(f"{dataset.name.split('-')[-1]} already complete, skipping preprocessing")
     assert logs_matching("training already complete, skipping")
     assert logs_matching("already complete, reusing it")
+    again_row, old = latest_artifacts()[artifacts.runs_key(str(tmp_path / "store"))]
+    assert old["run"] == "old-run" and old["trained"].startswith("config unreadable") and again_row == row
