@@ -1,28 +1,91 @@
-"""Prefect artifacts of the flows: dataset tables, sharding plan, training progress, metrics, plots, links.
+"""Prefect artifacts of the flows: dataset tables, sharding plan, training progress and curve, metrics, plots,
+output locations, the store's runs table.
 
-Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history.
+Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history; every
+key is named below. Pictures are markdown artifacts with an embedded PNG (an image artifact shows its whole
+base64 URL under the picture); the plots of a subflow are also put on its parent (the pipeline) run.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import posixpath
 import time
+from datetime import timezone
+from urllib.parse import quote
 
-from prefect.artifacts import (create_image_artifact, create_link_artifact, create_markdown_artifact,
+import fsspec
+import numpy as np
+from prefect import get_client
+from prefect.artifacts import (MarkdownArtifact, TableArtifact, create_markdown_artifact,
                                create_progress_artifact, create_table_artifact, update_progress_artifact)
+from prefect.client.schemas.actions import ArtifactUpdate
+from prefect.context import FlowRunContext
 
 import feature_spec as fspec
+from common.errors import UserError
+from flows.config import config_hash
+from training import metrics as tm
 from training.report import TABLE
-from training.rundir import RunDir
+from training.rundir import RunDir, storage_options
+
+DATASET_FEATURES, DATASET_SUMMARY, DATASET_LOCATION = "dataset-features", "dataset-summary", "dataset-location"
+SHARDING_PLAN, TRAINING_PROGRESS = "sharding-plan", "training-progress"
+TRAINING_CURVE, TRAINING_EVALUATIONS = "training-curve", "training-evaluations"
+EVALUATION_METRICS, EVALUATION_LOCATION = "evaluation-metrics", "evaluation-location"
+ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
+PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
 
 
-def _link(uri: str) -> str:
-    return uri if "://" in uri else f"file://{uri}"
+def runs_key(store_uri: str) -> str:
+    """The key of a store's runs table: ``runs-<hash of the store URI>`` (one table per store)."""
+    return "runs-" + hashlib.sha1(store_uri.encode()).hexdigest()[:8]
+
+
+def location(uri: str) -> str:
+    """Markdown for a stored file or folder: a copyable path (browsers block file:// links), for s3:// with
+    an http link where an endpoint is configured (AWS_ENDPOINT_URL)."""
+    endpoint = storage_options(uri).get("endpoint_url")
+    if not endpoint:
+        return f"`{uri}`"
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return f"`{uri}` ([open]({endpoint.rstrip('/')}/{bucket}?prefix={quote(key.rstrip('/') + '/')}))"
+
+
+def _picture(png: bytes, alt: str) -> str:
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def _owners() -> list[dict]:
+    """The runs an artifact goes on: this flow run and, for a subflow, its parent flow run (there attached
+    to the subflow's task run), so the pipeline run's Artifacts tab has the plots too."""
+    owners: list[dict] = [{}]
+    ctx = FlowRunContext.get()
+    parent_task = ctx.flow_run.parent_task_run_id if ctx and ctx.flow_run else None
+    if parent_task:
+        with get_client(sync_client=True) as client:
+            owners.append({"flow_run_id": client.read_task_run(parent_task).flow_run_id, "task_run_id": parent_task})
+    return owners
+
+
+def _publish(owners: list[dict], cls: type, **fields) -> None:
+    for owner in owners:
+        cls(**fields, **owner).create(_sync=True)  # as prefect's create_*_artifact call it
+
+
+def _positives(uri: str, spec: fspec.FeatureSpec, split: str) -> int:
+    """Rows of ``split`` with a positive label (label.bin: one byte per row), read in 16 MiB blocks."""
+    fs, path = fsspec.core.url_to_fs(fspec.join_uri(uri, spec.file_of(split, spec.label_feature)[0]),
+                                     **storage_options(uri))
+    with fs.open(path, "rb") as f:
+        blocks = iter(lambda: f.read(1 << 24), b"")
+        return sum(int(np.count_nonzero(np.frombuffer(block, np.uint8))) for block in blocks)
 
 
 def dataset(uri: str) -> None:
-    """Per-feature cardinalities and index-0 shares (table), a markdown summary and a link."""
-    spec = fspec.load(uri)
+    """Per-feature cardinalities and index-0 shares (table), a markdown summary and the location."""
+    spec = fspec.load(uri, **storage_options(uri))
     meta = spec.metadata
     rows, index0 = meta.get("rows") or {}, meta.get("index0_rows") or {}
     table = [{"feature": name, "cardinality": spec.feature_spec[name].cardinality,
@@ -30,33 +93,37 @@ def dataset(uri: str) -> None:
               **{f"index0 {s}": f"{index0[s][name] / rows[s]:.2%}" if rows.get(s) else "-"
                  for s in spec.splits if name in index0.get(s, {})}}
              for name in spec.categorical_features]
-    create_table_artifact(table, key="dataset-features", description="Categorical features: embedding rows "
+    create_table_artifact(table, key=DATASET_FEATURES, description="Categorical features: embedding rows "
                           "(cardinality) and the share of rows at index 0 (missing or below the threshold).")
+    positives = {s: _positives(uri, spec, s) for s in spec.splits if rows.get(s)}
     settings = meta.get("preprocessing") or {}
-    lines = [f"### Dataset `{meta.get('name', '?')}`", "", f"- location: `{uri}`",
+    lines = [f"### Dataset `{meta.get('name', '?')}`", "", f"- location: {location(uri)}",
              f"- fingerprint: `{meta.get('fingerprint', '?')}`",
              "- rows: " + ", ".join(f"{s} {rows.get(s, 0):,}" for s in spec.splits),
+             "- label rate (positives / rows): " + ", ".join(f"{s} {n / rows[s]:.2%} ({n:,})"
+                                                             for s, n in positives.items()),
              f"- features: {len(spec.numerical_features)} numerical, {len(spec.categorical_features)} categorical, "
              f"label `{spec.label_feature}`", f"- bad rows skipped: {meta.get('bad_rows', 0)}",
              "", "| setting | value |", "|---|---|"]
     lines += [f"| {k} | `{v}` |" for k, v in settings.items() if k != "inputs"]
     lines.append(f"| inputs | {len(settings.get('inputs', []))} files |")
-    create_markdown_artifact("\n".join(lines), key="dataset-summary", description="The preprocessed dataset.")
-    create_link_artifact(_link(uri), link_text="dataset folder", key="dataset-location", description=uri)
+    create_markdown_artifact("\n".join(lines), key=DATASET_SUMMARY, description="The preprocessed dataset.")
+    create_markdown_artifact(f"Dataset folder: {location(uri)}", key=DATASET_LOCATION, description=uri)
 
 
-def plan(run: RunDir) -> None:
-    """The sharding plan written by rank 0."""
+def plan(run: RunDir) -> str:
+    """The sharding plan written by rank 0; returns its text."""
     text = run.read_text(RunDir.PLAN)
-    create_markdown_artifact(f"### Sharding plan\n\n```\n{text}\n```", key="sharding-plan",
+    create_markdown_artifact(f"### Sharding plan\n\n```\n{text}\n```", key=SHARDING_PLAN,
                              description="Embedding tables over ranks (TorchRec planner).")
+    return text
 
 
 class Progress:
-    """A progress artifact updated at most every ``interval`` seconds."""
+    """The training-progress artifact, updated at most every ``interval`` seconds."""
 
-    def __init__(self, key: str, description: str, interval: float = 2.0):
-        self.id = create_progress_artifact(0.0, key=key, description=description)
+    def __init__(self, description: str, interval: float = 2.0):
+        self.id = create_progress_artifact(0.0, key=TRAINING_PROGRESS, description=description)
         self.interval, self.last, self.value = interval, 0.0, 0.0
 
     def update(self, done: int, total: int) -> None:
@@ -67,8 +134,46 @@ class Progress:
             self.last, self.value = now, value
 
 
+class TrainingCurve:
+    """A run's training-curve picture and its table of evaluations so far, from metrics.jsonl, on this flow
+    run and its parent. ``update()`` rewrites them in place (one card per run in the Artifacts tab, not one
+    per evaluation) when metrics.jsonl has changed."""
+
+    def __init__(self, run: RunDir, best_metric: str):
+        from training import plots  # matplotlib: only where a curve is drawn
+
+        self.run, self.best_metric, self.plots, self.owners = run, best_metric, plots, _owners()
+        self.ids: dict[tuple[str, int], object] = {}  # (key, owner) -> the artifact's id
+        self.shown: tuple | None = None
+
+    def update(self) -> None:
+        records = self.run.metrics()
+        if not records or (len(records), records[-1]) == self.shown:
+            return
+        self.shown = (len(records), records[-1])
+        png = self.plots.training_curve_png(records, self.best_metric, f"run {self.run.name}")
+        self._put(MarkdownArtifact, TRAINING_CURVE, f"Loss, validation AUC and log loss (best by {self.best_metric} "
+                  "marked), samples/s.", markdown=_picture(png, TRAINING_CURVE))
+        best = tm.best_evaluation(records, self.best_metric)
+        table = [{"step": r["step"], "epoch": r["epoch"], "split": r["eval_split"], "AUC": round(r["auc"], 6),
+                  "log loss": round(r["logloss"], 6), "rows": r["rows"], "best": "yes" if r is best else ""}
+                 for r in records if "eval_split" in r]
+        self._put(TableArtifact, TRAINING_EVALUATIONS, f"Validation results so far (best by {self.best_metric}).",
+                  table=table)
+
+    def _put(self, cls: type, key: str, description: str, **content) -> None:
+        for i, owner in enumerate(self.owners):
+            artifact = cls(key=key, description=description, **content, **owner)
+            if (key, i) in self.ids:
+                with get_client(sync_client=True) as client:
+                    client.update_artifact(self.ids[key, i], ArtifactUpdate(data=artifact.format(_sync=True),
+                                                                            description=description))
+            else:
+                self.ids[key, i] = artifact.create(_sync=True).id
+
+
 def metrics_table(metrics: dict, key: str) -> None:
-    """The evaluation metrics as a table artifact."""
+    """The evaluation metrics as a table artifact (key: EVALUATION_METRICS or PIPELINE_METRICS)."""
     table = [{"metric": label, "value": round(metrics[k], 6) if isinstance(metrics[k], float) else metrics[k]}
              for k, label in TABLE if metrics.get(k) is not None]
     warning = f" Warning: {metrics['warning']}." if metrics.get("warning") else ""
@@ -77,12 +182,55 @@ def metrics_table(metrics: dict, key: str) -> None:
 
 
 def evaluation(run: RunDir, split: str) -> dict:
-    """Metrics table, ROC and calibration plots (data: URLs) and a link; returns the metrics."""
+    """Metrics table, ROC and calibration plots (also on the parent run) and the location; returns the metrics."""
     metrics = run.eval_metrics(split)
-    metrics_table(metrics, "evaluation-metrics")
-    for name, key in ((RunDir.ROC, "roc-curve"), (RunDir.CALIBRATION, "calibration-plot")):
-        data = base64.b64encode(run.eval_plot(split, name)).decode()
-        create_image_artifact(f"data:image/png;base64,{data}", key=key, description=f"{name} on '{split}'")
+    metrics_table(metrics, EVALUATION_METRICS)
+    owners = _owners()
+    for name, key in ((RunDir.ROC, ROC_CURVE), (RunDir.CALIBRATION, CALIBRATION_PLOT)):
+        _publish(owners, MarkdownArtifact, key=key, markdown=_picture(run.eval_plot(split, name), key),
+                 description=f"{name} on '{split}', checkpoint step {metrics.get('step')}")
     where = run.eval_dir(split)
-    create_link_artifact(_link(where), link_text="evaluation folder", key="evaluation-location", description=where)
+    create_markdown_artifact(f"Evaluation folder: {location(where)}", key=EVALUATION_LOCATION, description=where)
     return metrics
+
+
+def outputs(where: dict[str, str]) -> None:
+    """Where a pipeline run's outputs are stored (name -> URI)."""
+    lines = ["### Pipeline outputs", ""] + [f"- {k}: {location(v)}" for k, v in where.items()]
+    create_markdown_artifact("\n".join(lines), key=PIPELINE_OUTPUTS, description="Where this run's outputs are stored.")
+
+
+_RUN_COLUMNS = ("run", "dataset", "config", "epochs", "world size", "val AUC (best)", "val log loss", "test AUC",
+                "test log loss", "test NE", "trained")
+
+
+def _run_row(run: RunDir) -> dict:
+    row = dict.fromkeys(_RUN_COLUMNS, "-") | {"run": run.name}
+    try:
+        cfg = run.load_config()
+    except UserError as e:  # e.g. a run of another version: listed, never failing the pipeline that lists it
+        return row | {"trained": f"config unreadable: {e}"}
+    done = run.completion() or {}
+    best = tm.best_evaluation(run.metrics(), cfg.best_metric) or {}
+    test = run.eval_metrics("test") or {}
+    stamp = run.fs.modified(run.path(RunDir.DONE)) if done else None
+
+    def num(value):
+        return round(value, 4) if isinstance(value, float) else "-"
+
+    return row | {"dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg),
+                  "epochs": cfg.epochs, "world size": done.get("world_size", "-"),
+                  "val AUC (best)": num(best.get("auc")), "val log loss": num(best.get("logloss")),
+                  "test AUC": num(test.get("auc")), "test log loss": num(test.get("logloss")),
+                  "test NE": num(test.get("normalized_entropy")),
+                  "trained": stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "incomplete"}
+
+
+def runs(store_uri: str) -> None:
+    """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them."""
+    fs, root = fsspec.core.url_to_fs(posixpath.join(store_uri, "runs"), **storage_options(store_uri))
+    folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)) if fs.exists(root) else []
+    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, "runs", f)) for f in folders)
+            if run.has_config()]
+    create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
+                          "(validation: the best evaluation during training; test: the evaluate flow's).")

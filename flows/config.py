@@ -77,8 +77,13 @@ class PipelineConfig(_Model):
         """``run_name``, else ``<dataset folder>-<hash of the training config>``."""
         if self.run_name:
             return self.run_name
-        digest = hashlib.blake2b(json.dumps(train.model_dump(mode="json"), sort_keys=True).encode(), digest_size=5)
-        return f"{dataset.rstrip('/').rsplit('/', 1)[-1]}-{digest.hexdigest()}"
+        return f"{dataset.rstrip('/').rsplit('/', 1)[-1]}-{config_hash(train)}"
+
+
+def config_hash(train: TrainConfig) -> str:
+    """A short hash of a training config (dataset included): the suffix of the default run names."""
+    text = json.dumps(train.model_dump(mode="json"), sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")

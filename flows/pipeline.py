@@ -11,7 +11,6 @@ import tempfile
 import fsspec
 import yaml
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from flows import artifacts
@@ -66,8 +65,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     metrics = evaluate(run.uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
-    artifacts.metrics_table(metrics, "pipeline-metrics")
-    create_markdown_artifact("\n".join(["### Pipeline outputs", ""] + [f"- {k}: `{v}`" for k, v in result.items()
-                                                                    if k != "metrics"]),
-                             key="pipeline-outputs", description="Where this run's outputs are stored.")
+    artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
+    artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
+    artifacts.runs(store.uri)
     return result

@@ -1,6 +1,7 @@
 """The train flow: torchrun as a subprocess, its output streamed into the Prefect logs, a progress
-artifact, the sharding plan. A complete run (the worker marked it) is skipped; one with complete
-checkpoints resumes from the latest; a failed launch fails the task with the failing rank's last lines."""
+artifact, the sharding plan (as soon as it is computed) and the training curve (at each evaluation). A
+complete run (the worker marked it) is skipped; one with complete checkpoints resumes from the latest; a
+failed launch fails the task with the failing rank's last lines."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalSettings, build_launcher
 from training.rundir import RunDir
+from training.sharding import PLAN_HEADER
 
 TAIL_LINES = 30
-_RANK = re.compile(r"^\[default(\d+)\]:(.*)$")          # torchrun --tee prefix (PET_TEE=3)
-_BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[")      # rank 0's tqdm bar
+# torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
+_RANK = re.compile(r"\[default(\d+)\]:")
+_BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket
+_EVAL = re.compile(r"^step \d+: \S+ auc ")  # Trainer._validate's line: metrics.jsonl holds the result by then
 # library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
 _NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
 _FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
@@ -32,26 +36,48 @@ class TrainingFailed(UserError):
 
 
 class _Stream:
-    """Consumes torchrun's merged output: logs it, keeps each rank's tail, drives the progress artifact."""
+    """Consumes torchrun's merged output: progress bars drive the progress artifact, library warnings are
+    logged at WARNING, other text at INFO; the sharding plan is published (not logged) as soon as rank 0 has
+    written it, the training curve at each evaluation. Keeps each rank's tail for a failure message."""
 
-    def __init__(self, logger, progress: artifacts.Progress):
-        self.logger, self.progress = logger, progress
+    def __init__(self, logger, progress: artifacts.Progress, run: RunDir, curve: artifacts.TrainingCurve):
+        self.logger, self.progress, self.run, self.curve = logger, progress, run, curve
         self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
         self.launcher: deque = deque(maxlen=200)
+        self.plan_lines: set[str] = set()  # the published plan's lines, not logged
 
     def __call__(self, line: str) -> None:
-        line = redact(line)
-        m = _RANK.match(line)
-        if not m:
-            self.launcher.append(line)
-            self.logger.info(line)
+        rank = None
+        for part in redact(line).split("\r"):  # tqdm redraws; a "\r" part continues the rank before it
+            for i, piece in enumerate(_RANK.split(part)):  # [text, rank, text, rank, text, ...]
+                if i % 2:
+                    rank = int(piece)
+                else:
+                    self._segment(rank, piece)
+
+    def _segment(self, rank: int | None, text: str) -> None:
+        if rank is None:
+            if text.strip():
+                self.launcher.append(text)
+                self.logger.info(text)
             return
-        rank, text = int(m.group(1)), m.group(2)
-        self.tails[rank].append(text)
-        if bar := _BAR.search(text.strip()):
+        if bar := _BAR.match(text.lstrip()):
             self.progress.update(int(bar.group(1)), int(bar.group(2)))
-        elif text.strip():
+            text = text.lstrip()[bar.end():]
+        body = text.strip()
+        if not body:
+            return
+        self.tails[rank].append(text)
+        if _NOISE.match(text):
+            self.logger.warning("[rank %d] %s", rank, text)
+        elif rank == 0 and body.startswith(PLAN_HEADER):
+            self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
+            self.logger.info("sharding plan published (artifact '%s'): %s", artifacts.SHARDING_PLAN,
+                             next((line for line in self.plan_lines if line.startswith(("FITS", "DOES NOT"))), body))
+        elif body not in self.plan_lines:
             self.logger.info("[rank %d] %s", rank, text)
+            if rank == 0 and _EVAL.match(body):
+                self.curve.update()
 
     def failure(self, code: int) -> str:
         """A message naming the failing rank with its last lines."""
@@ -61,8 +87,7 @@ class _Stream:
         how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
         if found and int(found.group(2)) < 0:
             how += f" (killed by signal {-int(found.group(2))})"
-        tail = "\n".join(t for t in self.tails.get(rank, [])
-                          if t.strip() and not _BAR.search(t.strip()) and not _NOISE.match(t))
+        tail = "\n".join(t for t in self.tails.get(rank, []) if not _NOISE.match(t))
         return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n"
 
 
@@ -75,11 +100,15 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
     runner = build_launcher(launcher)
     logger = get_run_logger()
     logger.info("launching training: %s", runner.describe())
-    stream = _Stream(logger, artifacts.Progress("training-progress", f"training {run}"))
+    stream = _Stream(logger, artifacts.Progress(f"training {run}"), run,
+                     artifacts.TrainingCurve(run, config.best_metric))
     env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
     code = runner.launch(run, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+    stream.curve.update()  # the loss after the last evaluation
+    if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
+        artifacts.plan(run)
     if code != 0:
         step = Checkpointer(run).step_of("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
@@ -102,6 +131,8 @@ def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherC
     run = RunDir(run_uri)
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)
+        artifacts.plan(run)
+        artifacts.TrainingCurve(run, config.best_metric).update()
     else:
         step = Checkpointer(run).step_of("latest")
         if step is not None:
@@ -111,5 +142,4 @@ def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherC
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")
         log.info("training complete: %s", run_uri)
-    artifacts.plan(run)
     return run_uri

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import yaml
 
+from flows import artifacts
 from flows.pipeline import pipeline
 from prefect_fixtures import latest_artifacts, logs_matching, small_pipeline
 
@@ -36,13 +38,28 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     table = {row["metric"]: row["value"] for row in arts["evaluation-metrics"]}
     assert table["ROC AUC"] == round(metrics["auc"], 6)
     assert arts["pipeline-metrics"] == arts["evaluation-metrics"]
-    for key in ("roc-curve", "calibration-plot"):
-        assert arts[key].startswith("data:image/png;base64,iVBOR")
-    assert arts["evaluation-location"] == f"[evaluation folder](file://{run}/eval/test)"
+    for key in ("roc-curve", "calibration-plot", "training-curve"):
+        assert arts[key].startswith(f"![{key}](data:image/png;base64,iVBOR")
+    assert arts["evaluation-location"] == f"Evaluation folder: `{run}/eval/test`"
+    assert f"`{run}`" in arts["pipeline-outputs"] and "file://" not in str(arts)
+    evaluations = arts["training-evaluations"]
+    assert [row["step"] for row in evaluations] == [r["step"] for r in map(json.loads, (run / "metrics.jsonl").open())
+                                                   if "eval_split" in r]
+    assert sum(row["best"] == "yes" for row in evaluations) == 1
+    assert logs_matching(": val auc ") and logs_matching("sharding plan published")
+    assert not logs_matching("Memory per rank")  # the plan is in its artifact, not in the logs
+    labels = np.fromfile(dataset / "test" / "label.bin", np.uint8)
+    assert f"test {labels.mean():.2%} ({int(labels.sum()):,})" in arts["dataset-summary"]
+    [row] = arts[artifacts.runs_key(str(tmp_path / "store"))]
+    assert row["run"] == run.name and row["test AUC"] == round(metrics["auc"], 4) and row["world size"] == 2
+    assert row["config"] == run.name.rsplit("-", 1)[-1] and row["dataset"] == dataset.name
+    assert row["val AUC (best)"] != "-" and row["trained"].endswith("UTC")
 
     stamps = {p: p.stat().st_mtime_ns for p in (dataset / "feature_spec.yaml", run / "_SUCCESS",
                                                   run / "eval/test/metrics.json")}
     steps = sorted(p.name for p in (run / "checkpoints").iterdir())
+    (run.parent / "old-run").mkdir()
+    (run.parent / "old-run" / "config.yaml").write_text("retired_field: 1\n")  # e.g. written by another version
     again = pipeline(config)
     assert again["run"] == out["run"] and again["metrics"]["auc"] == out["metrics"]["auc"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
@@ -51,3 +68,5 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     assert logs_matching(f"{dataset.name.split('-')[-1]} already complete, skipping preprocessing")
     assert logs_matching("training already complete, skipping")
     assert logs_matching("already complete, reusing it")
+    again_row, old = latest_artifacts()[artifacts.runs_key(str(tmp_path / "store"))]
+    assert old["run"] == "old-run" and old["trained"].startswith("config unreadable") and again_row == row

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from flows import artifacts
 from flows.pipeline import pipeline
 from prefect_fixtures import S3_ENV, latest_artifacts, logs_matching, small_pipeline
 
@@ -34,6 +35,12 @@ def test_pipeline_on_s3(prefect_harness, s3_server):
     secret = S3_ENV["AWS_SECRET_ACCESS_KEY"].encode()
     assert not [k for k, body in objects.items() if secret in body]
     assert not [k for k, data in latest_artifacts().items() if secret.decode() in str(data)]
+
+    endpoint = s3_server.meta.endpoint_url
+    assert latest_artifacts()["evaluation-location"] == (f"Evaluation folder: `{out['run']}/eval/test` "
+                                                         f"([open]({endpoint}/store?prefix={run}/eval/test/))")
+    [row] = latest_artifacts()[artifacts.runs_key("s3://store/dlrm")]
+    assert row["run"] == out["run"].rsplit("/", 1)[-1] and row["test AUC"] == round(out["metrics"]["auc"], 4)
 
     again = pipeline(config)
     assert again["run"] == out["run"] and again["metrics"]["auc"] == pytest.approx(out["metrics"]["auc"])

@@ -147,3 +147,11 @@ def compute_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
         "accuracy": float(np.mean((p >= 0.5) == (y > 0.5))),
         "calibration": mean_pred / rate if rate > 0 else float("nan"),
     }
+
+
+def best_evaluation(records: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The best validation record of metrics.jsonl records by ``metric`` (highest AUC, lowest log loss)."""
+    evals = [r for r in records if "eval_split" in r]
+    if not evals:
+        return None
+    return (max if metric == "auc" else min)(evals, key=lambda r: r[metric])

@@ -76,6 +76,10 @@ class RunDir:
         """True when training finished (the worker wrote the completion marker)."""
         return self.exists(self.DONE)
 
+    def completion(self) -> dict[str, Any] | None:
+        """What the worker recorded when it marked the run complete (latest step, world size), or None."""
+        return json.loads(self.read_text(self.DONE)) if self.is_complete() else None
+
     def mark_complete(self, info: dict[str, Any]) -> None:
         self.write_text(json.dumps(info) + "\n", self.DONE)
 
@@ -83,6 +87,13 @@ class RunDir:
         """Remove the completion marker (training continues a finished run)."""
         if self.is_complete():
             self.fs.rm(self.path(self.DONE))
+
+    # ---- the training log ----------------------------------------------------------------
+    def metrics(self) -> list[dict[str, Any]]:
+        """The records of metrics.jsonl (none before the first flush)."""
+        if not self.exists(self.METRICS):
+            return []
+        return [json.loads(line) for line in self.read_text(self.METRICS).splitlines() if line.strip()]
 
     # ---- evaluations ----------------------------------------------------------------------
     def eval_dir(self, split: str) -> str:
@@ -138,9 +149,8 @@ class MetricsLog:
     def __init__(self, run: RunDir, resume_step: int | None = None):
         self.run = run
         self.records: list[dict[str, Any]] = []
-        if resume_step is not None and run.exists(self.NAME):
-            lines = [json.loads(line) for line in run.read_text(self.NAME).splitlines() if line.strip()]
-            self.records = [r for r in lines if r.get("step", 0) <= resume_step]
+        if resume_step is not None:
+            self.records = [r for r in run.metrics() if r.get("step", 0) <= resume_step]
 
     def log(self, record: dict[str, Any]) -> None:
         self.records.append(record)

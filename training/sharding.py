@@ -211,11 +211,14 @@ def _ranks(ranks: list[int]) -> str:
     return ",".join(map(str, ranks))
 
 
+PLAN_HEADER = "Sharding plan:"  # format_plan's first line starts with it
+
+
 def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
                 optimizer: str = "rowwise_adagrad") -> str:
     """The plan as text: per table its sharding, kernel and ranks; per rank its memory vs capacity; whether it fits."""
     nodes = topology.world_size // topology.local_world_size
-    lines = [f"Sharding plan: {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
+    lines = [f"{PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
              f"device {topology.compute_device}",
              f"{'table':<24} {'rows':>14} {'dim':>5}  {'sharding':<17} {'kernel':<18} ranks"]
     by_name = {t.name: t for t in tables}

@@ -296,8 +296,9 @@ class Trainer(Stateful):
         """Validate on the eval split; update best / patience. Returns the metrics when they are a new best."""
         split = self.eval_split
         result = self.validate(split)
-        if log:
+        if log:  # flushed before the line below: a reader of that line finds the evaluation in metrics.jsonl
             log.log({"step": self.step, "epoch": self.epoch, "eval_split": split, **result})
+            log.flush()
         if self.env.is_main:
             tqdm.write(f"step {self.step}: {split} auc {result['auc']:.4f} logloss {result['logloss']:.4f}")
         value = result[self.cfg.best_metric]

@@ -43,8 +43,8 @@ def train(run: RunDir, resume: bool) -> None:
     if trainer.eval_split != cfg.eval_split and env.is_main:  # every rank resolves the split here
         print(f"the dataset has no split '{cfg.eval_split}': validating on '{trainer.eval_split}'", flush=True)
     if env.is_main:
+        run.write_text(trainer.plan_text + "\n", RunDir.PLAN)  # before the print: the train flow reads it then
         print(trainer.plan_text, flush=True)
-        run.write_text(trainer.plan_text + "\n", RunDir.PLAN)
         run.mark_incomplete()
     ckpt = Checkpointer(run, cfg.keep_checkpoints)
     if resume and ckpt.step_of("latest") is not None:
@@ -55,7 +55,7 @@ def train(run: RunDir, resume: bool) -> None:
     if env.is_main:
         best = ckpt.pointer("best")
         print(f"done: {trainer.step} steps; best {best}" if best else f"done: {trainer.step} steps", flush=True)
-        run.mark_complete({"latest_step": ckpt.step_of("latest")})
+        run.mark_complete({"latest_step": ckpt.step_of("latest"), "world_size": env.world_size})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,93 @@
+"""The train flow's reader of torchrun's output (``flows.train._Stream``) on lines recorded from a real
+2-rank run: bars drive the progress, evaluation results are logged (also when they follow a bar in the same
+line, or come as a "\\r" segment), warnings at WARNING, the plan published instead of logged."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from flows import artifacts, train
+from training.rundir import RunDir
+
+PLAN = """Sharding plan: 2 ranks (1 node(s) x 2), device cpu
+table                              rows   dim  sharding          kernel             ranks
+t_c1                                200    16  table_wise        fused              1
+
+FITS: the fullest rank uses 0% of its memory for embeddings (the rest holds the dense model, activations and buffers).
+"""
+BAR = "train:  38%|███▊      | 3/8 [00:00<00:01,  4.58step/s, loss=0.8531, samples_s=4,958]"
+RECORDED = [  # as run_command hands them over (text mode: "\r" already ended a line)
+    "[default0]:WARNING:root:Sharding spec not found for .t_c0",
+    *(f"[default0]:{line}" for line in PLAN.splitlines()),
+    "[default0]:train:   0%|          | 0/8 [00:00<?, ?step/s][rank0]:W1123 17:36:43.273000 5807 "
+    ".venv/lib/python3.11/site-packages/torch/fx/_symbolic_trace.py:56] is_fx_tracing will return true",
+    "[default1]:/x/torch/autograd/graph.py:979: UserWarning: fbgemm::dense_embedding_codegen_lookup_function: "
+    "an autograd kernel was not registered",
+    "[default1]:  return Variable._execution_engine.run_backward(  # Calls into the C++ engine",
+    "[default0]:                                              ",
+    f"[default0]:{BAR}[default0]:step 3: val auc 0.7727 logloss 0.6469",
+    # tqdm.write as a reader that keeps "\r" sees it: the bar, the cleared bar, the line
+    "[default0]:\rtrain:  75%|███████▌  | 6/8 [00:00<00:00,  7.49step/s, loss=0.5608]\r          \r"
+    "step 6: val auc 0.7873 logloss 0.5302",
+    "[default0]:done: 8 steps",
+    "W1123 17:36:50 torch/distributed/run.py: launcher line",
+]
+
+
+class Recorder:
+    def __init__(self):
+        self.progress, self.curves, self.logs = [], 0, []
+
+    def update(self, done=None, total=None):  # Progress.update and TrainingCurve.update
+        if done is None:
+            self.curves += 1
+        else:
+            self.progress.append((done, total))
+
+    def log(self, level):
+        return lambda msg, *args: self.logs.append((level, msg % args if args else msg))
+
+
+@pytest.fixture()
+def stream(tmp_path, monkeypatch):
+    run = RunDir(str(tmp_path))
+    run.write_text(PLAN, RunDir.PLAN)
+    published = []
+    monkeypatch.setattr(artifacts, "plan", lambda r: published.append(r.uri) or r.read_text(RunDir.PLAN))
+    rec = Recorder()
+    logger = SimpleNamespace(info=rec.log(logging.INFO), warning=rec.log(logging.WARNING))
+    s = train._Stream(logger, rec, run, rec)
+    for line in RECORDED:
+        s(line)
+    return s, rec, published
+
+
+def test_evaluations_logged_bars_drive_progress(stream):
+    s, rec, _ = stream
+    infos = [m for level, m in rec.logs if level == logging.INFO]
+    assert "[rank 0] step 3: val auc 0.7727 logloss 0.6469" in infos
+    assert "[rank 0] step 6: val auc 0.7873 logloss 0.5302" in infos
+    assert rec.curves == 2 and rec.progress == [(0, 8), (3, 8), (6, 8)]
+    assert "[rank 0] done: 8 steps" in infos and "W1123 17:36:50 torch/distributed/run.py: launcher line" in infos
+    assert not [m for m in infos if "train:" in m or "%|" in m]
+
+
+def test_warnings_at_warning_and_plan_published_not_logged(stream):
+    s, rec, published = stream
+    warnings = [m for level, m in rec.logs if level == logging.WARNING]
+    assert len(warnings) == 4 and all(m.startswith(("[rank 0] ", "[rank 1] ")) for m in warnings)
+    assert any("is_fx_tracing" in m for m in warnings) and any("UserWarning" in m for m in warnings)
+    assert published == [s.run.uri]
+    logged = "\n".join(m for _, m in rec.logs)
+    assert "t_c1" not in logged and "table " not in logged
+    assert "sharding plan published (artifact 'sharding-plan'): FITS: the fullest rank" in logged
+
+
+def test_failure_message_keeps_text_not_bars_or_warnings(stream):
+    s, _, _ = stream
+    message = s.failure(1)
+    assert "rank 0" in message and "step 6: val auc" in message and "done: 8 steps" in message
+    assert "%|" not in message and "WARNING" not in message
