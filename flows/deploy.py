@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from prefect import serve
 
-from flows.config import EvaluateConfig, PipelineConfig, ServeConfig
+from flows.config import EvaluateConfig, PipelineConfig, ServeConfig, default_train
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
 from flows.train import train
-from training.config import TrainConfig
 
 TAGS = ["dlrmflow"]
 
@@ -28,7 +27,7 @@ def deployments(config: ServeConfig) -> list:
         preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
                                  description="Raw click logs -> split-binary dataset."),
         train.to_deployment("dlrmflow-train", tags=TAGS,
-                            parameters={"config": TrainConfig.preset("default").model_dump(mode="json")},
+                            parameters={"config": default_train().model_dump(mode="json")},
                             description="Distributed DLRM training under torchrun (resumes a run with checkpoints)."),
         evaluate.to_deployment("dlrmflow-evaluate", tags=TAGS,
                                parameters={"config": EvaluateConfig().model_dump(mode="json")},

@@ -13,6 +13,7 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from flows import artifacts
+from flows.config import TrainSettings, default_train
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
@@ -87,18 +88,19 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 
 @flow(name="train", log_prints=True)
-def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherConfig | None = None) -> str:
-    """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
+def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), nproc: int = 2,
+          launcher: LauncherConfig | None = None) -> str:
+    """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
         run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
-        config: The training config; `dataset` must name a preprocessed dataset.
+        dataset: A dataset folder written by the preprocess flow (local path or s3://...), e.g. STORE/datasets/NAME.
+        config: The training settings.
         nproc: Training processes (ranks) on this machine (local launcher).
         launcher: Where the ranks run: `local` (default: torchrun here), `slurm` (sbatch --wait) or `kubernetes`.
     """
     log = get_run_logger()
-    if not config.dataset:
-        raise UserError("config.dataset is empty. Fix: set it to a dataset URI written by the preprocess flow.")
+    config = config.on(dataset)
     run = RunDir(run_uri)
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)
