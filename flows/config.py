@@ -190,15 +190,29 @@ class ServeConfig(_Model):
     """What `dlrmflow serve` serves: the store the deployments' forms point at and the pipeline's schedule."""
 
     store: str = _store_field()
-    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in UTC (default: nightly at 02:00).")
+    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` (default: nightly at 02:00).")
+    timezone: str = Field("UTC", description="Time zone of the cron schedule (an IANA name, e.g. Europe/Berlin).")
 
     @field_validator("cron")
     @classmethod
     def _cron(cls, cron: str) -> str:
-        from prefect.client.schemas.schedules import CronSchedule
-
-        try:
-            CronSchedule(cron=cron)
-        except ValidationError:
-            raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)") from None
+        if not _schedule_ok(cron=cron):
+            raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)")
         return cron
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, timezone: str) -> str:
+        if not _schedule_ok(cron="0 2 * * *", timezone=timezone):
+            raise ValueError(f"{timezone!r} is not a time zone; e.g. UTC or Europe/Berlin")
+        return timezone
+
+
+def _schedule_ok(**schedule) -> bool:
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(**schedule)
+        return True
+    except ValidationError:
+        return False

@@ -6,12 +6,13 @@ the defaults below point the forms at the served store. (Work-pool deployments: 
 
 from __future__ import annotations
 
-from prefect import serve
+from prefect.client.schemas.schedules import CronSchedule
 
 from flows.config import EvaluateConfig, PipelineConfig, ServeConfig, default_train
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
+from flows.serving import serve_until_stopped
 from flows.train import train
 
 TAGS = ["dlrmflow"]
@@ -19,9 +20,10 @@ TAGS = ["dlrmflow"]
 
 def deployments(config: ServeConfig) -> list:
     """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
-    store, cron = config.store, config.cron
+    store = config.store
     return [
-        pipeline.to_deployment("dlrmflow-pipeline", cron=cron, tags=TAGS,
+        pipeline.to_deployment("dlrmflow-pipeline", schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
+                               tags=TAGS,
                                parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
                                description="Preprocess, train and evaluate (synthetic data unless inputs are set)."),
         preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
@@ -37,4 +39,4 @@ def deployments(config: ServeConfig) -> list:
 
 def serve_all(config: ServeConfig) -> None:
     """Register the deployments on the configured Prefect server and run their flow runs until stopped."""
-    serve(*deployments(config))
+    serve_until_stopped(deployments(config))

@@ -46,7 +46,7 @@ def _task(stage: str, fn, **options):
 
 @flow(name="preprocess", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
 def preprocess(config: PreprocessConfig) -> str:
-    """Raw click logs -> split-binary dataset under <out>/datasets/; returns the dataset URI.
+    """Raw click logs -> split-binary dataset under the `datasets` folder of `out`; returns the dataset URI.
 
     Args:
         config: Inputs, store and preprocessing settings.

@@ -89,7 +89,7 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 @flow(name="train", log_prints=True)
 def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), nproc: int = 2,
-          launcher: LauncherConfig | None = None) -> str:
+          launcher: LauncherConfig = LocalSettings()) -> str:
     """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
