@@ -16,6 +16,7 @@ from prefect.cache_policies import NONE
 
 from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions
+from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.store import Store, transient, use_credentials_block
@@ -24,6 +25,7 @@ from training.rundir import RunDir
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
+@user_errors
 def synthesize(store: Store, options: SyntheticOptions) -> None:
     """Synthetic Criteo logs in ``synthetic_inputs``' folder (reused when complete)."""
     from preprocessing.synthetic import METADATA_FILE, generate
@@ -47,6 +49,7 @@ def synthetic_inputs(store: Store, options: SyntheticOptions) -> list[str]:
 
 
 @flow(name="pipeline", log_prints=True)
+@user_errors
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     """Preprocess, train and evaluate; returns where everything is and the evaluation metrics.
 

@@ -14,6 +14,7 @@ from prefect.cache_policies import NONE
 from common.errors import UserError
 from flows import artifacts
 from flows.config import TrainSettings, default_train
+from flows.errors import user_errors
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
@@ -68,6 +69,7 @@ class _Stream:
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
+@user_errors
 def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                     launcher: LauncherConfig | None = None) -> None:
     """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
@@ -88,6 +90,7 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 
 @flow(name="train", log_prints=True)
+@user_errors
 def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), nproc: int = 2,
           launcher: LauncherConfig = LocalSettings()) -> str:
     """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
