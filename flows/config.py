@@ -78,7 +78,7 @@ class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
     preset: PresetName | None = Field(None, description="A training preset with the preprocessing it was tuned with "
-                                      "(flows/presets.yaml), applied to the fields left at their defaults.")
+                                      "(flows/presets.yaml), applied under the settings you give (in a form: those changed from their defaults).")
     store: str = _store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
@@ -120,8 +120,8 @@ class PipelineConfig(_Model):
         preset = PipelinePreset.named(self.preset)
         train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
         data["train"] = apply_overrides(TrainConfig.preset(preset.train).model_dump(mode="json"), train, strict=False)
-        applied, skipped = preset.hints({k: data["preprocess"][k] for k in (k.split(".", 1)[1] for k in given
-                                                                            if k.startswith("preprocess."))})
+        applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
+                                                                                if k.startswith("preprocess."))})
         data["preprocess"].update(applied)
         notes = [f"preset {self.preset}: training preset {preset.train}"]
         notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]

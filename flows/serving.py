@@ -40,9 +40,9 @@ class _Watchdog(threading.Thread):
         while time.monotonic() - last_answer < GONE_AFTER_S:
             time.sleep(CHECK_EVERY_S)
             try:
-                httpx.get(f"{self.api}/health", timeout=CHECK_EVERY_S).raise_for_status()
+                httpx.get(f"{self.api}/health", timeout=CHECK_EVERY_S)  # any answer counts (auth, Cloud URLs)
                 last_answer = time.monotonic()
-            except httpx.HTTPError:
+            except httpx.TransportError:
                 pass
         self.gone, self.runner.pause_on_shutdown = True, False  # nothing to pause on a server that is gone
         os.kill(os.getpid(), signal.SIGINT)

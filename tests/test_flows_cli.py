@@ -12,7 +12,8 @@ import pytest
 def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "DLRMFLOW_"))}
     return subprocess.run([sys.executable, "-m", "flows", *args], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env={**base, "PREFECT_HOME": str(tmp_path / "prefect"), **env})
+                          cwd=tmp_path, env={**base, "PREFECT_HOME": str(tmp_path / "prefect"),
+                                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env})  # busy
 
 
 @pytest.mark.parametrize("args, env, message", [
@@ -134,8 +135,7 @@ def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
 def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(flag, value, valid, tmp_path):
     """The split names come from the split rule (or the inputs mapped to splits) before anything is read."""
     split = ["--split", "ordered:train=0.9,test=0.1"] if valid == "train, test" else []
-    r = _dlrmflow("run", flag, value, *split, "--store", str(tmp_path / "store"), tmp_path=tmp_path,
-                  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")  # a busy machine
+    r = _dlrmflow("run", flag, value, *split, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"the dataset has no split '{value}' (it has: {valid})" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
