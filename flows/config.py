@@ -78,7 +78,8 @@ class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
     preset: PresetName | None = Field(None, description="A training preset with the preprocessing it was tuned with "
-                                      "(flows/presets.yaml), applied under the settings you give (in a form: those changed from their defaults).")
+                                      "(flows/presets.yaml), applied under the settings you give (in a form: those "
+                                      "changed from their defaults).")
     store: str = _store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
@@ -190,7 +191,8 @@ class ServeConfig(_Model):
     """What `dlrmflow serve` serves: the store the deployments' forms point at and the pipeline's schedule."""
 
     store: str = _store_field()
-    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` (default: nightly at 02:00).")
+    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` "
+                      "(default: nightly at 02:00).")
     timezone: str = Field("UTC", description="Time zone of the cron schedule (an IANA name, e.g. Europe/Berlin).")
 
     @field_validator("cron")

@@ -22,8 +22,8 @@ def deployments(config: ServeConfig) -> list:
     """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
     store = config.store
     return [
-        pipeline.to_deployment("dlrmflow-pipeline", schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
-                               tags=TAGS,
+        pipeline.to_deployment("dlrmflow-pipeline", tags=TAGS,
+                               schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
                                parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
                                description="Preprocess, train and evaluate (synthetic data unless inputs are set)."),
         preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},

@@ -139,3 +139,16 @@ def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(fla
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"the dataset has no split '{value}' (it has: {valid})" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
+
+
+def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
+    """The pipeline flow applies `preset` as `dlrmflow run --preset` does (PipelineConfig.with_preset), a form's
+    changed fields counting as given; the result has no preset left, so applying it again changes nothing."""
+    from flows.config import PipelineConfig
+
+    form = PipelineConfig(preset="criteo-sample", preprocess={"frequency_threshold": 3}, train={"epochs": 2})
+    config, notes = form.with_preset()
+    assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 3)
+    assert (config.train.early_stopping_patience, config.train.epochs) == (6, 2)
+    assert config.preset is None and config.with_preset() == (config, [])
+    assert "preset criteo-sample: preprocess.frequency_threshold not applied (given: 3)" in notes

@@ -27,7 +27,8 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
                         "Fix: set run_uri (--run) to the folder of a training run.")
     dataset = config.dataset or run.load_config().dataset
     if not dataset:
-        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. Fix: set dataset (--dataset) to the dataset to evaluate on.")
+        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. "
+                        "Fix: set dataset (--dataset) to the dataset to evaluate on.")
     spec = load(dataset, **storage_options(dataset))
     config.check_split(spec.splits, dataset)
     fallback = "latest" if config.checkpoint == "best" else None
