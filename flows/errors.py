@@ -16,7 +16,10 @@ LOGGED = "dlrmflow_user_error"  # set on a log record (and on the error) once th
 
 
 def user_errors(fn):
-    """``fn`` that returns a Failed state holding a UserError it raised (logged once, by the innermost run)."""
+    """``fn`` that returns a Failed state holding a UserError it raised (logged once, by the innermost run).
+
+    A calling flow gets the error raised again from a subflow, a task's future's ``result()`` or
+    ``task(..., return_state=True).result()``; a task's plain call would return the state instead."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):

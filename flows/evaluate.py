@@ -41,7 +41,7 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
         if wanted["warning"]:
             log.warning("warning: %s", wanted["warning"])
     else:
-        run_evaluation(run, config)
+        run_evaluation(run, config, return_state=True).result()  # raises its error (flows.errors)
     metrics = artifacts.evaluation(run, config.split)
     log.info("'%s' metrics (checkpoint step %s):\n%s", config.split, metrics.get("step"), format_table(metrics))
     return metrics

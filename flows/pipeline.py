@@ -68,7 +68,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     config.check_splits(preprocess_config)
     store.check()
     if not config.preprocess.inputs:
-        synthesize(store, config.synthetic)
+        synthesize(store, config.synthetic, return_state=True).result()  # raises its error (flows.errors)
     dataset = preprocess(preprocess_config)
     train_config = config.train.on(dataset)
     run = RunDir(store.run_uri(config.run_id(dataset, train_config)))

@@ -111,7 +111,8 @@ def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), n
         step = Checkpointer(run).step_of("latest")
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
-        launch_torchrun(run, config, nproc, step is not None, launcher)
+        # the state's result() raises a failure (flows.errors)
+        launch_torchrun(run, config, nproc, step is not None, launcher, return_state=True).result()
         if not run.is_complete():
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")
