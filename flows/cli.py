@@ -63,14 +63,13 @@ def _prefect_logging(debug: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.logging.configuration import setup_logging
 
+    from flows.errors import LOGGED
+
     setup_logging()
-    if not debug:  # the terminal gets the one clean line below; the flow run's logs keep the traceback
+    if not debug:  # the terminal gets the one clean line below; the flow run's logs keep the message
         for handler in logging.getLogger().handlers:
-            handler.addFilter(_without_user_error_tracebacks)
-
-
-def _without_user_error_tracebacks(record: logging.LogRecord) -> bool:
-    return not (record.exc_info and isinstance(record.exc_info[1], UserError))
+            handler.addFilter(lambda record: not getattr(record, LOGGED, False) and not (
+                record.exc_info and isinstance(record.exc_info[1], UserError)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,17 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from common.config import validate
+from common.config import apply_overrides, validate
 from common.errors import UserError
 
 from flows.store import default_store
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
+from preprocessing.job import split_rule
 from training.config import EvaluateConfig, TrainConfig, preset_names
 from training.launchers import LauncherConfig, LocalSettings
 
@@ -38,22 +41,45 @@ class SyntheticOptions(_Model):
     seed: int = Field(0, ge=0, description="Seed; the same rows and seed give the same bytes.")
 
 
+def _filled_in(default):
+    """A field the flow fills in itself: no form field (SkipJsonSchema), no option (flows/options.py), not dumped."""
+    return Field(default, exclude=True)
+
+
 class PipelinePreprocess(PreprocessConfig):
-    """PreprocessConfig whose inputs and store default to the pipeline's."""
+    """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
 
     inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
                               "Empty: synthetic Criteo logs (see `synthetic`).")
-    out: str = Field("", description="Store root for the dataset; empty: the pipeline's store.")
-    progress: bool = Field(False, description="Show a terminal progress bar (the flow reports progress itself).")
+    out: SkipJsonSchema[str] = _filled_in("")
+    progress: SkipJsonSchema[bool] = _filled_in(False)
 
 
-def _default_train() -> TrainConfig:
-    return TrainConfig.preset("default")
+class TrainSettings(TrainConfig):
+    """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
+
+    dataset: SkipJsonSchema[str | None] = _filled_in(None)
+
+    def on(self, dataset: str) -> TrainConfig:
+        """The TrainConfig of these settings on ``dataset``."""
+        return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
+
+
+def default_train() -> TrainSettings:
+    """The default preset's training settings."""
+    return TrainSettings.model_validate(TrainConfig.preset("default").model_dump())
+
+
+PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+PresetName = Literal[tuple(yaml.safe_load(PRESETS_FILE.read_text()))]
 
 
 class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
+    preset: PresetName | None = Field(None, description="A training preset with the preprocessing it was tuned with "
+                                      "(flows/presets.yaml), applied under the settings you give (in a form: those "
+                                      "changed from their defaults).")
     store: str = _store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
@@ -62,7 +88,7 @@ class PipelineConfig(_Model):
                                  "derived from the dataset and the training config, so a re-run resumes the same run.")
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions, description="Synthetic data settings.")
     preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
-    train: TrainConfig = Field(default_factory=_default_train, description="Training (dataset is filled in).")
+    train: TrainSettings = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
     nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
     launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")
@@ -70,8 +96,38 @@ class PipelineConfig(_Model):
 
     def preprocess_config(self, inputs: list[str], store: str) -> PreprocessConfig:
         """The preprocessing config of this run (inputs and store filled in)."""
-        data = self.preprocess.model_dump()
-        return PreprocessConfig(**{**data, "inputs": inputs, "out": data["out"] or store})
+        return PreprocessConfig(**{**self.preprocess.model_dump(), "inputs": inputs, "out": store})
+
+    def check_splits(self, preprocess: PreprocessConfig) -> None:
+        """Fail before any work when training or evaluation names a split that ``preprocess`` will not
+        write, naming the splits it will."""
+        rule = split_rule(preprocess)
+        if not rule.splits:  # the data decides (column:COL): checked on the dataset before training
+            return
+        where = f"split rule {rule.text()}"
+        self.train.check_splits(rule.splits, where)
+        if not self.evaluate.dataset:
+            self.evaluate.check_split(rule.splits, where, "evaluate.split")
+
+    def with_preset(self, given: dict[str, Any] | None = None) -> tuple["PipelineConfig", list[str]]:
+        """This config with its preset applied, and cleared (applying again changes nothing): the training
+        preset under the ``given`` train fields, the preset's preprocessing where ``given`` sets nothing that
+        conflicts. ``given``: the dotted fields the user set (default: those that differ from the defaults).
+        Returns the config and notes on what was (not) applied."""
+        if not self.preset:
+            return self, []
+        data = self.model_dump(mode="json")
+        given = _changed(data, PipelineConfig().model_dump(mode="json")) if given is None else given
+        preset = PipelinePreset.named(self.preset)
+        train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
+        data["train"] = apply_overrides(TrainConfig.preset(preset.train).model_dump(mode="json"), train, strict=False)
+        applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
+                                                                                if k.startswith("preprocess."))})
+        data["preprocess"].update(applied)
+        notes = [f"preset {self.preset}: training preset {preset.train}"]
+        notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
+        notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
+        return validate(PipelineConfig, {**data, "preset": None}, f"preset {self.preset}"), notes
 
     def run_id(self, dataset: str, train: TrainConfig) -> str:
         """``run_name``, else ``<dataset folder>-<hash of the training config>``."""
@@ -84,9 +140,6 @@ def config_hash(train: TrainConfig) -> str:
     """A short hash of a training config (dataset included): the suffix of the default run names."""
     text = json.dumps(train.model_dump(mode="json"), sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
-
-
-PRESETS_FILE = Path(__file__).with_name("presets.yaml")
 
 
 class PipelinePreset(_Model):
@@ -127,19 +180,46 @@ class PipelinePreset(_Model):
         return applied, skipped
 
 
+def _changed(data: dict, default: dict, prefix: str = "") -> dict[str, Any]:
+    """The dotted fields of ``data`` whose values differ from ``default``'s."""
+    out = {}
+    for key, value in data.items():
+        other = default.get(key)
+        if isinstance(value, dict) and isinstance(other, dict):
+            out |= _changed(value, other, f"{prefix}{key}.")
+        elif value != other:
+            out[prefix + key] = value
+    return out
+
+
 class ServeConfig(_Model):
     """What `dlrmflow serve` serves: the store the deployments' forms point at and the pipeline's schedule."""
 
     store: str = _store_field()
-    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in UTC (default: nightly at 02:00).")
+    cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` "
+                      "(default: nightly at 02:00).")
+    timezone: str = Field("UTC", description="Time zone of the cron schedule (an IANA name, e.g. Europe/Berlin).")
 
     @field_validator("cron")
     @classmethod
     def _cron(cls, cron: str) -> str:
-        from prefect.client.schemas.schedules import CronSchedule
-
-        try:
-            CronSchedule(cron=cron)
-        except ValidationError:
-            raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)") from None
+        if not _schedule_ok(cron=cron):
+            raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)")
         return cron
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, timezone: str) -> str:
+        if not _schedule_ok(cron="0 2 * * *", timezone=timezone):
+            raise ValueError(f"{timezone!r} is not a time zone; e.g. UTC or Europe/Berlin")
+        return timezone
+
+
+def _schedule_ok(**schedule) -> bool:
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(**schedule)
+        return True
+    except ValidationError:
+        return False

@@ -6,29 +6,30 @@ the defaults below point the forms at the served store. (Work-pool deployments: 
 
 from __future__ import annotations
 
-from prefect import serve
+from prefect.client.schemas.schedules import CronSchedule
 
-from flows.config import EvaluateConfig, PipelineConfig, ServeConfig
+from flows.config import EvaluateConfig, PipelineConfig, ServeConfig, default_train
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
+from flows.serving import serve_until_stopped
 from flows.train import train
-from training.config import TrainConfig
 
 TAGS = ["dlrmflow"]
 
 
 def deployments(config: ServeConfig) -> list:
     """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
-    store, cron = config.store, config.cron
+    store = config.store
     return [
-        pipeline.to_deployment("dlrmflow-pipeline", cron=cron, tags=TAGS,
+        pipeline.to_deployment("dlrmflow-pipeline", tags=TAGS,
+                               schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
                                parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
                                description="Preprocess, train and evaluate (synthetic data unless inputs are set)."),
         preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
                                  description="Raw click logs -> split-binary dataset."),
         train.to_deployment("dlrmflow-train", tags=TAGS,
-                            parameters={"config": TrainConfig.preset("default").model_dump(mode="json")},
+                            parameters={"config": default_train().model_dump(mode="json")},
                             description="Distributed DLRM training under torchrun (resumes a run with checkpoints)."),
         evaluate.to_deployment("dlrmflow-evaluate", tags=TAGS,
                                parameters={"config": EvaluateConfig().model_dump(mode="json")},
@@ -38,4 +39,4 @@ def deployments(config: ServeConfig) -> list:
 
 def serve_all(config: ServeConfig) -> None:
     """Register the deployments on the configured Prefect server and run their flow runs until stopped."""
-    serve(*deployments(config))
+    serve_until_stopped(deployments(config))

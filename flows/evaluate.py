@@ -8,6 +8,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from flows import artifacts
+from flows.errors import user_errors
 from flows.store import redact
 from training.config import EvaluateConfig
 from training.evaluate import check_inputs, evaluate_run
@@ -16,13 +17,15 @@ from training.rundir import RunDir
 
 
 @task(cache_policy=NONE)  # no retries: a failed evaluation is a bug or bad input, a retry would hide it
+@user_errors
 def run_evaluation(run: RunDir, config: EvaluateConfig) -> None:
     log = get_run_logger()
     evaluate_run(run, config, env={"PYTHONWARNINGS": "ignore::FutureWarning", "OMP_NUM_THREADS": "1"},
-                 on_line=lambda line: log.info(redact(line)))
+                 on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
 
 
 @flow(name="evaluate", log_prints=True)
+@user_errors
 def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
     """Evaluate the run's ``config.checkpoint`` on ``config.split``; returns the metrics.
 
@@ -35,8 +38,10 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
     previous, wanted = run.eval_metrics(config.split) or {}, check_inputs(run, config)
     if (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"]):
         log.info("evaluation of this checkpoint on '%s' already complete, reusing it", config.split)
+        if wanted["warning"]:
+            log.warning("warning: %s", wanted["warning"])
     else:
-        run_evaluation(run, config)
+        run_evaluation(run, config, return_state=True).result()  # raises its error (flows.errors)
     metrics = artifacts.evaluation(run, config.split)
     log.info("'%s' metrics (checkpoint step %s):\n%s", config.split, metrics.get("step"), format_table(metrics))
     return metrics

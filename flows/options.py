@@ -19,6 +19,7 @@ from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from common.config import apply_overrides, validate
 
@@ -37,6 +38,11 @@ def _unwrap_optional(annotation):
 
 def _is_model(annotation) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _hidden(field) -> bool:
+    """A field left out of the flow's form (``SkipJsonSchema``: the flow fills it in) is no option either."""
+    return any(isinstance(m, SkipJsonSchema) for m in field.metadata)
 
 
 def _flag(path: str) -> str:
@@ -123,7 +129,7 @@ class _Adder:
         group = self.parser.add_argument_group(title) if title else self.parser
         for name, field in model.model_fields.items():
             sub_path, sub_flag = path + name, flag + name
-            if sub_path in self.skip or (kind and name == "kind"):
+            if sub_path in self.skip or (kind and name == "kind") or _hidden(field):
                 continue
             annotation, optional = _unwrap_optional(field.annotation)
             default = getattr(defaults, name) if defaults is not None else \

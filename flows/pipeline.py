@@ -15,6 +15,7 @@ from prefect.cache_policies import NONE
 
 from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions
+from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.store import Store, transient, use_credentials_block
@@ -23,45 +24,57 @@ from training.rundir import RunDir
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
-def synthesize(store: Store, options: SyntheticOptions) -> str:
-    """Synthetic Criteo logs under <store>/synthetic/ (reused when complete); returns the input glob."""
+@user_errors
+def synthesize(store: Store, options: SyntheticOptions) -> None:
+    """Synthetic Criteo logs in ``synthetic_inputs``' folder (reused when complete)."""
     from preprocessing.synthetic import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
     fs, path = fsspec.core.url_to_fs(folder)
     if fs.exists(f"{path}/{METADATA_FILE}"):
         get_run_logger().info("synthetic data already complete, reusing: %s", folder)
-        return f"{folder}/part-*"
+        return
     with tempfile.TemporaryDirectory() as local:  # generated locally, then uploaded, the metadata last
         generate(local, rows=options.rows, files=options.files, seed=options.seed)
         fs.makedirs(path, exist_ok=True)
         for name in sorted(os.listdir(local), key=lambda n: n == METADATA_FILE):
             fs.put_file(os.path.join(local, name), f"{path}/{name}")
     get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
-    return f"{folder}/part-*"
+
+
+def synthetic_inputs(store: Store, options: SyntheticOptions) -> list[str]:
+    """The input glob of the synthetic logs (written by ``synthesize``)."""
+    return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
 
 
 @flow(name="pipeline", log_prints=True)
+@user_errors
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     """Preprocess, train and evaluate; returns where everything is and the evaluation metrics.
 
     Args:
         config: Store, data, preprocessing, training and evaluation settings (defaults: synthetic data).
     """
+    log = get_run_logger()
+    config, notes = config.with_preset()
+    for note in notes:
+        log.info(note)
     if config.credentials_block:
         use_credentials_block(config.credentials_block)
     store = Store(config.store)
-    store.check()
-    inputs = config.preprocess.inputs or [synthesize(store, config.synthetic)]
+    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic)
     preprocess_config = config.preprocess_config(inputs, store.uri)
+    config.check_splits(preprocess_config)
+    store.check()
+    if not config.preprocess.inputs:
+        synthesize(store, config.synthetic, return_state=True).result()  # raises its error (flows.errors)
     dataset = preprocess(preprocess_config)
-    train_config = config.train.model_copy(update={"dataset": dataset})
+    train_config = config.train.on(dataset)
     run = RunDir(store.run_uri(config.run_id(dataset, train_config)))
-    resolved = PipelineConfig.model_validate({**config.model_dump(), "store": store.uri,
-                                              "train": train_config.model_dump(),
-                                              "preprocess": preprocess_config.model_dump()})
-    run.write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False), RunDir.PIPELINE)
-    train(run.uri, train_config, config.nproc, config.launcher)
+    resolved = config.model_copy(update={"store": store.uri}).model_dump(mode="json")
+    resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, inputs
+    run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
+    train(run.uri, dataset, config.train, config.nproc, config.launcher)
     metrics = evaluate(run.uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}

@@ -9,6 +9,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import artifacts
+from flows.errors import user_errors
 from flows.store import transient
 from preprocessing import PreprocessConfig, Preprocessing
 
@@ -41,12 +42,13 @@ class PrefectExecutor:
 def _task(stage: str, fn, **options):
     if stage in _RETRIED:
         options |= {"retries": 2, "retry_delay_seconds": 5, "retry_condition_fn": transient}
-    return task(fn, name=stage, cache_policy=NONE, **options)
+    return task(user_errors(fn), name=stage, cache_policy=NONE, **options)
 
 
 @flow(name="preprocess", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
+@user_errors
 def preprocess(config: PreprocessConfig) -> str:
-    """Raw click logs -> split-binary dataset under <out>/datasets/; returns the dataset URI.
+    """Raw click logs -> split-binary dataset under the `datasets` folder of `out`; returns the dataset URI.
 
     Args:
         config: Inputs, store and preprocessing settings.

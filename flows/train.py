@@ -14,6 +14,8 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from flows import artifacts
+from flows.config import TrainSettings, default_train
+from flows.errors import user_errors
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
@@ -92,6 +94,7 @@ class _Stream:
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
+@user_errors
 def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                     launcher: LauncherConfig | None = None) -> None:
     """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
@@ -116,18 +119,20 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 
 @flow(name="train", log_prints=True)
-def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherConfig | None = None) -> str:
-    """Train ``config`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
+@user_errors
+def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), nproc: int = 2,
+          launcher: LauncherConfig = LocalSettings()) -> str:
+    """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
         run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
-        config: The training config; `dataset` must name a preprocessed dataset.
+        dataset: A dataset folder written by the preprocess flow (local path or s3://...), e.g. STORE/datasets/NAME.
+        config: The training settings.
         nproc: Training processes (ranks) on this machine (local launcher).
         launcher: Where the ranks run: `local` (default: torchrun here), `slurm` (sbatch --wait) or `kubernetes`.
     """
     log = get_run_logger()
-    if not config.dataset:
-        raise UserError("config.dataset is empty. Fix: set it to a dataset URI written by the preprocess flow.")
+    config = config.on(dataset)
     run = RunDir(run_uri)
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)
@@ -137,7 +142,8 @@ def train(run_uri: str, config: TrainConfig, nproc: int = 2, launcher: LauncherC
         step = Checkpointer(run).step_of("latest")
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
-        launch_torchrun(run, config, nproc, step is not None, launcher)
+        # the state's result() raises a failure (flows.errors)
+        launch_torchrun(run, config, nproc, step is not None, launcher, return_state=True).result()
         if not run.is_complete():
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")

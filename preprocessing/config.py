@@ -16,7 +16,7 @@ class PreprocessConfig(BaseModel):
 
     inputs: list[str] = Field(description="Input files, folders or globs (local, file://, s3://, memory://). "
                               "`split=PATH` assigns the files to a split directly (the `files` split rule).")
-    out: str = Field(description="Artifact store root; the dataset goes to <out>/datasets/<name>-<fingerprint>/.")
+    out: str = Field(description="Artifact store root; the dataset goes to `out/datasets/NAME-FINGERPRINT/`.")
     spec: str = Field(default="criteo", description="`criteo` (built-in preset) or the path/URI of an input spec YAML.")
     split: str | None = Field(default=None, description="Split rule: `ordered:train=0.8,val=0.1,test=0.1`, "
                               "`random:train=0.9,test=0.1,seed=0`, `column:COL` (the column's value names the split) "
@@ -34,7 +34,7 @@ class PreprocessConfig(BaseModel):
     workers: int = Field(default=1, ge=1, description="Worker threads: input files processed at once, each "
                          "stage (polars and numpy also use every core within one file).")
     work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts. "
-                                 "Default: <out>/_work for a local store, the system temp folder otherwise.")
+                                 "Default: `out/_work` for a local store, the system temp folder otherwise.")
     progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")
     fast_parse: bool = Field(default=True, description="Parse regular Criteo TSV rows with the C extension "
                              "(the same bytes as the general polars path, several times faster).")

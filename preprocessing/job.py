@@ -13,7 +13,7 @@ from feature_spec import FeatureSpec
 
 from . import splits
 from .config import DEFAULT_SPLIT, PreprocessConfig
-from .inputs import InputFile, expand, file_type
+from .inputs import InputFile, expand, file_type, split_mapping
 from .readers import Format, parquet_types
 from .transforms import Transforms
 from .work import WorkFolder
@@ -40,11 +40,13 @@ class Job:
     @classmethod
     def from_config(cls, config: PreprocessConfig) -> Job:
         """Look up the spec and inputs, derive the split rule and fingerprint, name the dataset and work folders."""
-        spec = fspec.preset(config.spec) if "/" not in config.spec and not config.spec.endswith((".yaml", ".yml")) \
-            else fspec.load(config.spec)
+        spec = _spec(config)
         defaults = spec.metadata.get("preprocessing") or {}
         inputs = expand(config.inputs or _spec_files(config.spec, spec))
-        rule = _rule(config, defaults, inputs)
+        rule = _rule(config, defaults, [f.split for f in inputs])
+        if rule.kind == "files":
+            for f in inputs:
+                f.split = f.split or "train"
         threshold = config.frequency_threshold if config.frequency_threshold is not None \
             else int(defaults.get("frequency_threshold", 0))
         numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
@@ -77,15 +79,28 @@ def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:
     return items
 
 
-def _rule(config: PreprocessConfig, defaults: dict, inputs: list[InputFile]) -> splits.SplitRule:
-    mapped = [f for f in inputs if f.split]
-    if mapped:
+def split_rule(config: PreprocessConfig) -> splits.SplitRule:
+    """The split rule of ``config``, known before any input is read; its ``splits`` are those preprocessing
+    will write (empty when the data decides: ``column:COL`` without cut points)."""
+    spec = _spec(config)
+    mapped = [split_mapping(i)[0] for i in config.inputs] if config.inputs else \
+        [s for s, chunks in spec.source_spec.items() for c in chunks if c.files]
+    return _rule(config, spec.metadata.get("preprocessing") or {}, mapped)
+
+
+def _spec(config: PreprocessConfig) -> FeatureSpec:
+    if "/" not in config.spec and not config.spec.endswith((".yaml", ".yml")):
+        return fspec.preset(config.spec)
+    return fspec.load(config.spec)
+
+
+def _rule(config: PreprocessConfig, defaults: dict, mapped: list[str | None]) -> splits.SplitRule:
+    """The split rule: ``files`` when inputs are mapped to splits (unmapped ones: train), else the given rule."""
+    if first := next(filter(None, mapped), None):
         if config.split:
             raise UserError(f"--split {config.split} cannot be combined with inputs mapped to splits "
-                            f"('{mapped[0].split}=...'). Fix: use one of the two.")
-        for f in inputs:
-            f.split = f.split or "train"
-        return splits.SplitRule(kind="files", splits=splits.order_names({f.split for f in inputs}))
+                            f"('{first}=...'). Fix: use one of the two.")
+        return splits.SplitRule(kind="files", splits=splits.order_names({s or "train" for s in mapped}))
     return splits.parse(config.split or defaults.get("split") or DEFAULT_SPLIT)
 
 

@@ -25,7 +25,7 @@ def untrained_run(tmp_path_factory):
 
 
 def test_unknown_run(tmp_path):
-    with pytest.raises(UserError, match=r"not a training run \(no config.yaml there\).*--run folder"):
+    with pytest.raises(UserError, match=r"not a training run \(no config.yaml there\).*set run_uri \(--run\)"):
         evaluate_run(str(tmp_path / "nope"), EvaluateConfig())
 
 

@@ -12,7 +12,8 @@ import pytest
 def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "DLRMFLOW_"))}
     return subprocess.run([sys.executable, "-m", "flows", *args], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env={**base, "PREFECT_HOME": str(tmp_path / "prefect"), **env})
+                          cwd=tmp_path, env={**base, "PREFECT_HOME": str(tmp_path / "prefect"),
+                                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env})  # busy
 
 
 @pytest.mark.parametrize("args, env, message", [
@@ -22,7 +23,7 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
      "no AWS credentials"),
     (["run", "--set", "train.model.no_such_field=1"], {}, "train.model.no_such_field: Extra inputs are not permitted"),
     (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
-    (["run", "--preset", "nope"], {}, "unknown preset 'nope'"),
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])
@@ -124,3 +125,30 @@ def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
     assert r.stderr.count("does not exist") >= 1 and f"error: input '{missing}' does not exist" in r.stderr
     r = _dlrmflow("--debug", "run", "--input", missing, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
     assert r.returncode == 2 and "Traceback" in r.stderr
+
+
+@pytest.mark.parametrize("flag, value, valid", [
+    ("--eval-split", "validation", "train, val, test"),
+    ("--data.train-split", "training", "train, val, test"),
+    ("--evaluate.split", "testing", "train, test"),
+])
+def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(flag, value, valid, tmp_path):
+    """The split names come from the split rule (or the inputs mapped to splits) before anything is read."""
+    split = ["--split", "ordered:train=0.9,test=0.1"] if valid == "train, test" else []
+    r = _dlrmflow("run", flag, value, *split, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"the dataset has no split '{value}' (it has: {valid})" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
+
+
+def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
+    """The pipeline flow applies `preset` as `dlrmflow run --preset` does (PipelineConfig.with_preset), a form's
+    changed fields counting as given; the result has no preset left, so applying it again changes nothing."""
+    from flows.config import PipelineConfig
+
+    form = PipelineConfig(preset="criteo-sample", preprocess={"frequency_threshold": 3}, train={"epochs": 2})
+    config, notes = form.with_preset()
+    assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 3)
+    assert (config.train.early_stopping_patience, config.train.epochs) == (6, 2)
+    assert config.preset is None and config.with_preset() == (config, [])
+    assert "preset criteo-sample: preprocess.frequency_threshold not applied (given: 3)" in notes

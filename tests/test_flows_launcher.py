@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from flows.config import default_train
 from flows.train import TrainingFailed, train
 from test_infra_launchers import _calls, fake_slurm  # noqa: F401
 from train_datasets import write_dataset
-from training.config import TrainConfig
 from training.launchers import launcher_config
 
 
@@ -16,12 +16,12 @@ from training.launchers import launcher_config
 def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_harness, fake_slurm, monkeypatch):
     tmp_path, settings = fake_slurm
     monkeypatch.setenv("FAKE_EXIT_NODE1", "3")  # the second node's torchrun fails
-    dataset = str(write_dataset(tmp_path / "dataset", {"train": 64, "val": 32}))
-    config = TrainConfig.preset("default").model_copy(update={"dataset": dataset})
+    dataset = str(write_dataset(tmp_path / "dataset", {"train": 64}))
     launcher = launcher_config({"kind": "slurm", **settings})
+    config = default_train().model_copy(update={"eval_split": None})  # a train-only dataset
 
     with pytest.raises(TrainingFailed, match="exit code 3"):
-        train(str(tmp_path / "run"), config, nproc=2, launcher=launcher)
+        train(str(tmp_path / "run"), dataset, config, nproc=2, launcher=launcher)
 
     sbatch, srun = _calls(tmp_path)
     assert sbatch[:3] == ["sbatch", "--wait", "--parsable"] and sbatch[3].endswith(".sbatch")

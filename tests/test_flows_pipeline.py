@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from flows import artifacts
@@ -70,3 +72,33 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     assert logs_matching("already complete, reusing it")
     again_row, old = latest_artifacts()[artifacts.runs_key(str(tmp_path / "store"))]
     assert old["run"] == "old-run" and old["trained"].startswith("config unreadable") and again_row == row
+
+
+def _logs_of(text: str) -> list:
+    """The Prefect log records (all runs of the harness) whose message contains ``text``."""
+    from prefect import get_client
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        return [log for log in client.read_logs(limit=200, sort="TIMESTAMP_DESC") if text in log.message]
+
+
+@pytest.mark.parametrize("case", ["wrong split", "missing input"])
+def test_a_user_error_fails_the_pipeline_before_any_work_with_one_clean_message(prefect_harness, tmp_path, case):
+    """Nothing is written; the run's state message is the error's text; one ERROR line, no traceback."""
+    store = tmp_path / "store"
+    if case == "wrong split":
+        config, text = small_pipeline(str(store), train={"eval_split": "validation"}), "no split 'validation'"
+        expected = ("split rule ordered:train=0.8,val=0.1,test=0.1: the dataset has no split 'validation' "
+                    "(it has: train, val, test). Fix: set eval_split to one of those")
+    else:
+        missing = str(tmp_path / "no-such-day.tsv")
+        config = small_pipeline(str(store), preprocess={"inputs": [missing]})
+        text = expected = f"input '{missing}' does not exist"
+    state = pipeline(config, return_state=True)
+    assert state.is_failed() and state.message.startswith(expected), state.message
+    assert not (store / "synthetic").exists() and not (store / "datasets").exists()
+    logs = _logs_of(text)
+    assert not [log for log in logs if "Traceback" in log.message]
+    assert len([log for log in logs if log.level == logging.ERROR and not log.message.startswith("Finished")]) == 1

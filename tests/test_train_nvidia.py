@@ -25,13 +25,13 @@ def test_table_names_are_valid_module_names_and_stable():
 
 def test_eval_split_falls_back_to_test_only_for_the_default():
     cfg = TrainConfig(dataset="ds")
-    assert cfg.eval_split_in(["train", "val", "test"]) == "val"
-    assert cfg.eval_split_in(["train", "test"]) == "test"
+    assert cfg.check_splits(["train", "val", "test"]) == "val"
+    assert cfg.check_splits(["train", "test"]) == "test"
     with pytest.raises(UserError, match=r"ds: the dataset has no split 'val' \(it has: train\).*null to train without"):
-        cfg.eval_split_in(["train"])
-    assert cfg.with_overrides({"eval_split": None}).eval_split_in(["train"]) is None  # no validation
+        cfg.check_splits(["train"])
+    assert cfg.with_overrides({"eval_split": None}).check_splits(["train"]) is None  # no validation
     with pytest.raises(UserError, match=r"no split 'holdout' \(it has: train, test\).*eval_split"):
-        cfg.with_overrides({"eval_split": "holdout"}).eval_split_in(["train", "test"])
+        cfg.with_overrides({"eval_split": "holdout"}).check_splits(["train", "test"])
 
 
 @pytest.mark.timeout(300)

@@ -24,9 +24,10 @@ from training.sharding import ShardingConfig
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
-def split_error(dataset: str | None, split: str, splits: list[str], fix: str) -> UserError:
-    """The error for a split that the dataset lacks, naming the splits it has and the fix."""
-    return UserError(f"{dataset}: the dataset has no split '{split}' (it has: {', '.join(splits) or 'none'}). "
+def split_error(where: str | None, split: str, splits: list[str], fix: str) -> UserError:
+    """The error for a split that the dataset (``where``: its URI, or the split rule that makes it) lacks,
+    naming the splits it has and the fix."""
+    return UserError(f"{where}: the dataset has no split '{split}' (it has: {', '.join(splits) or 'none'}). "
                        f"Fix: {fix}")
 
 
@@ -126,14 +127,18 @@ class TrainConfig(_Section):
     seed: int = Field(0, description="Seed of the initial weights and of the data order.")
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
 
-    def eval_split_in(self, splits: list[str]) -> str | None:
-        """The split to validate on among the dataset's ``splits``: ``eval_split`` (None: no validation), or
-        ``test`` when the default ``val`` is missing. Raises UserError naming the splits when there is none."""
+    def check_splits(self, splits: list[str], where: str | None = None) -> str | None:
+        """The split to validate on among ``splits`` (the dataset's, or those a split rule will make):
+        ``eval_split`` (None: no validation), or ``test`` when the default ``val`` is missing. Raises UserError
+        naming the splits (and ``where``, default the dataset) when ``train_split`` or ``eval_split`` is not one."""
+        where = where or self.dataset
+        if self.data.train_split not in splits:
+            raise split_error(where, self.data.train_split, splits, "set data.train_split to one of those split names.")
         if self.eval_split is None or self.eval_split in splits:
             return self.eval_split
         if self.eval_split == type(self).model_fields["eval_split"].default and "test" in splits:
             return "test"
-        raise split_error(self.dataset, self.eval_split, splits,
+        raise split_error(where, self.eval_split, splits,
                           "set eval_split to one of those split names, or to null to train without validation.")
 
     # ---- I/O -------------------------------------------------------------------------
@@ -175,6 +180,12 @@ class EvaluateConfig(_Section):
                             "`latest` or a step number.")
     nproc: int = Field(1, ge=1, description="Processes (ranks) for evaluation.")
     dataset: str | None = Field(None, description="Evaluate on this dataset instead of the run's own (same features).")
+
+    def check_split(self, splits: list[str], where: str, field: str = "split") -> None:
+        """Raise UserError naming ``splits`` (the dataset's, or those a split rule will make) when ``split``
+        is not one; ``where``: the dataset or rule, ``field``: the field's name where the user set it."""
+        if self.split not in splits:
+            raise split_error(where, self.split, splits, f"set {field} to one of those split names.")
 
     @field_validator("checkpoint", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
-from training.config import EvaluateConfig, split_error
+from training.config import EvaluateConfig
 from training.rundir import RunDir, storage_options
 
 
@@ -24,14 +24,13 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
 
     if not run.has_config():
         raise UserError(f"{run}: not a training run (no {RunDir.CONFIG} there). "
-                        "Fix: pass the --run folder of a `dlrmflow train`.")
+                        "Fix: set run_uri (--run) to the folder of a training run.")
     dataset = config.dataset or run.load_config().dataset
     if not dataset:
-        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. Fix: pass --dataset DATASET_URI.")
+        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. "
+                        "Fix: set dataset (--dataset) to the dataset to evaluate on.")
     spec = load(dataset, **storage_options(dataset))
-    if config.split not in spec.splits:
-        raise split_error(dataset, config.split, spec.splits,
-                          f"evaluate one of those, e.g. --split {next(iter(spec.splits), 'test')}.")
+    config.check_split(spec.splits, dataset)
     fallback = "latest" if config.checkpoint == "best" else None
     step, warning = Checkpointer(run).step_for(config.checkpoint, fallback=fallback)
     return {"dataset": dataset, "step": step, "warning": warning}

@@ -71,7 +71,7 @@ class ShardingConfig(BaseModel):
 
     profile: str = Field("cpu", description="Hardware profile (cpu, mi300x, mi325x, mi355x, h100, h200) or a profile YAML.")
     constraints: dict[str, TableConstraint] = Field(default_factory=dict,
-                                                    description="Per-table constraints, by table name (t_<feature>).")
+                                                    description="Per-table constraints, by table name (t_FEATURE).")
     storage_reservation: float = Field(0.10, ge=0, lt=1, description="Share of each device's memory kept for "
                                        "the dense model, activations and buffers (not given to embedding tables).")
 

@@ -91,7 +91,7 @@ class Trainer(Stateful):
     @cached_property
     def eval_split(self) -> str | None:
         """The split validated on during training (``eval_split``, or ``test`` for a missing default)."""
-        return self.cfg.eval_split_in(self.spec.splits)
+        return self.cfg.check_splits(self.spec.splits)
 
     def _build_model(self) -> tuple[DistributedModelParallel, str]:
         cfg, env = self.cfg, self.env

@@ -19,39 +19,32 @@ S3 settings come from the AWS_* variables or --credentials-block.
 """
 
 
-# fields the pipeline fills in itself: not options
-_FILLED_IN = {"train.dataset", "preprocess.out", "preprocess.progress"}
-
-
 def add_arguments(p) -> None:
     from flows.config import PipelineConfig
     from flows.options import add_options, add_set_option
 
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="pipeline preset (flows/presets.yaml): a training preset and the preprocessing "
-                     "it was tuned with, applied where the options given here do not conflict (default: default)")
-    src.add_argument("--config", help="training config YAML (instead of a preset)")
-    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train"}, skip=_FILLED_IN)
+    p.add_argument("--config", help="training config YAML (instead of a preset)")
+    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train"})
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 
 def build_config(args):
     """The PipelineConfig of the command line: the preset (or --config), then the options given."""
-    from flows.config import PipelineConfig, PipelinePreset
+    from common.errors import UserError
+    from flows.config import PipelineConfig
     from flows.options import build, collect
     from training.config import TrainConfig
 
-    preset = PipelinePreset.named(args.preset or "default")
-    train = TrainConfig.from_yaml(args.config) if args.config else TrainConfig.preset(preset.train)
-    given = {k.split(".", 1)[1]: v for k, v in collect(args, "pipeline").items() if k.startswith("preprocess.")}
-    applied, skipped = ({}, {}) if args.config else preset.hints(given)
-    for key, value in applied.items():
-        _say(f"preset {args.preset or 'default'}: preprocess.{key} = {value!r}")
-    for key, why in skipped.items():
-        _say(f"preset {args.preset}: preprocess.{key} not applied ({why})")
+    given = collect(args, "pipeline")
     base = PipelineConfig().model_dump(mode="json")
-    base.update(train=train.model_dump(mode="json"), preprocess={**base["preprocess"], **applied})
-    return build(PipelineConfig, args, base, root="pipeline")
+    if args.config:
+        if given.get("preset"):
+            raise UserError("--preset and --config exclude each other. Fix: pass one of the two.")
+        base["train"] = TrainConfig.from_yaml(args.config).model_dump(mode="json")
+    config, notes = build(PipelineConfig, args, base, root="pipeline").with_preset(given)
+    for note in notes:
+        _say(note)
+    return config
 
 
 def _say(message: str) -> None:

@@ -9,8 +9,9 @@ Needs a running Prefect server and PREFECT_API_URL pointing at it, e.g.:
   PREFECT_SERVER_API_HOST=127.0.0.1 PREFECT_SERVER_API_PORT=4200 prefect server start
   export PREFECT_API_URL=http://127.0.0.1:4200/api
   dlrmflow serve --store s3://bucket/dlrm --cron "0 2 * * *"
-Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop with Ctrl-C
-(the pipeline's schedule is paused until serve runs again).
+Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop with Ctrl-C or
+SIGTERM: all four deployments are paused and the pipeline's upcoming scheduled runs removed until
+serve runs again. If the server stops answering, serve ends with an error.
 """
 
 
@@ -36,6 +37,6 @@ def run(args) -> int:
     config = build(ServeConfig, args)
     store = Store(config.store)
     store.check()
-    print(f"serving 4 deployments (pipeline: cron '{config.cron}'), store {store.uri}", flush=True)
+    print(f"serving 4 deployments (pipeline: cron '{config.cron}' {config.timezone}), store {store.uri}", flush=True)
     serve_all(config.model_copy(update={"store": store.uri}))
     return 0

@@ -125,18 +125,14 @@ def check_dataset(cfg: TrainConfig) -> None:
     the training split's files is missing: a one-line UserError here instead of every rank failing."""
     import fsspec
 
-    from training.config import split_error
-
     from feature_spec import load, resolve
 
     if not cfg.dataset:
-        raise UserError("no dataset given. Fix: pass --dataset DATASET_URI (a folder written by `dlrmflow preprocess`).")
+        raise UserError("no dataset given. Fix: set dataset (--dataset) to a folder written by preprocessing.")
     options = storage_options(cfg.dataset)
     spec = load(cfg.dataset, **options)
+    cfg.check_splits(spec.splits)
     split = cfg.data.train_split
-    if split not in spec.splits:
-        raise split_error(cfg.dataset, split, spec.splits, "set data.train_split to one of those split names.")
-    cfg.eval_split_in(spec.splits)
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")

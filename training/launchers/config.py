@@ -32,7 +32,7 @@ class LocalSettings(_Settings):
     rdzv_endpoint: str | None = Field(None, description="HOST:PORT of the c10d rendezvous (multi-node only).")
     node_rank: int | None = Field(None, ge=0, description="This node's rank (optional with c10d rendezvous).")
     rccl_profiles: list[str] = Field(default_factory=list, description="RCCL/NCCL environment profiles "
-                                     "(infra/rccl/<name>.env, or a path) exported to the ranks. Default: none.")
+                                     "(`infra/rccl/NAME.env`, or a path) exported to the ranks. Default: none.")
 
 
 class _ClusterSettings(_Settings):
@@ -49,7 +49,7 @@ class _ClusterSettings(_Settings):
     rdzv_timeout_s: int = Field(900, ge=1, description="How long nodes wait for each other at the rendezvous "
                                 "(image pulls and scheduling included).")
     rccl_profiles: list[str] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
-                                     "(infra/rccl/<name>.env, or a path) exported on every node; add 'debug' for "
+                                     "(`infra/rccl/NAME.env`, or a path) exported on every node; add 'debug' for "
                                      "NCCL_DEBUG=INFO.")
 
     @property

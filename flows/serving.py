@@ -1,0 +1,71 @@
+"""Running served deployments until stopped: Ctrl-C, SIGINT or SIGTERM (also without a terminal) stop
+``serve`` cleanly (Prefect's Runner pauses the deployments), and a Prefect server that stops answering
+ends it with an error instead of retrying forever."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import httpx
+from prefect.runner import Runner
+from prefect.settings import PREFECT_API_URL
+
+from common.errors import UserError
+
+CHECK_EVERY_S = 5.0
+GONE_AFTER_S = 15.0   # no answer for this long: the server is gone
+EXIT_GRACE_S = 20.0   # then at most this long to shut down before exiting anyway
+
+
+class _Runner(Runner):
+    def handle_sigterm(self, *args) -> None:
+        # Prefect's handler stops the runner from inside the event loop, which does not stop it when no
+        # terminal is attached; SIGINT's path (asyncio cancels the main task, the Runner exits) always does
+        signal.raise_signal(signal.SIGINT)
+
+
+class _Watchdog(threading.Thread):
+    """Interrupts the main thread when the Prefect server has not answered for ``GONE_AFTER_S``."""
+
+    def __init__(self, runner: Runner, api: str):
+        super().__init__(name="dlrmflow-server-watchdog", daemon=True)
+        self.runner, self.api, self.gone = runner, api.rstrip("/"), False
+
+    def run(self) -> None:
+        last_answer = time.monotonic()
+        while time.monotonic() - last_answer < GONE_AFTER_S:
+            time.sleep(CHECK_EVERY_S)
+            try:
+                httpx.get(f"{self.api}/health", timeout=CHECK_EVERY_S)  # any answer counts (auth, Cloud URLs)
+                last_answer = time.monotonic()
+            except httpx.TransportError:
+                pass
+        self.gone, self.runner.pause_on_shutdown = True, False  # nothing to pause on a server that is gone
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(EXIT_GRACE_S)
+        print(f"error: {self.message()}", flush=True)
+        os._exit(2)  # the Runner's shutdown hangs on the missing server
+
+    def message(self) -> str:
+        return (f"the Prefect server at {self.api} has not answered for {GONE_AFTER_S:.0f} s; serve stopped. "
+                "Fix: start the server again (prefect server start), then serve.")
+
+
+def serve_until_stopped(deployments: list) -> None:
+    """Register ``deployments`` and run their flow runs until SIGINT/SIGTERM; UserError when the server is gone."""
+    runner = _Runner(pause_on_shutdown=True)
+    for deployment in deployments:
+        runner.add_deployment(deployment)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`cmd &`)
+    watchdog = _Watchdog(runner, PREFECT_API_URL.value())
+    watchdog.start()
+    try:
+        asyncio.run(runner.start())
+    except KeyboardInterrupt:
+        pass
+    if watchdog.gone:
+        raise UserError(watchdog.message())
