@@ -43,7 +43,7 @@ def test_nvidia_dataset_trains_on_one_rank_then_evaluates(tmp_path):
                  "--set", "model.max_table_size=1000")
     assert "the dataset has no split 'val': validating on 'test'" in proc.stdout
     assert "t_cat_0_bin_cef3a484" in (run / RunDir.PLAN).read_text()
-    assert json.loads((run / RunDir.DONE).read_text()) == {"latest_step": 4}  # `dlrmflow train` marks it complete
+    assert json.loads((run / RunDir.DONE).read_text()) == {"latest_step": 4, "world_size": 1}  # `dlrmflow train` marks it complete
     best = json.loads((run / RunDir.CHECKPOINTS / "best").read_text())
 
     out = evaluate_run(str(run), EvaluateConfig(), env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
