@@ -20,6 +20,7 @@ from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.store import Store, transient, use_credentials_block
 from flows.train import train
+from preprocessing import PreprocessConfig
 from training.rundir import RunDir
 
 
@@ -47,6 +48,15 @@ def synthetic_inputs(store: Store, options: SyntheticOptions) -> list[str]:
     return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
 
 
+def checked_preprocess_config(config: PipelineConfig, store: Store) -> PreprocessConfig:
+    """The run's preprocessing config (synthetic inputs unless inputs are given), its split names checked
+    against what training and evaluation use: a wrong split name fails before any work."""
+    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic)
+    preprocess_config = config.preprocess_config(inputs, store.uri)
+    config.check_splits(preprocess_config)
+    return preprocess_config
+
+
 @flow(name="pipeline", log_prints=True)
 @user_errors
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
@@ -62,9 +72,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     if config.credentials_block:
         use_credentials_block(config.credentials_block)
     store = Store(config.store)
-    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic)
-    preprocess_config = config.preprocess_config(inputs, store.uri)
-    config.check_splits(preprocess_config)
+    preprocess_config = checked_preprocess_config(config, store)
     store.check()
     if not config.preprocess.inputs:
         synthesize(store, config.synthetic, return_state=True).result()  # raises its error (flows.errors)
@@ -72,7 +80,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     train_config = config.train.on(dataset)
     run = RunDir(store.run_uri(config.run_id(dataset, train_config)))
     resolved = config.model_copy(update={"store": store.uri}).model_dump(mode="json")
-    resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, inputs
+    resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, preprocess_config.inputs
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
     train(run.uri, dataset, config.train, config.nproc, config.launcher)
     metrics = evaluate(run.uri, config.evaluate)

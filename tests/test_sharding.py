@@ -18,7 +18,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, save
-from training.sharding import (DoesNotFit, ShardingConfig, TableConstraint, format_plan, plan_tables, rank_usage,
+from training.config import ShardingConfig, TableConstraint
+from training.sharding import (DoesNotFit, format_plan, plan_tables, rank_usage,
                                table_bytes)
 from training.topology import GiB, PROFILES, build_topology, host_memory, load_profile
 

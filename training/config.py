@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from common.config import apply_overrides, validate
 from common.errors import UserError
 from training.cache import DEFAULT_CACHE_DIR
-from training.sharding import ShardingConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -29,6 +28,52 @@ def split_error(where: str | None, split: str, splits: list[str], fix: str) -> U
     naming the splits it has and the fix."""
     return UserError(f"{where}: the dataset has no split '{split}' (it has: {', '.join(splits) or 'none'}). "
                        f"Fix: {fix}")
+
+
+class TableConstraint(BaseModel):
+    """What the planner may choose for one table (None: anything the sharder supports)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sharding_types: list[str] | None = Field(None, description="Allowed sharding types (TorchRec's ShardingType "
+                                             "values: data_parallel, table_wise, row_wise, table_row_wise, ...).")
+    compute_kernels: list[str] | None = Field(None, description="Allowed kernels: dense, fused, fused_uvm, "
+                                              "fused_uvm_caching.")
+
+    @field_validator("sharding_types")
+    @classmethod
+    def _known_types(cls, v):
+        from training.sharding import SHARDING_TYPES  # torchrec: imported only when constraints are given
+
+        return _check_names(v, SHARDING_TYPES, "sharding type")
+
+    @field_validator("compute_kernels")
+    @classmethod
+    def _known_kernels(cls, v):
+        from training.sharding import COMPUTE_KERNELS
+
+        return _check_names(v, COMPUTE_KERNELS, "compute kernel")
+
+
+def _check_names(values: list[str] | None, known: list[str], what: str) -> list[str] | None:
+    for v in values or []:
+        if v not in known:
+            raise ValueError(f"unknown {what} '{v}'; use one of {', '.join(known)}")
+    if values is not None and not values:
+        raise ValueError(f"list at least one {what}, or leave the field out")
+    return values
+
+
+class ShardingConfig(BaseModel):
+    """The ``sharding:`` section of the training config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field("cpu", description="Hardware profile (cpu, mi300x, mi325x, mi355x, h100, h200) or a profile YAML.")
+    constraints: dict[str, TableConstraint] = Field(default_factory=dict,
+                                                    description="Per-table constraints, by table name (t_FEATURE).")
+    storage_reservation: float = Field(0.10, ge=0, lt=1, description="Share of each device's memory kept for "
+                                       "the dense model, activations and buffers (not given to embedding tables).")
 
 
 class _Section(BaseModel):

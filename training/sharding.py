@@ -1,4 +1,4 @@
-"""Embedding sharding: the config section, the sharder, the planner and a readable plan.
+"""Embedding sharding: the sharder, the planner and a readable plan (the config section: training.config).
 
 The planner gets its ``Topology`` from a hardware profile (``training.topology``), so a plan for
 64 MI300X can be made on a laptop: planning needs only meta tensors and the topology.
@@ -10,7 +10,6 @@ import math
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
@@ -22,6 +21,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim import RowWiseAdagrad
 
 from common.errors import UserError
+from training.config import ShardingConfig
 
 from .topology import GiB, build_topology, load_profile, resolve_local_world_size
 
@@ -34,46 +34,6 @@ OPTIMIZERS = {"rowwise_adagrad": (RowWiseAdagrad, None), "adam": (torch.optim.Ad
 
 class DoesNotFit(UserError):
     """The tables do not fit in the memory of the given ranks."""
-
-
-class TableConstraint(BaseModel):
-    """What the planner may choose for one table (None: anything the sharder supports)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sharding_types: list[str] | None = Field(None, description=f"Allowed sharding types: {', '.join(SHARDING_TYPES)}.")
-    compute_kernels: list[str] | None = Field(None, description=f"Allowed kernels: {', '.join(COMPUTE_KERNELS)}.")
-
-    @field_validator("sharding_types")
-    @classmethod
-    def _known_types(cls, v):
-        return _check_names(v, SHARDING_TYPES, "sharding type")
-
-    @field_validator("compute_kernels")
-    @classmethod
-    def _known_kernels(cls, v):
-        return _check_names(v, COMPUTE_KERNELS, "compute kernel")
-
-
-def _check_names(values: list[str] | None, known: list[str], what: str) -> list[str] | None:
-    for v in values or []:
-        if v not in known:
-            raise ValueError(f"unknown {what} '{v}'; use one of {', '.join(known)}")
-    if values is not None and not values:
-        raise ValueError(f"list at least one {what}, or leave the field out")
-    return values
-
-
-class ShardingConfig(BaseModel):
-    """The ``sharding:`` section of the training config."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    profile: str = Field("cpu", description="Hardware profile (cpu, mi300x, mi325x, mi355x, h100, h200) or a profile YAML.")
-    constraints: dict[str, TableConstraint] = Field(default_factory=dict,
-                                                    description="Per-table constraints, by table name (t_FEATURE).")
-    storage_reservation: float = Field(0.10, ge=0, lt=1, description="Share of each device's memory kept for "
-                                       "the dense model, activations and buffers (not given to embedding tables).")
 
 
 class AllTypesSharder(EmbeddingBagCollectionSharder):

@@ -60,9 +60,11 @@ def run(args) -> int:
 
     start = time.monotonic()
     config = build_config(args)
+    from flows.pipeline import checked_preprocess_config, pipeline
+
+    checked_preprocess_config(config, Store(config.store))  # fail fast, before Prefect starts
     if not config.credentials_block:
-        Store(config.store).check()  # fail fast, before Prefect starts
-    from flows.pipeline import pipeline
+        Store(config.store).check()
     from training.report import format_table
 
     out = pipeline(config)
