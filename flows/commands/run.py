@@ -62,9 +62,10 @@ def run(args) -> int:
     config = build_config(args)
     from flows.pipeline import checked_preprocess_config, pipeline
 
-    checked_preprocess_config(config, Store(config.store))  # fail fast, before Prefect starts
+    store = Store(config.store)
+    checked_preprocess_config(config, store)  # fail fast, before Prefect starts
     if not config.credentials_block:
-        Store(config.store).check()
+        store.check()
     from training.report import format_table
 
     out = pipeline(config)
