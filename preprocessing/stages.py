@@ -27,7 +27,7 @@ from feature_spec import categorical_file_name
 from . import fastparse, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
-from .transforms import SPLIT_COLUMN, to_intermediate
+from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
 from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
@@ -96,9 +96,13 @@ def place(job: Job, metas: list[dict]) -> Placement:
 
 
 def _check_bad(job: Job, metas: list[dict]) -> None:
-    bad = sum(m["bad_rows"] for m in metas)
-    total = bad + sum(m["rows"] for m in metas)
-    limit = job.config.max_bad_fraction
+    check_bad_rows(sum(m["bad_rows"] for m in metas), sum(m["rows"] for m in metas), job.config.max_bad_fraction)
+
+
+def check_bad_rows(bad: int, rows: int, limit: float) -> None:
+    """The bad-row budget: UserError when more than ``limit`` of all rows (``rows`` good + ``bad``) are bad,
+    or when there are no good rows."""
+    total = bad + rows
     if bad and bad > limit * total:
         raise UserError(f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
                         f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction; "
@@ -209,11 +213,16 @@ def _split_rows(codes: np.ndarray):
 
 
 def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
-    """Output arrays of a batch by output file name: label (0/1 bytes), numerical [n, k], cat_<f> indices."""
-    t = job.transforms
+    return encode_batch(job.transforms, job.config.numerical_dtype, dtypes, df, encode)
+
+
+def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df: pl.DataFrame,
+                 encode) -> dict[str, np.ndarray]:
+    """Output arrays of a batch of parsed rows by output file name: label (0/1 bytes), numerical [n, k],
+    cat_<f> indices (``encode``: a ``vocab.encoder``; hash-bucket features are already indices)."""
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
     if t.numerical:
-        num = np.empty((len(df), len(t.numerical)), job.config.numerical_dtype)
+        num = np.empty((len(df), len(t.numerical)), numerical_dtype)
         for j, (n, _) in enumerate(t.numerical):
             num[:, j] = df[n].to_numpy()   # converted while copied in
         out[NUMERICAL_FILE] = num

@@ -167,17 +167,26 @@ class Trainer(Stateful):
 
     # ---- prediction and validation ---------------------------------------------------------
     @torch.no_grad()
+    def predict_stream(self, split: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's (click probabilities, labels) per batch of ``split`` (``eval_batch_size`` rows each, of
+        the rows ``training.data.rank_slice`` gives this rank; padded rows at the end, label -1); not gathered.
+        All ranks must consume it to the end (the sharded model communicates)."""
+        data = self.dataset(split)
+        self.dmp.eval()
+        try:
+            for batch in data.batches(self.eval_batch_size, rank=self.env.rank, world_size=self.env.world_size):
+                _, (_, logits, y) = self.dmp(self.hasher(batch).to(self.env.device))
+                yield torch.sigmoid(logits), y
+        finally:
+            self.dmp.train()
+
     def predict(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         """Click probabilities and labels of every row of ``split``, gathered on every rank
         (all ranks must call it; padded rows removed; row order is not the file's order)."""
-        data = self.dataset(split)
-        self.dmp.eval()
         probs, labels = [], []
-        for batch in data.batches(self.eval_batch_size, rank=self.env.rank, world_size=self.env.world_size):
-            _, (_, logits, y) = self.dmp(self.hasher(batch).to(self.env.device))
-            probs.append(torch.sigmoid(logits))
+        for p, y in self.predict_stream(split):
+            probs.append(p)
             labels.append(y)
-        self.dmp.train()
         p = all_gather_cat(torch.cat(probs)).cpu().numpy()
         y = all_gather_cat(torch.cat(labels)).cpu().numpy()
         keep = y >= 0

@@ -1,0 +1,97 @@
+"""Batch scoring, the Python API (no Prefect): raw rows -> click probabilities with a model's own vocabulary.
+
+``score(ScoreConfig(model=..., inputs=[...], out=...))`` finds the run, checkpoint step and dataset (a named
+model's champion, or a run folder), then: (1) ``preprocessing.apply.encode_inputs`` encodes the raw rows
+with that dataset's vocabularies and transforms into a temporary local dataset; (2)
+``training.score.predict_parts`` predicts it on ``nproc`` ranks (torchrun); (3) ``training.score.write_scores``
+joins the probabilities with the rows' positions into the output Parquet. The temporary folder is removed.
+What ``dlrmflow score``, the score flow and the pipeline's champion/challenger comparison call.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.errors import UserError
+
+
+class ScoreConfig(BaseModel):
+    """What to score with which model, and where the scores go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="A named model's folder, STORE/models/NAME: its champion "
+                              "(run, checkpoint step, dataset) scores the rows.")
+    run: str | None = Field(None, description="A training run folder instead of a model: its `checkpoint` "
+                            "scores the rows, with the run's own dataset.")
+    checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
+                            "`latest` or a step number.")
+    inputs: list[str] = Field(description="Raw input files, folders or globs in the format of the model's "
+                              "dataset's input spec (Criteo TSV, or the CSV/Parquet its spec describes).")
+    out: str = Field(description="The output Parquet file (local path or s3://...): file, row, [id], "
+                     "probability, [label].")
+    nproc: int = Field(1, ge=1, description="Processes (ranks) that predict.")
+    on_bad_row: Literal["error", "skip"] | None = Field(None, description="Bad-row policy; default: the one the "
+                                                        "model's dataset was preprocessed with.")
+    max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "
+                                           "this fraction of bad rows; default: the dataset's.")
+    progress: bool = Field(True, description="Show progress bars on stderr (only when it is a terminal).")
+
+
+def resolve(config: ScoreConfig) -> dict[str, Any]:
+    """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
+    neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
+    from flows.models import CHAMPION_FILE, load_champion
+    from training.evaluate import checkpoint_of
+    from training.rundir import RunDir
+
+    if bool(config.model) == bool(config.run):
+        raise UserError("score needs a model or a run, not " + ("both" if config.model else "neither") +
+                        ". Fix: pass --model STORE/models/NAME or --run RUN_FOLDER.")
+    if config.run:
+        found = checkpoint_of(RunDir(config.run), config.checkpoint)
+        return {"run": config.run, **found}
+    champion = load_champion(config.model)
+    if champion is None:
+        raise UserError(f"{config.model}: no {CHAMPION_FILE} there, so the model has no champion to score with. "
+                        "Fix: check the model folder (STORE/models/NAME), run the pipeline for that model first, "
+                        "or pass --run RUN_FOLDER to score with a training run.")
+    checkpoint_of(RunDir(champion.run), champion.step)   # the champion's run and checkpoint still exist
+    return {"run": champion.run, "step": champion.step, "dataset": champion.dataset, "warning": None}
+
+
+def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
+          on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Score ``config.inputs`` (see the module doc). Returns the summary: rows, bad_rows, out, run, step,
+    dataset, and the metrics (auc, logloss, ...) when the inputs carry labels. ``on_line`` gets each line of
+    progress text (default: printed)."""
+    from preprocessing.apply import SCORE_SPLIT, encode_inputs
+    from training.score import predict_parts, write_scores
+
+    say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+    found = resolve(config)
+    if found["warning"]:
+        say(f"warning: {found['warning']}")
+    folder = tempfile.mkdtemp(prefix="dlrmflow-score-")
+    try:
+        say(f"encoding {len(config.inputs)} input(s) with the vocabularies of {found['dataset']}")
+        encoded = encode_inputs(found["dataset"], config.inputs, folder, on_bad_row=config.on_bad_row,
+                                max_bad_fraction=config.max_bad_fraction, progress=config.progress)
+        say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with "
+            f"{found['run']} step {found['step']} on {config.nproc} rank(s)")
+        parts = f"{folder}/parts"
+        predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, nproc=config.nproc,
+                      env=env, on_line=on_line)
+        summary = write_scores(encoded.positions, parts, config.out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary |= {"bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"],
+                "dataset": found["dataset"]}
+    say(f"wrote {summary['rows']:,} scores to {config.out}" +
+        (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
+    return summary
