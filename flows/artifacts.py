@@ -36,6 +36,7 @@ TRAINING_CURVE, TRAINING_EVALUATIONS = "training-curve", "training-evaluations"
 EVALUATION_METRICS, EVALUATION_LOCATION = "evaluation-metrics", "evaluation-location"
 ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
 PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
+SCORE_SUMMARY = "score-summary"
 
 
 def runs_key(store_uri: str) -> str:
@@ -192,6 +193,17 @@ def evaluation(run: RunDir, split: str) -> dict:
     where = run.eval_dir(split)
     create_markdown_artifact(f"Evaluation folder: {location(where)}", key=EVALUATION_LOCATION, description=where)
     return metrics
+
+
+def score_summary(summary: dict) -> None:
+    """A scoring's summary (rows, output, model) with its metrics when the rows had labels, as markdown."""
+    lines = ["### Scores", "", f"- rows scored: {summary['rows']:,} (bad rows skipped: {summary.get('bad_rows', 0):,})",
+             f"- output: {location(summary['out'])}", f"- run: {location(summary['run'])}, checkpoint step "
+             f"{summary['step']}", f"- vocabularies of: {location(summary['dataset'])}"]
+    if summary.get("auc") is not None:
+        lines += ["", "| metric | value |", "|---|---|"]
+        lines += [f"| {label} | {summary[k]:.6g} |" for k, label in TABLE if isinstance(summary.get(k), float)]
+    create_markdown_artifact("\n".join(lines), key=SCORE_SUMMARY, description=f"Scores written to {summary['out']}.")
 
 
 def outputs(where: dict[str, str]) -> None:

@@ -22,6 +22,7 @@ COMMANDS = {
     "inspect": "flows.commands.inspect",
     "train": "flows.commands.train",
     "evaluate": "flows.commands.evaluate",
+    "score": "flows.commands.score",
     "plan": "flows.commands.plan",
     "run": "flows.commands.run",
     "serve": "flows.commands.serve",

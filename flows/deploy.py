@@ -12,6 +12,7 @@ from flows.config import EvaluateConfig, PipelineConfig, ServeConfig, default_tr
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
+from flows.score import score
 from flows.serving import serve_until_stopped
 from flows.train import train
 
@@ -34,6 +35,9 @@ def deployments(config: ServeConfig) -> list:
         evaluate.to_deployment("dlrmflow-evaluate", tags=TAGS,
                                parameters={"config": EvaluateConfig().model_dump(mode="json")},
                                description="Metrics and plots of a run's checkpoint on a held-out split."),
+        # score (batch scoring, issue 9): its form starts empty (inputs, out and a model or run are required)
+        score.to_deployment("dlrmflow-score", tags=TAGS,
+                            description="Raw rows -> click probabilities with a model's own vocabulary."),
     ]
 
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.errors import UserError
 
@@ -41,6 +41,13 @@ class ScoreConfig(BaseModel):
     max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "
                                            "this fraction of bad rows; default: the dataset's.")
     progress: bool = Field(True, description="Show progress bars on stderr (only when it is a terminal).")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _checkpoint(cls, v: Any) -> str:
+        from training.config import EvaluateConfig
+
+        return EvaluateConfig._best_latest_or_step(v)   # the same rule as evaluation's
 
 
 def resolve(config: ScoreConfig) -> dict[str, Any]:

@@ -1,0 +1,43 @@
+"""`dlrmflow score`: raw rows -> click probabilities with a model's own vocabulary (see flows.scoring)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "score raw rows with a model's champion (or a run's checkpoint): click probabilities as Parquet"
+DESCRIPTION = """Score raw rows with a named model's champion (--model STORE/models/NAME) or a training
+run's checkpoint (--run RUN, with --checkpoint best|latest|STEP).
+
+The rows are read in the format of the input spec that made the model's dataset (Criteo TSV, or the
+CSV/Parquet its spec describes) and encoded with THAT dataset's vocabularies and numerical transforms:
+values the model never kept map to index 0, hash-bucket features hash the same way, bad rows follow the
+dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun).
+
+The output Parquet has one row per scored row: file (the input URI), row (0-based position among the
+file's data rows, bad rows counted, the header line not), the id column when the input spec names one
+(metadata.id), probability (float32) and label when the rows carry one; with labels, the AUC and log
+loss are printed too.
+
+examples:
+  dlrmflow score --model store/models/ctr --input 'logs/2026-11-20/*.gz' --out scores/2026-11-20.parquet
+  dlrmflow score --run store/runs/r1 --checkpoint latest --input test.tsv --out s3://b/scores.parquet --nproc 2
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.options import add_options
+    from flows.scoring import ScoreConfig
+
+    add_options(p, ScoreConfig, root="score")
+
+
+def run(args: argparse.Namespace) -> int:
+    from flows.options import build
+    from flows.scoring import ScoreConfig, score
+    from training.report import format_table
+
+    summary = score(build(ScoreConfig, args, root="score"))
+    print(f"\n{summary['rows']:,} rows scored with {summary['run']} (step {summary['step']}) -> {summary['out']}")
+    if "auc" in summary:
+        print(format_table(summary))
+    return 0

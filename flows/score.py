@@ -1,0 +1,34 @@
+"""The score flow: raw rows -> click probabilities with a model's own vocabulary (``flows.scoring.score``),
+written as Parquet; a summary artifact (rows, output, metrics when the rows had labels)."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+
+from flows import artifacts
+from flows.errors import user_errors
+from flows.scoring import ScoreConfig, score as score_rows
+from flows.store import redact
+
+
+@task(cache_policy=NONE)  # no retries: a failed scoring is a bug or bad input, a retry would hide it
+@user_errors
+def run_scoring(config: ScoreConfig) -> dict:
+    log = get_run_logger()
+    return score_rows(config, env={"PYTHONWARNINGS": "ignore::FutureWarning", "OMP_NUM_THREADS": "1"},
+                      on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
+
+
+@flow(name="score", log_prints=True)
+@user_errors
+def score(config: ScoreConfig) -> dict:
+    """Score raw rows with a named model's champion or a run's checkpoint; returns the summary.
+
+    Args:
+        config: The model (STORE/models/NAME) or run, the raw inputs, the output Parquet and the ranks.
+    """
+    summary = run_scoring(config.model_copy(update={"progress": False}), return_state=True).result()
+    artifacts.score_summary(summary)
+    get_run_logger().info("%s rows scored -> %s", f"{summary['rows']:,}", summary["out"])
+    return {k: v for k, v in summary.items() if k != "calibration_bins"}
