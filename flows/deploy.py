@@ -1,4 +1,4 @@
-"""Deployments of the four flows for `dlrmflow serve`: the pipeline on a cron schedule, the others on demand.
+"""Deployments of the flows for `dlrmflow serve`: the pipeline on a cron schedule, the others on demand.
 
 Each deployment's parameter form in the Prefect UI comes from the flow's typed config models;
 the defaults below point the forms at the served store. (Work-pool deployments: see prefect.yaml.)
@@ -20,7 +20,7 @@ TAGS = ["dlrmflow"]
 
 
 def deployments(config: ServeConfig) -> list:
-    """The four RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate)."""
+    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score)."""
     store = config.store
     return [
         pipeline.to_deployment("dlrmflow-pipeline", tags=TAGS,

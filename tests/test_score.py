@@ -19,9 +19,12 @@ import pytest
 
 import feature_spec as fspec
 from common.errors import UserError
+from flows import artifacts
 from flows.models import CHAMPION_FILE, Champion
+from flows.score import score as score_flow
 from flows.scoring import ScoreConfig, score
 from preprocessing import PreprocessConfig, run as preprocess
+from prefect_fixtures import latest_artifacts
 from preprocessing.apply import SCORE_SPLIT, encode_inputs
 from train_runs import REPO, python, train
 from training.config import EvaluateConfig, TrainConfig
@@ -128,9 +131,10 @@ def test_byo_parquet_with_hash_buckets_and_an_id_column(adult_parquet, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_scores_equal_evaluation_unseen_values_and_bad_rows(criteo, trained, tmp_path):
+def test_scores_equal_evaluation_unseen_values_and_bad_rows(prefect_harness, criteo, trained, tmp_path):
     """Train/serve consistency: the scores of the test file's raw rows are the predictions evaluation computed;
-    an unseen C1 scores as a missing C1 (both index 0 at threshold 2); a bad row is skipped and still counted."""
+    an unseen C1 scores as a missing C1 (both index 0 at threshold 2); a bad row is skipped and still counted.
+    Through the score flow (a summary artifact); a model without a champion fails it with the error's text."""
     test_lines = criteo["raw"]["test"].read_text().splitlines()
     vocab = pl.read_parquet(criteo["dataset"] / "vocab" / "C1.parquet")
     picked = [ln.split("\t") for ln in test_lines[:5]]
@@ -141,9 +145,8 @@ def test_scores_equal_evaluation_unseen_values_and_bad_rows(criteo, trained, tmp
     extra = tmp_path / "extra.tsv"
     extra.write_text("\n".join(unseen + ["1\tnot\tenough\tfields"] + missing) + "\n")
     out = tmp_path / "scores.parquet"
-    summary = score(ScoreConfig(run=str(trained["run"]), inputs=[str(criteo["raw"]["test"]), str(extra)],
-                                out=str(out), on_bad_row="skip", max_bad_fraction=0.01, progress=False),
-                    env=ENV, on_line=lambda _: None)
+    summary = score_flow(ScoreConfig(run=str(trained["run"]), inputs=[str(criteo["raw"]["test"]), str(extra)],
+                                     out=str(out), on_bad_row="skip", max_bad_fraction=0.01))
     assert summary["rows"] == ROWS["test"] + 10 and summary["bad_rows"] == 1
     assert summary["step"] == trained["evaluation"]["step"]
     scores = pl.read_parquet(out)
@@ -162,6 +165,14 @@ def test_scores_equal_evaluation_unseen_values_and_bad_rows(criteo, trained, tmp
     p = ext["probability"].to_numpy()
     np.testing.assert_allclose(p[:5], p[5:], rtol=0, atol=1e-7)       # unseen == missing: index 0
     assert np.abs(p[:5] - test["probability"].to_numpy()[:5]).max() > 1e-4   # and C1 matters to the model
+
+    summary_md = latest_artifacts()[artifacts.SCORE_SUMMARY]
+    assert str(out) in summary_md and "ROC AUC" in summary_md and f"{ROWS['test'] + 10:,}" in summary_md
+    no_champion = tmp_path / "models" / "none"
+    no_champion.mkdir(parents=True)
+    state = score_flow(ScoreConfig(model=str(no_champion), inputs=[str(extra)], out=str(tmp_path / "x.parquet")),
+                       return_state=True)
+    assert state.is_failed() and state.message.startswith(f"{no_champion}: no champion.json there"), state.message
 
 
 def _champion(store: Path, run: Path, step: int, dataset: Path) -> Path:

@@ -87,10 +87,11 @@ def test_serve_deployments_ui_and_a_triggered_pipeline(tmp_path):
         _until(lambda: _get(f"{api}/health"), 60, "the server's health", server)
         with process_group([sys.executable, "-m", "flows", "serve", "--store", str(store), "--cron", CRON], env=env,
                            stdout=serve_log, stderr=subprocess.STDOUT) as serve:
-            deployments = _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 4 and d, 120,
-                                 "four deployments", server, serve)
+            deployments = _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 5 and d, 120,
+                                 "five deployments", server, serve)
             names = {d["name"]: d for d in deployments}
-            assert set(names) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train", "dlrmflow-evaluate"}
+            assert set(names) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train", "dlrmflow-evaluate",
+                                  "dlrmflow-score"}
             assert [s["schedule"]["cron"] for s in names["dlrmflow-pipeline"]["schedules"]] == [CRON]
 
             dom = _page(f"{ui}/deployments", tmp_path, "deployments")
