@@ -103,10 +103,10 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     index0 = dict.fromkeys(dtypes, 0)
     has_label = all(_has_column(f.uri, job, t.label) for f in job.inputs)
     positions = _Positions(folder / POSITIONS, id_column, _id_type(job, id_column), has_label)
+    types = _types(job, vocabs, id_column, has_label)
     bar = _bar(progress)
     try:
         for f in job.inputs:
-            types = _types(job, vocabs, id_column, has_label)
             bad = _Recorded(f.uri, job.config.on_bad_row)
             first = 2 if job.fmt.header else 1
             for df, lines in readers.read(f.uri, job.fmt, types, bad):
@@ -131,7 +131,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
             handle.close()
         positions.close()
         bar.close()
-    stages.check_bad_rows(bad_rows, rows, job.config.max_bad_fraction)
+    stages.check_bad_rows(bad_rows, rows, job.config.max_bad_fraction, resumable=False)
     placement = stages.Placement((SCORE_SPLIT,), rows, (0,))
     spec = _dataset_spec(job, placement, cards, {SCORE_SPLIT: rows}, {SCORE_SPLIT: index0}, {}, bad_rows)
     writer.finish(str(out), spec)

@@ -99,14 +99,14 @@ def _check_bad(job: Job, metas: list[dict]) -> None:
     check_bad_rows(sum(m["bad_rows"] for m in metas), sum(m["rows"] for m in metas), job.config.max_bad_fraction)
 
 
-def check_bad_rows(bad: int, rows: int, limit: float) -> None:
+def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True) -> None:
     """The bad-row budget: UserError when more than ``limit`` of all rows (``rows`` good + ``bad``) are bad,
-    or when there are no good rows."""
+    or when there are no good rows (``resumable``: the message says that a rerun reuses the parsed files)."""
     total = bad + rows
     if bad and bad > limit * total:
         raise UserError(f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
-                        f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction; "
-                        "the parsed files are kept, so a rerun does not parse them again.")
+                        f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction"
+                        + ("; the parsed files are kept, so a rerun does not parse them again." if resumable else "."))
     if total - bad == 0:
         raise UserError("the inputs hold no rows. Fix: check the input files.")
 

@@ -225,6 +225,9 @@ def test_clear_errors_before_any_work(criteo, tmp_path):
     bad.write_text(criteo["raw"]["test"].read_text().splitlines()[0] + "\n1\t2\n")
     with pytest.raises(UserError, match=r"bad.tsv: line 2: has 2 fields, expected 40"):
         encode_inputs(str(ds), [str(bad)], tmp_path / "enc", progress=False)   # the dataset's policy: error
+    with pytest.raises(UserError, match=r"1 of 2 rows are malformed \(50.00%\), more than --max-bad-fraction 0.001. "
+                       r"Fix: correct the inputs or raise --max-bad-fraction.$"):
+        encode_inputs(str(ds), [str(bad)], tmp_path / "enc", on_bad_row="skip", progress=False)
     nvidia = tmp_path / "nvidia"
     from train_datasets import write_dataset
     write_dataset(nvidia, {"train": 16})
