@@ -80,7 +80,16 @@ def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str
         on_bad_row=on_bad_row or settings.get("on_bad_row", "error"),
         max_bad_fraction=settings.get("max_bad_fraction", 0.001) if max_bad_fraction is None else max_bad_fraction,
         fast_parse=False, progress=False)   # the general parser: it names every row's line
-    return Job.from_config(config)
+    try:
+        return Job.from_config(config)
+    except fspec.SpecError:
+        spec_path = settings["spec"]
+        fs, path = fsspec.core.url_to_fs(spec_path)
+        if "/" in spec_path and not fs.exists(path):
+            raise UserError(f"{dataset} was preprocessed with the input spec {spec_path!r}, which does not exist "
+                            "here, so the raw rows cannot be read as it read them. Fix: run from the folder "
+                            "preprocessing ran in (for a relative path), or put that spec back.") from None
+        raise
 
 
 def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad_row: str | None = None,

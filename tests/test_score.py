@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -228,6 +229,13 @@ def test_clear_errors_before_any_work(criteo, tmp_path):
     with pytest.raises(UserError, match=r"1 of 2 rows are malformed \(50.00%\), more than --max-bad-fraction 0.001. "
                        r"Fix: correct the inputs or raise --max-bad-fraction.$"):
         encode_inputs(str(ds), [str(bad)], tmp_path / "enc", on_bad_row="skip", progress=False)
+    moved = tmp_path / "moved"
+    shutil.copytree(ds, moved)
+    spec = fspec.load(str(moved))
+    spec.metadata["preprocessing"]["spec"] = str(tmp_path / "gone" / "spec.yaml")
+    fspec.save(spec, str(moved))
+    with pytest.raises(UserError, match=r"preprocessed with the input spec '.*gone/spec.yaml', which does not exist"):
+        encode_inputs(str(moved), [str(bad)], tmp_path / "enc", progress=False)
     nvidia = tmp_path / "nvidia"
     from train_datasets import write_dataset
     write_dataset(nvidia, {"train": 16})
