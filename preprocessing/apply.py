@@ -129,8 +129,8 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
                     _out(files, out / SCORE_SPLIT, name).write(memoryview(np.ascontiguousarray(values)))
                 for c in t.categorical:
                     index0[c.name] += int(np.count_nonzero(columns[categorical_file_name(c.name)] == 0))
-                ids = df[id_column].filter(pl.Series(keep)) if id_column and bad.lines else \
-                    df[id_column] if id_column else None
+                ids = None if not id_column else df[id_column] if isinstance(keep, slice) else \
+                    df[id_column].filter(pl.Series(keep))
                 positions.add(f.uri, lines[keep] - first, ids, columns[stages.LABEL_FILE])
                 rows += len(parsed)
                 bar.update(len(df))
