@@ -517,7 +517,7 @@ def read_day(config: SynthConfig, date: dt.date) -> dict | None:
     fs, root = fsspec.core.url_to_fs(day_folder(config.out, date))
     try:
         metadata = json.loads(fs.cat_file(f"{root}/{METADATA_FILE}"))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # absent, or not ours: the day is written again
         return None
     dump = config.model_dump(mode="json")
     if (metadata.get("generator_version") != GENERATOR_VERSION or metadata.get("date") != date.isoformat()

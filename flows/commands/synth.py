@@ -39,10 +39,15 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from flows.options import build
-    from preprocessing.synthetic import METADATA_FILE, SynthConfig, day_folder, write, write_days
+    from preprocessing.synthetic import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
+                                         write_days)
 
     config = build(SynthConfig, args)
-    total = config.rows if config.days is None else config.days * config.rows_per_day
+    if config.days is None:
+        total, kept = config.rows, set()
+    else:
+        total = config.days * config.rows_per_day
+        kept = {d.isoformat() for d in day_dates(config) if read_day(config, d) is not None}
     with tqdm(total=total, unit="rows", unit_scale=True, disable=args.quiet, desc="synth") as bar:
         if config.days is None:
             written = [(config.out, write(config, progress=bar.update))]
@@ -54,5 +59,6 @@ def run(args: argparse.Namespace) -> int:
             print(target)
         else:
             summary = {k: metadata[k] for k in ("rows", "label_rate", "best_auc", "best_logloss")}
-            print(f"wrote {len(metadata['files'])} file(s) and {target}: {json.dumps(summary)}")
+            done = "kept (already complete)" if metadata.get("date") in kept else "wrote"
+            print(f"{done} {len(metadata['files'])} file(s) and {target}: {json.dumps(summary)}")
     return 0
