@@ -390,9 +390,12 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     name = posixpath.basename(model.rstrip("/"))
     try:
         challenger = Champion(**{**candidate, "name": check_name(name), "promoted_at": ""})
+        problems = [f"metrics.{k}: missing" for k in ("auc", "logloss", "rows") if k not in challenger.metrics]
     except ValidationError as e:
-        raise UserError(f"the challenger of model {model} is incomplete: {e}. Fix: give run, step, dataset, vocab, "
-                        "date, window and metrics (auc, logloss, rows).") from None
+        problems = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+    if problems:
+        raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
+                        "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
     _check_margin(margin)
     owner = owner or _default_owner()
     with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
