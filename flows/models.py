@@ -296,11 +296,11 @@ def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, st
     say = say or logging.getLogger(__name__).info
     lock = _lock_file(model)
     deadline = time.monotonic() + timeout_s
-    seen = None
+    seen, token = None, uuid.uuid4().hex
     while True:
         taken = _now()
         data = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(),
-                           "token": uuid.uuid4().hex, "acquired_at": _iso(taken),
+                           "token": token, "acquired_at": _iso(taken),
                            "expires_at": _iso(datetime.fromtimestamp(taken.timestamp() + stale_s, timezone.utc))
                            }).encode()
         if lock.create(data):
@@ -309,6 +309,9 @@ def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, st
         if held is None:  # released in between
             continue
         info = _holder(held[0], held[2], stale_s)
+        if info.get("token") == token:  # our create succeeded, but its answer was lost (and retried)
+            data = held[0]
+            break
         if datetime.fromisoformat(info["expires_at"]) < _now():
             if lock.replace(held[1], data):
                 say(f"took over the promotion lock of {model} from {_describe(info)} (expired: a crashed run)")
@@ -331,7 +334,10 @@ def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, st
     try:
         yield handle
     finally:
-        lock.replace(mine[1], None)
+        try:
+            lock.replace(mine[1], None)
+        except OSError as e:  # the block's own error matters more; the lock expires by itself
+            say(f"could not release the promotion lock of {model} ({e}); it expires at {_holder(data, 0, 0)['expires_at']}")
 
 
 # --- history and record -------------------------------------------------------------------------------------

@@ -191,9 +191,9 @@ def test_a_stale_lock_is_taken_over_and_its_holder_cannot_write(model):
             old.check()
     assert any("took over" in s and "crashed night" in s for s in said)
     assert read(model, models.LOCK_FILE) is None
-    models.promotion_lock(model, "other", timeout_s=0).__enter__()  # the lock is taken now
-    crashed.__exit__(None, None, None)  # the old holder's release leaves another's lock alone
-    assert "other" in read(model, models.LOCK_FILE)
+    with models.promotion_lock(model, "other", timeout_s=0):
+        crashed.__exit__(None, None, None)  # the old holder's release leaves another's lock alone
+        assert '"other"' in read(model, models.LOCK_FILE)
 
 
 def test_an_unreadable_local_lock_expires(tmp_path):
