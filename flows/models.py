@@ -337,7 +337,8 @@ def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, st
         try:
             lock.replace(mine[1], None)
         except OSError as e:  # the block's own error matters more; the lock expires by itself
-            say(f"could not release the promotion lock of {model} ({e}); it expires at {_holder(data, 0, 0)['expires_at']}")
+            expiry = _holder(data, 0, 0)["expires_at"]
+            say(f"could not release the promotion lock of {model} ({e}); it expires by itself at {expiry}")
 
 
 # --- history and record -------------------------------------------------------------------------------------

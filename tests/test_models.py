@@ -100,7 +100,8 @@ def test_record_first_promoted_kept_and_idempotent(model):
 
 def test_champion_changed_while_training(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
-    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70}, champion_run="/store/runs/r1")
+    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70},
+                  champion_run="/store/runs/r1")
     # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
     scored = []
     entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70},

@@ -138,7 +138,7 @@ def model_history_png(history: list[dict], title: str = "") -> bytes:
     kept = sum(e.get("decision") == "kept" for e in lines)
     auc_ax.set_title(f"Champion and challenger on each test day{' - ' + title if title else ''}\n"
                      f"{len(lines)} runs: {len(promoted)} promoted, {kept} kept", fontsize=10)
-    auc_ax.legend(loc="lower right", fontsize=8)
+    auc_ax.legend(loc="best", fontsize=8)
     loss_ax.set_xlabel("test day")
     fig.autofmt_xdate()
     return _png(fig)
