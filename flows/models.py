@@ -274,8 +274,8 @@ def _describe(info: dict) -> str:
 class PromotionLock:
     """A held promotion lock: ``check()`` fails with LockLost once another owner has taken it over."""
 
-    def __init__(self, model: str, owner: str, lock, data: bytes, version: object):
-        self.model, self.owner, self._lock, self._data, self._version = model, owner, lock, data, version
+    def __init__(self, model: str, owner: str, lock, data: bytes):
+        self.model, self.owner, self._lock, self._data = model, owner, lock, data
 
     def check(self) -> None:
         """Fail (LockLost) unless this lock is still the one in the store."""
@@ -330,7 +330,7 @@ def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, st
         raise LockLost(f"the promotion lock of {model} was overwritten just after {owner} took it: the store "
                        "does not honour conditional writes. Fix: use an S3 endpoint with conditional writes "
                        "(AWS S3, MinIO) and let one deployment at a time promote this model.")
-    handle = PromotionLock(model, owner, lock, data, mine[1])
+    handle = PromotionLock(model, owner, lock, data)
     try:
         yield handle
     finally:

@@ -98,6 +98,13 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert read(model, models.LOCK_FILE) is None  # released
 
 
+def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
+    model = str(tmp_path / "models" / "ctr")
+    entry = models.record(model, candidate("r1", "2026-11-01", math.nan))
+    assert entry["decision"] == "kept" and entry["challenger"]["auc"] is None
+    assert models.history(model) == [entry] and models.load_champion(model) is None
+
+
 def test_champion_changed_while_training(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
     models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70},
