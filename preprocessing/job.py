@@ -20,7 +20,7 @@ from .transforms import Transforms
 from .work import FileParts, WorkFolder
 
 FORMAT_VERSION = 1
-PARTS_VERSION = 1   # of the per-file parts' layout: a new version parses every file again
+PARTS_VERSION = 2   # of the per-file parts' layout: a new version parses every file again
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 its part atomically, skips a part an earlier run (of this dataset or of another one that uses the same file)
 finished, and returns its result.
 
-A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts,
+A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block; integer vocabulary
+  features as codes into the block's distinct values, see ``vocab.dictionary_encode``) + row/bad-row counts,
   stored with the file's parts (``job.parts[i]``), shared by every dataset that reads the file with the same
   parse settings; where all of the file's rows are counted rows (count_on=all, a `files` train input) it also
   counts them (stage B then skips that file).
@@ -33,6 +34,7 @@ from .transforms import SPLIT_COLUMN, to_intermediate
 from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
+_DICTIONARIES = ".dict.arrow"   # beside a parsed block: the distinct values its coded columns refer to
 _STATS = "stats.json"   # in an encoded part: rows and index-0 rows per split
 
 
@@ -65,9 +67,12 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
             if t.split_column:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
             if len(out):
+                out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
                 out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
+                if dictionaries:
+                    _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)
                 if counter:
-                    counter.add(out)
+                    counter.add(out, dictionaries)
             rows += len(out)
             if progress:
                 progress(len(df))
@@ -140,12 +145,22 @@ def counts_path(job: Job, placement: Placement, i: int) -> Path | None:
     return None if how == "none" else job.parts[i].counts if how == "all" else job.work.counts(i)
 
 
+def _write_dictionaries(path: Path, dictionaries: dict[str, np.ndarray]) -> None:
+    pl.DataFrame({f: [v] for f, v in dictionaries.items()}).write_ipc(path, compression="uncompressed")
+
+
+def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        return {}
+    return {f: column[0].to_numpy() for f, column in pl.read_ipc(path).to_dict().items()}
+
+
 def _batches(job: Job, placement: Placement, i: int):
-    """(rows, split codes) per batch of a parsed part, in order."""
+    """(rows, their coded columns' dictionaries, split codes) per batch of a parsed part, in order."""
     offset = placement.starts[i]
     for path in sorted(job.parts[i].parsed.glob("*.ipc")):
         df = pl.read_ipc(path)
-        yield df, _codes(job, placement, i, df, offset)
+        yield df, _read_dictionaries(path.with_suffix(_DICTIONARIES)), _codes(job, placement, i, df, offset)
         offset += len(df)
 
 
@@ -165,8 +180,8 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
         return
     counter = vocab.Counter(job.transforms.vocab_features)
     train = placement.split_names.index("train") if counted(job, placement, i) == "some" else None
-    for df, codes in _batches(job, placement, i):
-        counter.add(df if train is None else df.filter(pl.Series(codes == train)))
+    for df, dictionaries, codes in _batches(job, placement, i):
+        counter.add(df if train is None else df.filter(pl.Series(codes == train)), dictionaries)
         if progress:
             progress(len(df))
     with atomic_dir(target) as tmp:
@@ -184,8 +199,8 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
     stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0)} for s in placement.split_names}
     with atomic_dir(target) as tmp:
         files = {}
-        for df, codes in _batches(job, placement, i):
-            columns = _encode(job, dtypes, df, encode)
+        for df, dictionaries, codes in _batches(job, placement, i):
+            columns = _encode(job, dtypes, df, dictionaries, encode)
             for code, rows in _split_rows(codes):
                 split = placement.split_names[code]
                 stats[split]["rows"] += int(np.count_nonzero(rows)) if isinstance(rows, np.ndarray) \
@@ -213,7 +228,8 @@ def _split_rows(codes: np.ndarray):
     return [(c, codes == c) for c in np.unique(codes)]
 
 
-def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
+def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, dictionaries: dict[str, np.ndarray],
+            encode: vocab.Encoder) -> dict[str, np.ndarray]:
     """Output arrays of a batch by output file name: label (0/1 bytes), numerical [n, k], cat_<f> indices."""
     t = job.transforms
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
@@ -222,7 +238,7 @@ def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, encode) -> dict[
         for j, (n, _) in enumerate(t.numerical):
             num[:, j] = df[n].to_numpy()   # converted while copied in
         out[NUMERICAL_FILE] = num
-    indices = encode(df)
+    indices = encode(df, dictionaries)
     for c in t.categorical:
         idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
         out[categorical_file_name(c.name)] = idx.astype(dtypes[c.name], copy=False)
@@ -249,6 +265,6 @@ def _encoder(work: WorkFolder, features: list[str]):
     with _ENCODERS_LOCK:
         if key not in _ENCODERS:
             _ENCODERS.clear()
-            _ENCODERS[key] = vocab.encoder({f: pl.read_parquet(p) for f, p in zip(features, paths)})
+            _ENCODERS[key] = vocab.Encoder({f: pl.read_parquet(p) for f, p in zip(features, paths)})
         return _ENCODERS[key]
 
