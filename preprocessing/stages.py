@@ -58,7 +58,8 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     bad = BadRows(uri, job.config.on_bad_row)
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
-    counter = vocab.Counter(t.vocab_features, compact_factor=2) if _may_count_in_parse(job, i) else None
+    counter = vocab.Counter(t.vocab_features, compact_factor=2) \
+        if _may_count_in_parse(job, i) and not parts.counts.exists() else None
     fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(uri, job.fmt, job.types, bad, fast=fast)):
@@ -77,7 +78,7 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
             if progress:
                 progress(len(df))
             del df, out   # free this block before the reader parses the next one
-    if counter and rows and not parts.counts.exists():
+    if counter and rows:
         with atomic_dir(parts.counts) as tmp:
             counter.write(tmp)
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
