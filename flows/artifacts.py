@@ -1,5 +1,5 @@
 """Prefect artifacts of the flows: dataset tables, sharding plan, training progress and curve, metrics, plots,
-output locations, the store's runs table.
+output locations, the store's runs table, a named model's history (table, decision, AUC by date).
 
 Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history; every
 key is named below. Pictures are markdown artifacts with an embedded PNG (an image artifact shows its whole
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import posixpath
+import re
 import time
 from datetime import timezone
 from urllib.parse import quote
@@ -36,6 +37,7 @@ TRAINING_CURVE, TRAINING_EVALUATIONS = "training-curve", "training-evaluations"
 EVALUATION_METRICS, EVALUATION_LOCATION = "evaluation-metrics", "evaluation-location"
 ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
 PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
+MODEL_HISTORY, MODEL_DECISION, MODEL_AUC = "history", "decision", "auc"  # model-<name>-<kind> (model_key)
 SCORE_SUMMARY = "score-summary"
 
 
@@ -246,3 +248,61 @@ def runs(store_uri: str) -> None:
             if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
+
+
+def model_key(name: str, kind: str) -> str:
+    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC) with the name lowercased and
+    anything but letters and digits made a dash; a name that changes so gets a short hash of itself appended,
+    so that two models never share a key."""
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", name.lower())).strip("-")
+    if slug != name:
+        slug += "-" + hashlib.sha1(name.encode()).hexdigest()[:6]
+    return f"model-{slug}-{kind}"
+
+
+def _num(value) -> object:
+    return round(value, 6) if isinstance(value, float) else "-" if value is None else value
+
+
+def _history_row(entry: dict) -> dict:
+    challenger, champion = entry.get("challenger") or {}, entry.get("champion") or {}
+    window = entry.get("window") or []
+    return {"date": entry.get("date"), "decision": entry.get("decision"),
+            "challenger AUC": _num(challenger.get("auc")), "champion AUC": _num(champion.get("auc")),
+            "challenger log loss": _num(challenger.get("logloss")), "champion log loss": _num(champion.get("logloss")),
+            "rows": _num(challenger.get("rows")), "margin": entry.get("promote_margin"),
+            "window": f"{window[0]} .. {window[-1]} ({len(window)} days)" if window else "-",
+            "run": posixpath.basename(str(entry.get("run")).rstrip("/")),
+            "champion run": posixpath.basename(entry["champion_run"].rstrip("/")) if entry.get("champion_run") else "-",
+            "reason": entry.get("reason"), "at": entry.get("at")}
+
+
+def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
+    """A named model's whole history as a table (fixed key, so each night adds a version showing every night),
+    a markdown summary of ``entry``'s decision (default: the last line) and a picture of champion and
+    challenger AUC by date."""
+    from flows import models
+    from training import plots
+
+    lines = models.history(model_uri)
+    create_table_artifact([_history_row(e) for e in lines], key=model_key(name, MODEL_HISTORY),
+                          description=f"Every run of model '{name}': challenger and champion on the run's test day, "
+                          "and the decision (oldest first).")
+    entry = entry or (lines[-1] if lines else None)
+    if entry is not None:
+        challenger, champion = entry.get("challenger") or {}, entry.get("champion") or {}
+        cells = [("AUC", "auc"), ("log loss", "logloss"), ("rows", "rows")]
+        table = ["| | challenger | champion |", "|---|---|---|"]
+        table += [f"| {label} | {_num(challenger.get(k))} | {_num(champion.get(k))} |" for label, k in cells]
+        table.append(f"| run | {location(entry['run'])} | "
+                     f"{location(entry['champion_run']) if entry.get('champion_run') else '(none)'} |")
+        text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
+                *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
+                f"- window: {', '.join(entry.get('window') or []) or '-'}",
+                f"- champion: {location(posixpath.join(model_uri, models.CHAMPION_FILE))}",
+                f"- history: {location(posixpath.join(model_uri, models.HISTORY_FILE))}"]
+        create_markdown_artifact("\n".join(text), key=model_key(name, MODEL_DECISION),
+                                 description=f"Model '{name}': this run's promotion decision.")
+    create_markdown_artifact(_picture(plots.model_history_png(lines, name), model_key(name, MODEL_AUC)),
+                             key=model_key(name, MODEL_AUC),
+                             description=f"Model '{name}': champion and challenger AUC by test day.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,9 @@ from pydantic.json_schema import SkipJsonSchema
 from common.config import apply_overrides, validate
 from common.errors import UserError
 
+from flows.models import NAME_PATTERN as MODEL_NAME
 from flows.store import default_store
+from flows.window import WindowConfig, is_dated
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
@@ -93,10 +96,43 @@ class PipelineConfig(_Model):
     launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
+    window: WindowConfig = Field(default_factory=WindowConfig, description="Dated runs: the days a run for a date "
+                                 "trains, validates and tests on (inputs with {date}, or synthetic days).")
+    model: str | None = Field(None, pattern=MODEL_NAME, description="Name of the model this run competes for "
+                              "(store/models/NAME): the new model is promoted when it beats the champion on the "
+                              "test day. Default: no comparison.")
+    promote_margin: float = Field(0.0, description="Promote when the new model's test-day ROC AUC is at least the "
+                                  "champion's plus this margin.")
+
+    @property
+    def dated(self) -> bool:
+        """Whether runs are for a date: a window is set or the inputs hold {date}."""
+        return bool(self.window.train_days) or any(is_dated(uri) for uri in self.preprocess.inputs)
 
     def preprocess_config(self, inputs: list[str], store: str) -> PreprocessConfig:
         """The preprocessing config of this run (inputs and store filled in)."""
         return PreprocessConfig(**{**self.preprocess.model_dump(), "inputs": inputs, "out": store})
+
+    def check_dated(self) -> None:
+        """Fail on settings a dated run cannot combine: a split rule or split-mapped inputs (the window is the
+        split), inputs without {date} (every day would read the same files), a model without a window."""
+        if not self.dated:
+            if self.model:
+                raise UserError(f"model '{self.model}' competes on a test day, but the run is not dated. Fix: pass "
+                                "--train-days N (and inputs with {date}, e.g. 'logs/{date}/*.gz').")
+            return
+        if self.preprocess.split:
+            raise UserError(f"--split {self.preprocess.split} cannot be combined with a dated run: the window's "
+                            "days are the splits (train, val, test). Fix: leave --split out.")
+        for uri in self.preprocess.inputs:
+            split, _ = split_mapping(uri)
+            if split:
+                raise UserError(f"input '{uri}' maps files to a split in a dated run, whose window's days are the "
+                                "splits. Fix: give the template without the 'split=' prefix.")
+            if not is_dated(uri):
+                raise UserError(f"input '{uri}' holds no {{date}} placeholder, so every day of the window would "
+                                "read it. Fix: use a template such as 'logs/{date}/part-*' or "
+                                "'s3://logs/{date:%Y/%m/%d}/*.gz'.")
 
     def check_splits(self, preprocess: PreprocessConfig) -> None:
         """Fail before any work when training or evaluation names a split that ``preprocess`` will not
@@ -129,11 +165,15 @@ class PipelineConfig(_Model):
         notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
         return validate(PipelineConfig, {**data, "preset": None}, f"preset {self.preset}"), notes
 
-    def run_id(self, dataset: str, train: TrainConfig) -> str:
-        """``run_name``, else ``<dataset folder>-<hash of the training config>``."""
+    def run_id(self, dataset: str, train: TrainConfig, date: date | None = None) -> str:
+        """``run_name``, else ``<dataset folder>-<hash of the training config>``; for a dated run
+        ``<model or dataset name>-<date>-<hash>``."""
         if self.run_name:
             return self.run_name
-        return f"{dataset.rstrip('/').rsplit('/', 1)[-1]}-{config_hash(train)}"
+        folder = dataset.rstrip('/').rsplit('/', 1)[-1]
+        if date:
+            return f"{self.model or folder.rsplit('-', 1)[0]}-{date.isoformat()}-{config_hash(train)}"
+        return f"{folder}-{config_hash(train)}"
 
 
 def config_hash(train: TrainConfig) -> str:
@@ -193,9 +233,12 @@ def _changed(data: dict, default: dict, prefix: str = "") -> dict[str, Any]:
 
 
 class ServeConfig(_Model):
-    """What `dlrmflow serve` serves: the store the deployments' forms point at and the pipeline's schedule."""
+    """What `dlrmflow serve` serves: the store the deployments' forms point at, the pipeline's schedule and
+    its default parameters (inputs, window, model name: what the scheduled runs use)."""
 
     store: str = _store_field()
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="The scheduled pipeline's "
+                                     "parameters (the deployment's defaults in the UI form).")
     cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` "
                       "(default: nightly at 02:00).")
     timezone: str = Field("UTC", description="Time zone of the cron schedule (an IANA name, e.g. Europe/Berlin).")
@@ -213,6 +256,11 @@ class ServeConfig(_Model):
         if not _schedule_ok(cron="0 2 * * *", timezone=timezone):
             raise ValueError(f"{timezone!r} is not a time zone; e.g. UTC or Europe/Berlin")
         return timezone
+
+    def pipeline_parameters(self, store: str) -> dict:
+        """The pipeline deployment's default `config`: the served store, the schedule's time zone for its dates."""
+        window = self.pipeline.window.model_copy(update={"timezone": self.timezone})
+        return self.pipeline.model_copy(update={"store": store, "window": window}).model_dump(mode="json")
 
 
 def _schedule_ok(**schedule) -> bool:

@@ -6,9 +6,10 @@ the defaults below point the forms at the served store. (Work-pool deployments: 
 
 from __future__ import annotations
 
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.client.schemas.schedules import CronSchedule
 
-from flows.config import EvaluateConfig, PipelineConfig, ServeConfig, default_train
+from flows.config import EvaluateConfig, ServeConfig, default_train
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
@@ -17,6 +18,8 @@ from flows.serving import serve_until_stopped
 from flows.train import train
 
 TAGS = ["dlrmflow"]
+# one pipeline run at a time: two nights of one model never write the same folders at once (queued, not dropped)
+PIPELINE_CONCURRENCY = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
 
 
 def deployments(config: ServeConfig) -> list:
@@ -25,8 +28,10 @@ def deployments(config: ServeConfig) -> list:
     return [
         pipeline.to_deployment("dlrmflow-pipeline", tags=TAGS,
                                schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
-                               parameters={"config": PipelineConfig(store=store).model_dump(mode="json")},
-                               description="Preprocess, train and evaluate (synthetic data unless inputs are set)."),
+                               concurrency_limit=PIPELINE_CONCURRENCY,
+                               parameters={"config": config.pipeline_parameters(store)},
+                               description="Preprocess, train and evaluate (synthetic data unless inputs are set); "
+                                           "dated runs train on a window of days and promote the better model."),
         preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
                                  description="Raw click logs -> split-binary dataset."),
         train.to_deployment("dlrmflow-train", tags=TAGS,

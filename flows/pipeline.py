@@ -1,10 +1,14 @@
-"""The pipeline flow: [synthetic data] -> preprocess -> train -> evaluate, as subflows, all under one store.
+"""The pipeline flow: [synthetic data] -> preprocess -> train -> evaluate [-> champion vs challenger], as
+subflows and tasks, all under one store.
 
-A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a completed
-training run (or its checkpoints, to resume) are reused, and the log says so."""
+A run may be for a date (inputs with ``{date}``, or a window of synthetic days): it trains on the window of days
+before the date, tests on the date, and with a model name competes with that model's champion
+(``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a
+completed training run (or its checkpoints, to resume) are reused, and the log says so."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import tempfile
 
@@ -18,16 +22,22 @@ from flows.config import PipelineConfig, SyntheticOptions
 from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
+from flows.promote import compete, prune
 from flows.store import Store, transient, use_credentials_block
 from flows.train import train
+from flows.window import Window, run_date, window
 from preprocessing import PreprocessConfig
 from training.rundir import RunDir
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
 @user_errors
-def synthesize(store: Store, options: SyntheticOptions) -> None:
-    """Synthetic Criteo logs in ``synthetic_inputs``' folder (reused when complete)."""
+def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...] | None = None) -> None:
+    """Synthetic Criteo logs in ``synthetic_inputs``' folder (reused when complete); with ``days``, those
+    days of drifting synthetic logs, one folder per day."""
+    if days:
+        _synthesize_days(store, options, days)
+        return
     from preprocessing.synthetic import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
@@ -43,28 +53,51 @@ def synthesize(store: Store, options: SyntheticOptions) -> None:
     get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
 
 
-def synthetic_inputs(store: Store, options: SyntheticOptions) -> list[str]:
-    """The input glob of the synthetic logs (written by ``synthesize``)."""
+def _synthesize_days(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...]) -> None:
+    from preprocessing.synthetic import SynthConfig, write_days
+
+    folder = store.synthetic_days_uri(options.rows, options.seed)
+    write_days(SynthConfig(out=folder, days=(days[-1] - days[0]).days + 1, start=days[0],
+                                     rows_per_day=options.rows, files=options.files, seed=options.seed))
+    get_run_logger().info("synthetic days %s..%s in %s (%d rows a day)", days[0], days[-1], folder, options.rows)
+
+
+def synthetic_inputs(store: Store, options: SyntheticOptions, dated: bool = False) -> list[str]:
+    """The input glob of the synthetic logs (written by ``synthesize``); a template with {date} for dated runs."""
+    if dated:
+        return [f"{store.synthetic_days_uri(options.rows, options.seed)}/{{date}}/part-*"]
     return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
 
 
-def checked_preprocess_config(config: PipelineConfig, store: Store) -> PreprocessConfig:
-    """The run's preprocessing config (synthetic inputs unless inputs are given), its split names checked
-    against what training and evaluation use: a wrong split name fails before any work."""
-    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic)
+def checked_preprocess_config(config: PipelineConfig, store: Store,
+                              date: dt.date | None = None) -> tuple[PreprocessConfig, Window | None]:
+    """The run's preprocessing config (synthetic inputs unless inputs are given; for a dated run the window's
+    days as the `files` split rule) and the window, its split names checked against what training and
+    evaluation use: a wrong split name, a bad template or a missing day fails before any work."""
+    config.check_dated()
+    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic, config.dated)
+    days = None
+    if config.dated:
+        days = window(inputs, date, config.window, check=bool(config.preprocess.inputs))
+        inputs = days.inputs()
     preprocess_config = config.preprocess_config(inputs, store.uri)
     config.check_splits(preprocess_config)
-    return preprocess_config
+    return preprocess_config, days
 
 
 @flow(name="pipeline", log_prints=True)
 @user_errors
-def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
-    """Preprocess, train and evaluate; returns where everything is and the evaluation metrics.
+def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = None) -> dict:
+    """Preprocess, train and evaluate (for a dated run: on the window of days before `date`, tested on `date`,
+    and promoted when it beats the champion); returns where everything is and the evaluation metrics.
 
     Args:
         config: Store, data, preprocessing, training and evaluation settings (defaults: synthetic data).
+        date: The day a dated run tests on (it trains on the days before). Default: the run's scheduled day
+            minus `window.lag_days`. Set it to backfill a day.
     """
+    from prefect.runtime import flow_run
+
     log = get_run_logger()
     config, notes = config.with_preset()
     for note in notes:
@@ -72,21 +105,31 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     if config.credentials_block:
         use_credentials_block(config.credentials_block)
     store = Store(config.store)
-    preprocess_config = checked_preprocess_config(config, store)
+    day = run_date(date, flow_run.scheduled_start_time, config.window) if config.dated else None
+    preprocess_config, days = checked_preprocess_config(config, store, day)
     store.check()
+    if days:
+        log.info(days.describe())
     if not config.preprocess.inputs:
-        synthesize(store, config.synthetic, return_state=True).result()  # raises its error (flows.errors)
+        synthesize(store, config.synthetic, days.days if days else None, return_state=True).result()  # raises its error
     dataset = preprocess(preprocess_config)
     train_config = config.train.on(dataset)
-    run = RunDir(store.run_uri(config.run_id(dataset, train_config)))
+    run = RunDir(store.run_uri(config.run_id(dataset, train_config, day)))
     resolved = config.model_copy(update={"store": store.uri}).model_dump(mode="json")
     resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, preprocess_config.inputs
+    resolved["date"] = day.isoformat() if day else None
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
     train(run.uri, dataset, config.train, config.nproc, config.launcher)
     metrics = evaluate(run.uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
+    if days:
+        result["date"] = day.isoformat()
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
     artifacts.runs(store.uri)
+    if config.model and days:
+        result["decision"] = compete(config, store, days, run, dataset, metrics, return_state=True).result()
+    if days:
+        prune(config, store, days)
     return result

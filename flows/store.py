@@ -58,6 +58,10 @@ class Store:
     def synthetic_uri(self, rows: int, seed: int) -> str:
         return self.join("synthetic", f"criteo-{rows}-seed{seed}")
 
+    def synthetic_days_uri(self, rows_per_day: int, seed: int) -> str:
+        """The folder of the drifting synthetic days (``<date>/part-*`` under it)."""
+        return self.join("synthetic", f"criteo-days-{rows_per_day}-seed{seed}")
+
     def check(self) -> None:
         """Fail fast with a clear error when the store cannot be written: a missing bucket, missing or
         wrong credentials, an endpoint that does not answer. Writes and removes one small file."""

@@ -103,7 +103,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     cards = {c.name: model.cardinality(c.name) for c in t.categorical}
     dtypes = t.categorical_dtypes(cards)
     vocabs = {f: _read_vocab(dataset, model, f) for f in t.vocab_features}
-    encode = vocab.encoder(vocabs)
+    encode = vocab.Encoder(vocabs)
     id_column = job.spec.metadata.get(ID_KEY)
     out = folder / "dataset"
     (out / SCORE_SPLIT).mkdir(parents=True, exist_ok=True)

@@ -33,8 +33,10 @@ class PreprocessConfig(BaseModel):
                                     "than this fraction of all rows is bad.")
     workers: int = Field(default=1, ge=1, description="Worker threads: input files processed at once, each "
                          "stage (polars and numpy also use every core within one file).")
-    work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts. "
-                                 "Default: `out/_work` for a local store, the system temp folder otherwise.")
+    work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts "
+                                 "(each input file's parse and counts under `_files/`, kept for the next dataset "
+                                 "that uses the file). Default: `out/_work` and `out/_files` for a local store, "
+                                 "the system temp folder otherwise.")
     progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")
     fast_parse: bool = Field(default=True, description="Parse regular Criteo TSV rows with the C extension "
                              "(the same bytes as the general polars path, several times faster).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -16,9 +17,10 @@ from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type, split_mapping
 from .readers import Format, parquet_types
 from .transforms import Transforms
-from .work import WorkFolder
+from .work import FileParts, WorkFolder
 
 FORMAT_VERSION = 1
+PARTS_VERSION = 2   # of the per-file parts' layout: a new version parses every file again
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Job:
     fingerprint: str
     dataset: str
     work: WorkFolder
+    parts: list[FileParts]   # per input file
 
     @classmethod
     def from_config(cls, config: PreprocessConfig) -> Job:
@@ -56,18 +59,48 @@ class Job:
                            "format_version": FORMAT_VERSION}
         identity = {"inputs": [f.model_dump() for f in inputs], "config": settings,
                     "spec": spec.model_dump(mode="json", exclude={"source_spec"})}
-        fingerprint = hashlib.blake2b(json.dumps(identity, sort_keys=True, default=str).encode(),
-                                      digest_size=16).hexdigest()
+        fingerprint = _digest(identity)
         key = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(spec.metadata.get("name") or "dataset")) + "-" + fingerprint[:12]
         native = parquet_types(inputs[0].uri) if fmt.kind == "parquet" else None
-        return cls(config, spec, inputs, rule, threshold, transforms, fmt, transforms.parse_types(native), fingerprint,
-                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, config.out, key))
+        types = transforms.parse_types(native)
+        parse = _parse_settings(config, rule, transforms, fmt, types)
+        parts = [FileParts.locate(config.work_dir, config.out, _digest({**file_identity(f), **parse}))
+                 for f in inputs]
+        return cls(config, spec, inputs, rule, threshold, transforms, fmt, types, fingerprint,
+                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, config.out, key),
+                   parts)
+
+    def file_entry(self, i: int) -> dict:
+        """What ``parts[i]`` records about itself: the input file's identity and the parse settings."""
+        return {**file_identity(self.inputs[i]),
+                **_parse_settings(self.config, self.rule, self.transforms, self.fmt, self.types)}
 
     def settings(self) -> dict:
         """The effective preprocessing settings recorded in the dataset's metadata."""
         return {"spec": self.config.spec, "inputs": [f.uri for f in self.inputs], "split": self.rule.text(),
                 **self.config.output_settings(), "frequency_threshold": self.threshold,
                 "max_bad_fraction": self.config.max_bad_fraction}
+
+
+def file_identity(f: InputFile) -> dict:
+    """An input file's identity (not the split it is mapped to: the parts serve it in any split)."""
+    return {"uri": f.uri, "size": f.size, "version": f.version}
+
+
+def _parse_settings(config: PreprocessConfig, rule: splits.SplitRule, transforms: Transforms, fmt: Format,
+                    types: dict) -> dict:
+    """Everything that changes a file's parse and all-rows counts besides the file itself (the thresholds,
+    count_on, the output dtype and the split, except a column rule's, do not)."""
+    t = dataclasses.asdict(transforms)
+    for c in t["categorical"]:
+        del c["threshold"]
+    return {"parts_version": PARTS_VERSION, "transforms": t, "format": dataclasses.asdict(fmt),
+            "types": {c: str(d) for c, d in types.items()}, "on_bad_row": config.on_bad_row,
+            "split_column_rule": rule.text() if rule.kind == "column" else None}
+
+
+def _digest(identity: dict) -> str:
+    return hashlib.blake2b(json.dumps(identity, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
 
 
 def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:

@@ -28,7 +28,8 @@ def _say(message: str) -> None:
 class Preprocessing:
     """One preprocessing job. ``run`` parses every input file, places the rows (split names, global row
     numbers), counts every file, builds the vocabularies, encodes every file and writes the dataset; every
-    stage skips the work that an earlier, interrupted run already finished."""
+    stage skips the work that an earlier, interrupted run already finished. The parses and all-rows counts
+    are kept per input file for the next dataset that uses the file (``prune_file_parts`` removes them)."""
 
     def __init__(self, config: PreprocessConfig):
         self.job = Job.from_config(config)
@@ -49,7 +50,7 @@ class Preprocessing:
         placement = stages.place(job, metas)
         say(f"parsed {placement.total_rows} rows")
         executor.map("count", partial(stages.count_file, job, placement), files, placement.total_rows)
-        cards = executor.call("build_vocabulary", partial(build_vocab, job))
+        cards = executor.call("build_vocabulary", partial(build_vocab, job, placement))
         say(f"vocabularies built: {len(cards)} categorical features, {sum(cards.values())} embedding rows in all")
         stats = executor.map("encode", partial(stages.encode_file, job, placement, cards), files,
                              placement.total_rows)
@@ -64,12 +65,13 @@ def run(config: PreprocessConfig) -> str:
     return Preprocessing(config).run()
 
 
-def build_vocab(job: Job) -> dict[str, int]:
-    """Merge the count parts into vocab/<feature>.parquet (kept on resume); returns every categorical's
+def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
+    """Merge the counts of every file's counted rows into vocab/<feature>.parquet (kept on resume); returns every categorical's
     cardinality. The features still to build are merged together (one parallel polars query each, run at once)."""
     t = job.transforms
     cards = {c.name: c.hash_buckets for c in t.categorical if c.hash_buckets is not None}
     todo = {}
+    counts = [p for i in range(len(job.inputs)) if (p := stages.counts_path(job, placement, i)) is not None]
     for c in t.categorical:
         if c.hash_buckets is not None:
             continue
@@ -78,7 +80,7 @@ def build_vocab(job: Job) -> dict[str, int]:
             cards[c.name] = pl.scan_parquet(path).select(pl.len()).collect().item() + 1
             continue
         dtype = pl.UInt32 if c.kind == "hex" else job.types[c.name]
-        todo[c.name] = ([job.work.counts(i) for i in range(len(job.inputs))], c.threshold, dtype)
+        todo[c.name] = (counts, c.threshold, dtype)
     for name, table in vocab.build_many(todo).items():
         with atomic_path(job.work.vocab(name)) as tmp:
             table.write_parquet(tmp, statistics=False)

@@ -1,18 +1,21 @@
 """The stages over input files, each run for every file by an executor (threads or Prefect tasks); each writes
-its part into the job's work folder atomically, skips a part an earlier run finished, and returns its result.
+its part atomically, skips a part an earlier run (of this dataset or of another one that uses the same file)
+finished, and returns its result.
 
-A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block) + row/bad-row counts;
-  where all of the file's rows are counted rows (count_on=all, a `files` train input) it also counts them, and
-  ``place`` makes those the file's counts (stage B then skips that file).
-B count: value counts of the vocabulary features over the counted splits.
-C encode: indices, labels and numericals -> per-split binary parts.
+A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block; integer vocabulary
+  features as codes into the block's distinct values, see ``vocab.dictionary_encode``) + row/bad-row counts,
+  stored with the file's parts (``job.parts[i]``), shared by every dataset that reads the file with the same
+  parse settings; where all of the file's rows are counted rows (count_on=all, a `files` train input) it also
+  counts them (stage B then skips that file).
+B count: value counts of the vocabulary features over the counted splits: a file whose rows are all counted
+  rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
+C encode: indices, labels and numericals -> per-split binary parts (in the job's work folder: they depend on
+  its vocabulary).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
 from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
+_DICTIONARIES = ".dict.arrow"   # beside a parsed block: the distinct values its coded columns refer to
 _STATS = "stats.json"   # in an encoded part: rows and index-0 rows per split
 
 
@@ -44,42 +48,46 @@ class Placement:
 
 
 def parse_file(job: Job, i: int, progress=None) -> dict:
-    """Stage A: parse once; writes the folder parsed/<i>.arrow (one IPC file per block, atomically), then
-    parsed/<i>.json; returns the latter (rows, bad rows, split names)."""
-    meta_path = job.work.parse_meta(i)
-    if meta_path.exists():
-        return json.loads(meta_path.read_text())
+    """Stage A: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), then its
+    ``parsed.json``; returns the latter (rows, bad rows, split names)."""
+    parts = job.parts[i]
+    if parts.parse_meta.exists():
+        return json.loads(parts.parse_meta.read_text())
+    parts.create(job.file_entry(i))
     t, uri = job.transforms, job.inputs[i].uri
     bad = BadRows(uri, job.config.on_bad_row)
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
-    counter = vocab.Counter(t.vocab_features, compact_factor=2) if _may_count_in_parse(job, i) else None
+    counter = vocab.Counter(t.vocab_features, compact_factor=2) \
+        if _may_count_in_parse(job, i) and not parts.counts.exists() else None
     fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
-    with atomic_dir(job.work.parsed(i)) as tmp:
+    with atomic_dir(parts.parsed) as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(uri, job.fmt, job.types, bad, fast=fast)):
             out = df if line_numbers is None else \
                 to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
             if t.split_column:
                 names.update(out[SPLIT_COLUMN].unique().to_list())
             if len(out):
+                out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
                 out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
+                if dictionaries:
+                    _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)
                 if counter:
-                    counter.add(out)
+                    counter.add(out, dictionaries)
             rows += len(out)
             if progress:
                 progress(len(df))
             del df, out   # free this block before the reader parses the next one
     if counter and rows:
-        with atomic_dir(job.work.parse_counts(i)) as tmp:
+        with atomic_dir(parts.counts) as tmp:
             counter.write(tmp)
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
-    write_atomic(meta_path, json.dumps(meta, sort_keys=True))
+    write_atomic(parts.parse_meta, json.dumps(meta, sort_keys=True))
     return meta
 
 
 def place(job: Job, metas: list[dict]) -> Placement:
-    """Check the bad-row budget, give each file its first global row, name the splits; the parse's counts
-    become a file's counts where all its rows are counted rows."""
+    """Check the bad-row budget, give each file its first global row, name the splits."""
     _check_bad(job, metas)
     starts = np.cumsum([0] + [m["rows"] for m in metas]).tolist()
     if job.rule.kind == "column" and not job.rule.cuts:
@@ -89,10 +97,7 @@ def place(job: Job, metas: list[dict]) -> Placement:
     if job.config.count_on == "train" and "train" not in names and job.transforms.vocab_features:
         raise UserError(f"no 'train' split to count values on (splits: {', '.join(names)}). "
                         "Fix: name the training split 'train', or pass --count-on all.")
-    placement = Placement(tuple(names), starts[-1], tuple(starts[:-1]))
-    for i, meta in enumerate(metas):
-        _use_parse_counts(job, placement, i, meta["rows"])
-    return placement
+    return Placement(tuple(names), starts[-1], tuple(starts[:-1]))
 
 
 def _check_bad(job: Job, metas: list[dict]) -> None:
@@ -120,31 +125,47 @@ def _may_count_in_parse(job: Job, i: int) -> bool:
     return job.config.count_on == "all" or (job.rule.kind == "files" and job.inputs[i].split == "train")
 
 
-def _use_parse_counts(job: Job, placement: Placement, i: int, rows: int) -> None:
-    """Make the parse's counts the file's counts when all its rows are counted, else drop them."""
-    source, target = job.work.parse_counts(i), job.work.counts(i)
-    if not source.exists():
-        return
-    names = placement.split_names
-    if job.config.count_on == "all" or job.rule.kind == "files":
-        ok = job.config.count_on == "all" or job.inputs[i].split == "train"
-    elif job.rule.kind == "ordered" and "train" in names:
-        codes = splits.assign(job.rule, placement.starts[i], rows, placement.total_rows)
-        ok = bool(np.all(codes == names.index("train")))
-    else:
-        ok = False
-    if ok and not target.exists():
-        os.replace(source, target)
-    else:
-        shutil.rmtree(source)
+def counted(job: Job, placement: Placement, i: int) -> str:
+    """Which of file ``i``'s rows are counted rows: "all" (its stored all-rows counts serve), "none", or
+    "some" (counted by this job alone: an ordered split point inside the file, random and column rules)."""
+    start = placement.starts[i]
+    end = placement.starts[i + 1] if i + 1 < len(placement.starts) else placement.total_rows
+    if not job.transforms.vocab_features or end == start:
+        return "none"
+    if job.config.count_on == "all":
+        return "all"
+    if job.rule.kind == "files":
+        return "all" if job.inputs[i].split == "train" else "none"
+    if job.rule.kind == "ordered":
+        k = job.rule.splits.index("train")
+        edges = splits.ordered_bounds(job.rule.fractions, placement.total_rows)
+        lo, hi = (int(edges[k - 1]) if k else 0), int(edges[k])
+        return "all" if lo <= start and end <= hi else "none" if end <= lo or start >= hi else "some"
+    return "some"
+
+
+def counts_path(job: Job, placement: Placement, i: int) -> Path | None:
+    """The counts folder of file ``i``'s counted rows (written by stage B), or None where none are counted."""
+    how = counted(job, placement, i)
+    return None if how == "none" else job.parts[i].counts if how == "all" else job.work.counts(i)
+
+
+def _write_dictionaries(path: Path, dictionaries: dict[str, np.ndarray]) -> None:
+    pl.DataFrame({f: [v] for f, v in dictionaries.items()}).write_ipc(path, compression="uncompressed")
+
+
+def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        return {}
+    return {f: column[0].to_numpy() for f, column in pl.read_ipc(path).to_dict().items()}
 
 
 def _batches(job: Job, placement: Placement, i: int):
-    """(rows, split codes) per batch of a parsed part, in order."""
+    """(rows, their coded columns' dictionaries, split codes) per batch of a parsed part, in order."""
     offset = placement.starts[i]
-    for path in sorted(job.work.parsed(i).glob("*.ipc")):
+    for path in sorted(job.parts[i].parsed.glob("*.ipc")):
         df = pl.read_ipc(path)
-        yield df, _codes(job, placement, i, df, offset)
+        yield df, _read_dictionaries(path.with_suffix(_DICTIONARIES)), _codes(job, placement, i, df, offset)
         offset += len(df)
 
 
@@ -158,14 +179,14 @@ def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int
 
 
 def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
-    """Stage B: value counts over the counted split(s); writes counts/<i>."""
-    target = job.work.counts(i)
-    if target.exists():
+    """Stage B: value counts over the counted split(s); writes ``counts_path``."""
+    target = counts_path(job, placement, i)
+    if target is None or target.exists():
         return
     counter = vocab.Counter(job.transforms.vocab_features)
-    train = placement.split_names.index("train") if job.config.count_on == "train" else None
-    for df, codes in _batches(job, placement, i):
-        counter.add(df if train is None else df.filter(pl.Series(codes == train)))
+    train = placement.split_names.index("train") if counted(job, placement, i) == "some" else None
+    for df, dictionaries, codes in _batches(job, placement, i):
+        counter.add(df if train is None else df.filter(pl.Series(codes == train)), dictionaries)
         if progress:
             progress(len(df))
     with atomic_dir(target) as tmp:
@@ -183,8 +204,8 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
     stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0)} for s in placement.split_names}
     with atomic_dir(target) as tmp:
         files = {}
-        for df, codes in _batches(job, placement, i):
-            columns = _encode(job, dtypes, df, encode)
+        for df, dictionaries, codes in _batches(job, placement, i):
+            columns = _encode(job, dtypes, df, dictionaries, encode)
             for code, rows in _split_rows(codes):
                 split = placement.split_names[code]
                 stats[split]["rows"] += int(np.count_nonzero(rows)) if isinstance(rows, np.ndarray) \
@@ -212,21 +233,23 @@ def _split_rows(codes: np.ndarray):
     return [(c, codes == c) for c in np.unique(codes)]
 
 
-def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, encode) -> dict[str, np.ndarray]:
-    return encode_batch(job.transforms, job.config.numerical_dtype, dtypes, df, encode)
+def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, dictionaries: dict[str, np.ndarray],
+            encode: vocab.Encoder) -> dict[str, np.ndarray]:
+    return encode_batch(job.transforms, job.config.numerical_dtype, dtypes, df, encode, dictionaries)
 
 
 def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df: pl.DataFrame,
-                 encode) -> dict[str, np.ndarray]:
+                 encode: vocab.Encoder, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Output arrays of a batch of parsed rows by output file name: label (0/1 bytes), numerical [n, k],
-    cat_<f> indices (``encode``: a ``vocab.encoder``; hash-bucket features are already indices)."""
+    cat_<f> indices (``dictionaries``: of the columns that hold codes, see ``vocab.dictionary_encode``;
+    hash-bucket features are already indices)."""
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
     if t.numerical:
         num = np.empty((len(df), len(t.numerical)), numerical_dtype)
         for j, (n, _) in enumerate(t.numerical):
             num[:, j] = df[n].to_numpy()   # converted while copied in
         out[NUMERICAL_FILE] = num
-    indices = encode(df)
+    indices = encode(df, dictionaries)
     for c in t.categorical:
         idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
         out[categorical_file_name(c.name)] = idx.astype(dtypes[c.name], copy=False)
@@ -253,6 +276,6 @@ def _encoder(work: WorkFolder, features: list[str]):
     with _ENCODERS_LOCK:
         if key not in _ENCODERS:
             _ENCODERS.clear()
-            _ENCODERS[key] = vocab.encoder({f: pl.read_parquet(p) for f, p in zip(features, paths)})
+            _ENCODERS[key] = vocab.Encoder({f: pl.read_parquet(p) for f, p in zip(features, paths)})
         return _ENCODERS[key]
 

@@ -5,10 +5,19 @@ Bernoulli(sigmoid(logit)) of a planted model, so the best achievable ROC AUC and
 (those of the true probabilities) are known and recorded in ``_synth_metadata.json`` (a leading ``_``: folder inputs skip it).
 Rows depend only on (seed, rows): they come in fixed blocks of ``BLOCK_ROWS`` rows with one
 random stream per block, so neither ``files`` nor ``workers`` changes the bytes written.
+
+Days (``days``, ``start``, ``rows_per_day``): one folder per date, ``<out>/<YYYY-MM-DD>/``, whose planted
+model drifts with the date's index from ``EPOCH``. Each effect draw is a stationary AR(1) in the day
+index (correlation ``exp(-drift)`` between consecutive days; the epoch's draws are the rows mode's),
+and the long tail of every categorical column ages: each day new ids enter at its head, taking a
+share ``drift`` of its rows, every id moves down and the oldest leave. The head (the ranks with their
+own planted effect) keeps its ids. A day's bytes depend only on its date and ``DAY_IDENTITY``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import gzip as gzip_module
 import io
 import json
@@ -23,7 +32,8 @@ from typing import Annotated
 import fsspec
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from common.atomic import atomic_open, write_atomic
 
@@ -45,6 +55,11 @@ INTERACTION_K = 8
 # shares of the planted logit's variance: categorical effects, numerical effects, interaction
 VARIANCE_SHARES = (0.6, 0.25, 0.15)
 
+EPOCH = dt.date(2026, 1, 1)  # day index 0 of the drift (earlier dates have negative indices)
+DAY_FIELDS = ("days", "start", "rows_per_day", "drift")  # days mode only: left out of a rows-mode dump
+# what a day's bytes depend on besides its date (recorded as the day's "config"; reuse compares it)
+DAY_IDENTITY = ("seed", "rows_per_day", "files", "gzip", "label_rate", "signal", "top_k", "drift")
+
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -64,14 +79,31 @@ def _row_count(value):
     return int(count)
 
 
+def _iso_date(value):
+    """A ``YYYY-MM-DD`` text as a date, else the value unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        if len(value.strip()) != 10:
+            raise ValueError
+        return dt.date.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"not a date: {value!r}. Fix: write it as YYYY-MM-DD, e.g. 2026-11-01") from None
+
+
+def _mode_error(message: str) -> PydanticCustomError:
+    return PydanticCustomError("synth_mode", message)
+
+
 class SynthConfig(BaseModel):
-    """Everything that defines a synthetic dataset (the CLI options and the flow parameters)."""
+    """Everything that defines a synthetic dataset (the CLI options and the flow parameters): ``rows`` rows
+    in ``out``, or ``days`` daily folders of ``rows_per_day`` rows from ``start`` (see ``write_days``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     out: str = Field(description="Output folder: a local path or an fsspec URI (s3://bucket/prefix, memory://x).")
-    rows: Annotated[int, BeforeValidator(_row_count)] = Field(gt=0, description="Number of rows to generate "
-                                                               "(1000000, 1e6, 250k or 10M).")
+    rows: Annotated[int | None, BeforeValidator(_row_count)] = Field(
+        None, gt=0, description="Number of rows to generate (1000000, 1e6, 250k or 10M); or use --days.")
     files: int = Field(1, ge=1, description="Number of part files the rows are split into.")
     gzip: bool = Field(False, description="Write gzip-compressed files (part-NNNNN.tsv.gz).")
     seed: int = Field(0, ge=0, description="Random seed: the same seed and rows give identical bytes.")
@@ -82,6 +114,34 @@ class SynthConfig(BaseModel):
                                              "own effect; rarer and missing values share one effect.")
     workers: int = Field(0, ge=0, description="Processes writing files in parallel (0: one per file up to the "
                                               "CPU count). Never changes the output.")
+    days: int | None = Field(None, ge=1, description="Write this many daily folders <out>/<YYYY-MM-DD>/ from "
+                                                     "--start, with a planted model that drifts (instead of --rows).")
+    start: Annotated[dt.date | None, BeforeValidator(_iso_date)] = Field(
+        None, description="First date of --days (YYYY-MM-DD).")
+    rows_per_day: Annotated[int | None, BeforeValidator(_row_count)] = Field(
+        None, gt=0, description="Rows of each day with --days (1000000, 1e6, 250k or 10M).")
+    drift: float = Field(0.05, ge=0, le=1, description="Day-to-day change with --days: consecutive days' planted "
+                                                       "effects correlate by exp(-drift), and ids new each day take "
+                                                       "this share of each column's long tail. 0: no drift.")
+
+    @model_validator(mode="after")
+    def _one_mode(self):
+        if self.days is None:
+            if self.rows is None:
+                raise _mode_error("no size given. Fix: pass --rows N (one dataset), or --days D --start YYYY-MM-DD "
+                                  "--rows-per-day N (daily folders)")
+            given = " and ".join(f"--{f.replace('_', '-')}" for f in ("start", "rows_per_day")
+                                 if getattr(self, f) is not None)
+            if given:
+                raise _mode_error(f"{given} without --days. Fix: add --days D, or drop {given}")
+            return self
+        if self.rows is not None:
+            raise _mode_error("--rows and --days exclude each other. Fix: give each day's rows as --rows-per-day")
+        if self.start is None:
+            raise _mode_error("--days needs --start, the first date. Fix: add --start YYYY-MM-DD, e.g. 2026-11-01")
+        if self.rows_per_day is None:
+            raise _mode_error("--days needs --rows-per-day. Fix: add e.g. --rows-per-day 100k")
+        return self
 
 
 @dataclass
@@ -144,38 +204,98 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-class SyntheticData:
-    """The generator for one (seed, rows, label_rate, signal, top_k): vocabularies, planted model, blocks."""
+def _columns(rng: np.random.Generator, n: int, vocab: dict[str, int],
+             aged: Callable[[str, np.ndarray], np.ndarray] = lambda name, ids: ids) -> tuple[dict, dict]:
+    """``n`` rows of raw column values (categorical ids from ``vocab``, then ``aged``) and missing masks."""
+    missing = sc.missing_masks(rng, n, [*CRITEO_NUMERICAL, *CRITEO_CATEGORICAL])
+    latent = rng.standard_normal(n)
+    values = {c: sc.sample_counts(rng, sc.NUMERICAL[c], latent) for c in CRITEO_NUMERICAL}
+    values.update({c: aged(c, sc.sample_ids(rng, sc.CATEGORICAL[c], vocab[c], n)) for c in CRITEO_CATEGORICAL})
+    return values, missing
 
-    def __init__(self, config: SynthConfig):
+
+@functools.lru_cache(maxsize=4)
+def _vocabulary(rows: int) -> dict[str, int]:
+    """Each categorical column's vocabulary size for ``rows`` rows."""
+    return {c: sc.vocabulary_size(sc.CATEGORICAL[c], rows) for c in CRITEO_CATEGORICAL}
+
+
+@functools.lru_cache(maxsize=1)
+def _calibration(seed: int, rows: int) -> tuple[dict, dict]:
+    """The rows that calibrate the planted model: the same for every day of a seed and size (the days' id
+    ageing moves only ids beyond the planted buckets), so made once for all of them."""
+    return _columns(_rng(seed, 2), CALIBRATION_ROWS, _vocabulary(rows))
+
+
+def day_index(date: dt.date) -> int:
+    """The drift's index of ``date``: days since ``EPOCH`` (negative before it)."""
+    return (date - EPOCH).days
+
+
+def _day_key(day: int) -> tuple[int, int]:
+    """A random-stream key for a day index (stream keys are non-negative)."""
+    return (0, day) if day >= 0 else (1, -day)
+
+
+class SyntheticData:
+    """The generator of one dataset, or with ``date`` of one day: vocabularies, planted model, blocks."""
+
+    def __init__(self, config: SynthConfig, date: dt.date | None = None):
         self.config = config
-        self.vocab = {c: sc.vocabulary_size(sc.CATEGORICAL[c], config.rows) for c in CRITEO_CATEGORICAL}
+        self.date = date
+        self.rows = config.rows if date is None else config.rows_per_day
+        self.out = config.out if date is None else day_folder(config.out, date)
+        if self.rows is None:
+            raise ValueError("a days config (days, start, rows_per_day) makes one day's data: pass its date")
+        self.day = None if date is None else day_index(date)
+        self.vocab = _vocabulary(self.rows)
         salts = np.random.SeedSequence(config.seed, spawn_key=(3,)).generate_state(len(CRITEO_CATEGORICAL))
         self.salt = dict(zip(CRITEO_CATEGORICAL, salts.astype(np.uint32)))
-        self.model = self._plant()
+        self.head = max(config.top_k, INTERACTION_K)  # ranks with their own planted effect keep their ids
+        drift = 0.0 if date is None else config.drift
+        self.tail_step = {c: sc.tail_step(sc.CATEGORICAL[c], v, self.head, drift) for c, v in self.vocab.items()}
+        self.model = self._plant(self._draws())
+
+    def _aged(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Ids of the tail (ranks >= head) on this day: rank r shows the id of rank r - step * day at the
+        epoch, so each day ``step`` new ids enter at the head of the tail and the oldest leave."""
+        step = self.tail_step[name]
+        if not step or not self.day:
+            return ids
+        shifted = self.head + np.mod(ids - self.head - step * self.day, sc.MAX_VOCAB - self.head)
+        return np.where(ids >= self.head, shifted, ids)
 
     def _columns(self, rng: np.random.Generator, n: int) -> tuple[dict, dict]:
-        missing = sc.missing_masks(rng, n, [*CRITEO_NUMERICAL, *CRITEO_CATEGORICAL])
-        latent = rng.standard_normal(n)
-        values = {c: sc.sample_counts(rng, sc.NUMERICAL[c], latent) for c in CRITEO_NUMERICAL}
-        values.update({c: sc.sample_ids(rng, sc.CATEGORICAL[c], self.vocab[c], n) for c in CRITEO_CATEGORICAL})
-        return values, missing
+        return _columns(rng, n, self.vocab, self._aged)
 
-    def _plant(self) -> PlantedModel:
-        """Draw the effects, scale each term to its share of ``signal``**2, solve the bias for ``label_rate``."""
+    def _draws(self) -> np.ndarray:
+        """The planted model's standard-normal draws: the seed's own at the epoch (and in rows mode), moved by
+        a stationary AR(1) with correlation exp(-drift) per day for other days (backwards before the epoch)."""
         cfg = self.config
-        rng = _rng(cfg.seed, 1)
-        values, missing = self._columns(_rng(cfg.seed, 2), CALIBRATION_ROWS)
+        size = len(EFFECT_CATEGORICAL) * (cfg.top_k + 1) + len(EFFECT_NUMERICAL) + (INTERACTION_K + 1) ** 2
+        z = _rng(cfg.seed, 1).standard_normal(size)
+        if not self.day or cfg.drift == 0:
+            return z
+        rho = math.exp(-cfg.drift)
+        direction = _day_key(self.day)[0]
+        for step in range(1, abs(self.day) + 1):
+            z = rho * z + math.sqrt(1 - rho**2) * _rng(cfg.seed, 4, direction, step).standard_normal(size)
+        return z
+
+    def _plant(self, draws: np.ndarray) -> PlantedModel:
+        """Effects from ``draws``, each term scaled to its share of ``signal``**2, the bias solved for ``label_rate``."""
+        cfg = self.config
+        values, missing = _calibration(cfg.seed, self.rows)
         cat_share, num_share, pair_share = (cfg.signal**2 * s for s in VARIANCE_SHARES)
+        n_cat, n_num = len(EFFECT_CATEGORICAL) * (cfg.top_k + 1), len(EFFECT_NUMERICAL)
         categorical = {}
-        for name in EFFECT_CATEGORICAL:
-            effects = rng.standard_normal(cfg.top_k + 1)
+        for name, effects in zip(EFFECT_CATEGORICAL, draws[:n_cat].reshape(len(EFFECT_CATEGORICAL), -1)):
             term = effects[_bucket(values[name], missing[name], cfg.top_k)]
             categorical[name] = effects * math.sqrt(cat_share / len(EFFECT_CATEGORICAL)) / max(term.std(), 1e-9)
-        weights = rng.standard_normal(len(EFFECT_NUMERICAL))
+        weights = draws[n_cat:n_cat + n_num].copy()
         num_term = sum(w * _log_count(values[n], missing[n]) for w, n in zip(weights, EFFECT_NUMERICAL))
         weights *= math.sqrt(num_share) / num_term.std()
-        pair = rng.standard_normal((INTERACTION_K + 1, INTERACTION_K + 1))
+        pair = draws[n_cat + n_num:].reshape(INTERACTION_K + 1, INTERACTION_K + 1).copy()
         a, b = (_bucket(values[n], missing[n], INTERACTION_K) for n in INTERACTION)
         pair *= math.sqrt(pair_share) / pair[a, b].std()
         model = PlantedModel(0.0, categorical, dict(zip(EFFECT_NUMERICAL, map(float, weights))), pair)
@@ -190,12 +310,26 @@ class SyntheticData:
         return model
 
     def block(self, index: int) -> Block:
-        """Block ``index`` (rows index*BLOCK_ROWS ...): the same for a seed whatever else is asked."""
-        n = min(BLOCK_ROWS, self.config.rows - index * BLOCK_ROWS)
-        rng = _rng(self.config.seed, 0, index)
+        """Block ``index`` (rows index*BLOCK_ROWS ...): the same for a seed (and date) whatever else is asked."""
+        n = min(BLOCK_ROWS, self.rows - index * BLOCK_ROWS)
+        rng = _rng(self.config.seed, 0, index) if self.day is None else \
+            _rng(self.config.seed, 0, index, *_day_key(self.day))
         values, missing = self._columns(rng, n)
         p = self.model.probability(values, missing)
         return Block(values, missing, p, rng.random(n) < p)
+
+    def identity(self) -> dict:
+        """The config as recorded in the metadata: all of it for rows, ``DAY_IDENTITY`` for a day."""
+        if self.date is None:
+            return self.config.model_dump(exclude=set(DAY_FIELDS))
+        dump = self.config.model_dump(mode="json")
+        return {k: dump[k] for k in DAY_IDENTITY}
+
+    def drift_state(self) -> dict:
+        """Where the day's drift stands (recorded in its metadata)."""
+        return {"epoch": EPOCH.isoformat(), "day_index": self.day, "drift": self.config.drift,
+                "effect_correlation_per_day": math.exp(-self.config.drift),
+                "tail_head": self.head, "tail_new_ids_per_day": {c: s for c, s in self.tail_step.items() if s}}
 
     def hex_ids(self, name: str, ids: np.ndarray) -> np.ndarray:
         """A bijective 32-bit mix of (id + per-column salt): distinct ids give distinct hashes."""
@@ -239,15 +373,15 @@ def file_name(index: int, gzip: bool) -> str:
     return f"part-{index:05d}.tsv" + (".gz" if gzip else "")
 
 
-def _file_rows(config: SynthConfig, index: int) -> tuple[int, int]:
-    return index * config.rows // config.files, (index + 1) * config.rows // config.files
+def _file_rows(rows: int, files: int, index: int) -> tuple[int, int]:
+    return index * rows // files, (index + 1) * rows // files
 
 
 def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None] | None = None):
     """Write part file ``index`` atomically; return its true probabilities and labels."""
     cfg = data.config
-    fs, root = fsspec.core.url_to_fs(cfg.out)
-    start, stop = _file_rows(cfg, index)
+    fs, root = fsspec.core.url_to_fs(data.out)
+    start, stop = _file_rows(data.rows, cfg.files, index)
     path = f"{root}/{file_name(index, cfg.gzip)}"
     probs, labels = [], []
     with atomic_open(path, "wb", fs) as raw:
@@ -286,14 +420,14 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _prepare_output(config: SynthConfig):
+def _prepare_output(out: str):
     """Make the folder; remove an earlier run's files (ours by name) but refuse to touch anything else."""
-    fs, root = fsspec.core.url_to_fs(config.out)
+    fs, root = fsspec.core.url_to_fs(out)
     fs.makedirs(root, exist_ok=True)
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
     foreign = [n for n in names if n != METADATA_FILE and not n.startswith("part-")]
     if foreign:
-        raise UserError(f"{config.out}: output folder holds files that synth did not write ({', '.join(foreign[:3])}). "
+        raise UserError(f"{out}: output folder holds files that synth did not write ({', '.join(foreign[:3])}). "
                         "Fix: pass an empty or new folder as --out.")
     if METADATA_FILE in names:
         fs.rm(f"{root}/{METADATA_FILE}")
@@ -303,33 +437,42 @@ def _prepare_output(config: SynthConfig):
     return fs, root
 
 
-def write(config: SynthConfig, progress: Callable[[int], None] | None = None) -> dict:
-    """Generate the dataset described by ``config``; return (and write last) its metadata."""
-    fs, root = _prepare_output(config)
-    data = SyntheticData(config)
+def _pool(config: SynthConfig) -> ProcessPoolExecutor | None:
+    """The processes that write part files in parallel; None where files are written in this process."""
     workers = config.workers or min(config.files, os.cpu_count() or 1)
+    fs, _ = fsspec.core.url_to_fs(config.out)
     if fs.protocol in ("memory", ("memory",)) or workers == 1 or config.files == 1:
-        parts = [_write_file(data, i, progress) for i in range(config.files)]
+        return None
+    # spawn, not fork: polars' thread pool does not survive a fork
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
+                progress: Callable[[int], None] | None) -> dict:
+    """Write ``data``'s part files, then its metadata (last); return the metadata."""
+    cfg = data.config
+    fs, root = _prepare_output(data.out)
+    if pool is None:
+        parts = [_write_file(data, i, progress) for i in range(cfg.files)]
     else:
         parts = []
-        # spawn, not fork: polars' thread pool does not survive a fork
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for part in pool.map(_write_file, [data] * config.files, range(config.files)):
-                parts.append(part)
-                if progress:
-                    progress(len(part[1]))
+        for part in pool.map(_write_file, [data] * cfg.files, range(cfg.files)):
+            parts.append(part)
+            if progress:
+                progress(len(part[1]))
     p = np.concatenate([part[0] for part in parts])
     y = np.concatenate([part[1] for part in parts])
     rate = float(y.mean())
     prior = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else float("nan")
-    metadata = {
-        "generator": "dlrmflow.preprocessing.synthetic",
-        "generator_version": GENERATOR_VERSION,
-        "format": "criteo-tsv",
-        "seed": config.seed,
-        "rows": config.rows,
-        "files": [{"name": file_name(i, config.gzip), "rows": b - a}
-                  for i, (a, b) in enumerate(_file_rows(config, i) for i in range(config.files))],
+    metadata = {"generator": "dlrmflow.preprocessing.synthetic", "generator_version": GENERATOR_VERSION,
+                "format": "criteo-tsv"}
+    if data.date is not None:
+        metadata["date"] = data.date.isoformat()
+    metadata.update({
+        "seed": cfg.seed,
+        "rows": data.rows,
+        "files": [{"name": file_name(i, cfg.gzip), "rows": b - a}
+                  for i, (a, b) in enumerate(_file_rows(data.rows, cfg.files, i) for i in range(cfg.files))],
         "label_rate": rate,
         "best_auc": _finite(roc_auc(p, y)),
         "best_logloss": log_loss(p, y),
@@ -337,16 +480,90 @@ def write(config: SynthConfig, progress: Callable[[int], None] | None = None) ->
         "expected_label_rate": float(p.mean()),
         "vocabulary_sizes": {c: int(v) for c, v in data.vocab.items()},
         "planted_model": data.model.describe(),
-        "config": config.model_dump(),
-    }
+    })
+    if data.date is not None:
+        metadata["drift"] = data.drift_state()
+    metadata["config"] = data.identity()
     write_atomic(f"{root}/{METADATA_FILE}", json.dumps(metadata, indent=2), fs)
     return metadata
 
 
-def generate(out: str, rows: int, files: int = 1, gzip: bool = False, seed: int = 0, **options) -> dict:
-    """Write ``rows`` synthetic Criteo rows under ``out``; return the metadata (see ``SynthConfig``)."""
+def write(config: SynthConfig, progress: Callable[[int], None] | None = None) -> dict:
+    """Generate the ``rows`` dataset described by ``config``; return (and write last) its metadata.
+    For a days config see ``write_days``."""
+    if config.days is not None:
+        raise ValueError("a days config (days, start, rows_per_day) is written by write_days")
+    pool = _pool(config)
     try:
-        config = SynthConfig(out=out, rows=rows, files=files, gzip=gzip, seed=seed, **options)
+        return _write_data(SyntheticData(config), pool, progress)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def day_folder(out: str, date: dt.date | str) -> str:
+    """The folder of one day: ``<out>/<YYYY-MM-DD>``."""
+    return f"{out.rstrip('/')}/{_iso_date(date).isoformat()}"
+
+
+def day_dates(config: SynthConfig) -> list[dt.date]:
+    """The dates a days config writes: ``days`` consecutive days from ``start``."""
+    return [config.start + dt.timedelta(days=i) for i in range(config.days)]
+
+
+def read_day(config: SynthConfig, date: dt.date) -> dict | None:
+    """The metadata of ``date``'s folder when it is complete and was written with ``config``'s day settings
+    (``DAY_IDENTITY``) by this generator version, else None."""
+    fs, root = fsspec.core.url_to_fs(day_folder(config.out, date))
+    try:
+        metadata = json.loads(fs.cat_file(f"{root}/{METADATA_FILE}"))
+    except (FileNotFoundError, ValueError):  # absent, or not ours: the day is written again
+        return None
+    dump = config.model_dump(mode="json")
+    if (metadata.get("generator_version") != GENERATOR_VERSION or metadata.get("date") != date.isoformat()
+            or metadata.get("config") != {k: dump[k] for k in DAY_IDENTITY}):
+        return None
+    if not all(fs.exists(f"{root}/{f['name']}") for f in metadata.get("files", [])):
+        return None
+    return metadata
+
+
+def write_days(config: SynthConfig, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Write the folder of each of ``config``'s days (``day_folder``), its metadata last; a day whose folder is
+    already complete for these settings (``read_day``) is kept as it is. Return each day's metadata."""
+    if config.days is None:
+        raise ValueError("a rows config is written by write")
+    pool = _pool(config)
+    try:
+        metadata = []
+        for date in day_dates(config):
+            done = read_day(config, date)
+            if done is None:
+                done = _write_data(SyntheticData(config, date), pool, progress)
+            elif progress:
+                progress(done["rows"])
+            metadata.append(done)
+        return metadata
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _config(**options) -> SynthConfig:
+    try:
+        return SynthConfig(**options)
     except ValidationError as e:
         raise UserError(f"invalid synth options: {e}") from None
-    return write(config)
+
+
+def generate(out: str, rows: int, files: int = 1, gzip: bool = False, seed: int = 0, **options) -> dict:
+    """Write ``rows`` synthetic Criteo rows under ``out``; return the metadata (see ``SynthConfig``)."""
+    return write(_config(out=out, rows=rows, files=files, gzip=gzip, seed=seed, **options))
+
+
+def generate_days(out: str, start: dt.date | str, days: int, rows_per_day: int, files: int = 1,
+                  gzip: bool = False, seed: int = 0, **options) -> list[dict]:
+    """Write ``days`` daily folders of ``rows_per_day`` rows from ``start`` under ``out``; return each
+    day's metadata (see ``SynthConfig``, ``write_days``)."""
+    return write_days(_config(out=out, start=start, days=days, rows_per_day=rows_per_day, files=files,
+                              gzip=gzip, seed=seed, **options))

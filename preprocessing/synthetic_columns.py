@@ -190,3 +190,20 @@ def sample_counts(rng: np.random.Generator, prof: NumericalProfile, latent: np.n
         counts[u > 1 - prof.negative] = -1
         counts[u > 1 - prof.negative * 0.006] = -2
     return counts
+
+
+def tail_step(prof: CategoricalProfile, vocab: int, head: int, share: float) -> int:
+    """Ranks the ids beyond ``head`` move down per day so that the ids new each day (entering at rank
+    ``head``) take ``share`` of the rows of ranks >= ``head``; 0 when there is no such tail or no drift."""
+    if vocab - head <= 0 or share <= 0:
+        return 0
+    below = tail_cdf(prof, head, vocab)
+    target = share * (1 - below)
+    lo, hi = 1, vocab - head  # the smallest step whose ranks hold ``target``
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tail_cdf(prof, head + mid, vocab) - below >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -23,12 +23,21 @@ class Counter:
         self.sizes = dict.fromkeys(features, 0)
         self.factor = compact_factor
 
-    def add(self, df: pl.DataFrame) -> None:
-        """Count the non-missing values of each feature in ``df`` (all features in one parallel pass)."""
+    def add(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> None:
+        """Count the non-missing values of each feature in ``df`` (all features in one parallel pass); a feature
+        in ``dictionaries`` holds codes into it (see ``dictionary_encode``) and is counted by a bincount."""
+        dictionaries = dictionaries or {}
         lazy = df.lazy()
+        grouped = [f for f in self.pending if f not in dictionaries]
         queries = [lazy.select(pl.col(f).alias("value")).drop_nulls().group_by("value")
-                   .agg(pl.len().cast(pl.Int64).alias("count")) for f in self.pending]
-        for (f, parts), counts in zip(self.pending.items(), pl.collect_all(queries)):
+                   .agg(pl.len().cast(pl.Int64).alias("count")) for f in grouped]
+        found = dict(zip(grouped, pl.collect_all(queries)))
+        for f, values in dictionaries.items():
+            if f in self.pending:
+                n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:]
+                found[f] = pl.DataFrame({"value": values, "count": n.astype(np.int64)}).filter(pl.col("count") > 0)
+        for f, counts in found.items():
+            parts = self.pending[f]
             parts.append(counts)
             if sum(map(len, parts)) > self.factor * max(self.sizes[f], 1 << 16):
                 self._compact(f)
@@ -127,17 +136,51 @@ class IntLookup:
         return out
 
 
-def encoder(vocabs: dict[str, pl.DataFrame]):
-    """A function rows -> {feature: index array} per vocabulary feature (0: missing or not kept)."""
-    lookups, exprs = {}, []
-    for f, v in vocabs.items():
-        if v["value"].dtype.is_integer():
-            lookups[f] = IntLookup(v["value"].to_numpy(), v["index"].to_numpy())
-        else:
-            exprs.append(pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64))
+def dictionary_encode(df: pl.DataFrame, features: list[str]) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
+    """Replace each integer column of ``features`` by UInt32 codes into its distinct values (1..n; 0: missing);
+    returns the coded rows and each feature's values in code order (code k is values[k - 1]). Counting is then a
+    bincount and encoding one vocabulary lookup per distinct value plus a gather (``Encoder``)."""
+    coded = [f for f in features if df[f].dtype.is_integer()]
+    if not coded:
+        return df, {}
+    uniques = df.lazy().select(pl.col(f).drop_nulls().unique().implode() for f in coded).collect()
+    values, codes = {}, {}
+    for f in coded:
+        values[f] = uniques[f][0].to_numpy()
+        lookup = IntLookup(values[f], np.arange(1, len(values[f]) + 1))
+        column = df[f]
+        c = lookup(column.fill_null(values[f][0] if len(values[f]) else 0).to_numpy() if column.null_count()
+                   else column.to_numpy()).astype(np.uint32)
+        if column.null_count():
+            c[column.is_null().to_numpy()] = 0
+        codes[f] = pl.Series(f, c)
+    return df.with_columns(**codes), values
 
-    def encode(df: pl.DataFrame) -> dict[str, np.ndarray]:
-        out = {f: c.to_numpy() for f, c in df.select(exprs).to_dict().items()} if exprs else {}
+
+class Encoder:
+    """Rows -> {feature: index array} per vocabulary feature (0: missing or not kept), built once per vocabulary."""
+
+    def __init__(self, vocabs: dict[str, pl.DataFrame]):
+        self.lookups, self.exprs = {}, {}
+        for f, v in vocabs.items():
+            if v["value"].dtype.is_integer():
+                self.lookups[f] = IntLookup(v["value"].to_numpy(), v["index"].to_numpy())
+            else:
+                self.exprs[f] = pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
+
+    def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``)."""
+        dictionaries = dictionaries or {}
+        out = {}
+        for f, values in dictionaries.items():
+            if f in self.lookups:
+                remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
+                remap[1:] = self.lookups[f](values)
+                out[f] = remap[df[f].to_numpy()]
+        exprs = [e for f, e in self.exprs.items() if f not in dictionaries]
+        lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries}
+        if exprs:
+            out |= {f: c.to_numpy() for f, c in df.select(exprs).to_dict().items()}
         nulls = [f for f in lookups if df[f].null_count()]
         if nulls:   # one parallel polars pass: nulls -> 0 (looked up, then set to index 0) and null masks
             filled = df.select([pl.col(f).fill_null(0) for f in nulls] + [pl.col(f).is_null().alias(f"{f}\0")
@@ -150,4 +193,3 @@ def encoder(vocabs: dict[str, pl.DataFrame]):
                 idx = lookup(df[f].to_numpy())
             out[f] = idx
         return out
-    return encode

@@ -43,10 +43,10 @@ def test_killed_run_resumes_to_identical_bytes(criteo_10k, tmp_path):
     reference = Path(run(PreprocessConfig(inputs=[str(inputs)], out=str(tmp_path / "ref"), frequency_threshold=2,
                                           progress=False)))
     out = tmp_path / "out"
-    _kill_when(_start(inputs, out, 1), out, "_work/*/parsed/*.json", 3)           # during parsing
+    _kill_when(_start(inputs, out, 1), out, "_files/*/parsed.json", 3)              # during parsing
     assert not list(out.glob("datasets/*/_SUCCESS"))
-    _kill_when(_start(inputs, out, 2), out, "_work/*/counts/0000??", 2)            # during counting, 2 workers
-    assert len(list(out.glob("_work/*/parsed/*.arrow"))) == 20                     # parsing finished, kept
+    _kill_when(_start(inputs, out, 2), out, "_files/*/counts", 2)                   # during counting, 2 workers
+    assert len(list(out.glob("_files/*/parsed"))) == 20                           # parsing finished, kept
     dataset = Path(run(PreprocessConfig(inputs=[str(inputs)], out=str(out), frequency_threshold=2, progress=False)))
     assert dataset.name == reference.name
     assert_same_files(reference, dataset)

@@ -3,12 +3,15 @@
 ``roc_png`` draws the ROC curve with its AUC in the legend; ``calibration_png`` draws the
 reliability diagram (mean prediction vs observed click rate per probability bin, with the
 diagonal for reference) above a histogram of how many rows fall in each bin; ``training_curve_png``
-draws a run's metrics.jsonl: loss, validation AUC and log loss (the best evaluation marked), samples/s.
+draws a run's metrics.jsonl: loss, validation AUC and log loss (the best evaluation marked), samples/s;
+``model_history_png`` draws a named model's history: challenger and champion AUC and log loss by date, the
+promotions marked.
 """
 
 from __future__ import annotations
 
 import io
+from datetime import date as Date
 
 import matplotlib
 
@@ -107,4 +110,35 @@ def training_curve_png(records: list[dict], best_metric: str, title: str) -> byt
     rate_ax.set_xlabel("step")
     for ax in (loss_ax, eval_ax, rate_ax):
         ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def model_history_png(history: list[dict], title: str = "") -> bytes:
+    """Challenger and champion AUC (and log loss below) on each run's test day, from a model's history.jsonl
+    lines (``date``, ``challenger`` and ``champion`` metrics, ``decision``); promotions are marked with a star.
+    Missing values (no champion yet, a NaN AUC) leave gaps."""
+    lines = sorted(history, key=lambda e: e["date"])
+    days = [Date.fromisoformat(e["date"]) for e in lines]
+
+    def series(side: str, key: str) -> list[float]:
+        return [np.nan if (e.get(side) or {}).get(key) is None else e[side][key] for e in lines]
+
+    fig, (auc_ax, loss_ax) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    for ax, key, label in ((auc_ax, "auc", "AUC"), (loss_ax, "logloss", "log loss")):
+        ax.plot(days, series("challenger", key), "o-", color="tab:blue", lw=1.5, label=f"challenger {label}")
+        ax.plot(days, series("champion", key), "s--", color="tab:grey", lw=1.5, label=f"champion {label}")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    promoted = [(d, e["challenger"].get("auc")) for d, e in zip(days, lines)
+                if e.get("decision") in ("promoted", "first") and e["challenger"].get("auc") is not None]
+    if promoted:
+        auc_ax.plot(*zip(*promoted), "*", color="tab:orange", markersize=15, label="promoted", zorder=3)
+    if not lines:
+        auc_ax.text(0.5, 0.5, "no runs yet", ha="center", va="center", transform=auc_ax.transAxes)
+    kept = sum(e.get("decision") == "kept" for e in lines)
+    auc_ax.set_title(f"Champion and challenger on each test day{' - ' + title if title else ''}\n"
+                     f"{len(lines)} runs: {len(promoted)} promoted, {kept} kept", fontsize=10)
+    auc_ax.legend(loc="best", fontsize=8)
+    loss_ax.set_xlabel("test day")
+    fig.autofmt_xdate()
     return _png(fig)

@@ -13,6 +13,11 @@ examples:
   dlrmflow run
   dlrmflow run --input data/day_*.gz --preset criteo-sample --store s3://bucket/dlrm
   dlrmflow run --input adult.parquet --spec examples/adult.yaml --split random:train=0.8,val=0.1,test=0.1,seed=0
+  dlrmflow run --date 2026-11-05 --input 'logs/{date}/part-*' --train-days 3 --model demo
+
+A dated run (--train-days, inputs with {date} or {date:%Y/%m/%d}) trains on the days before --date
+(default: yesterday), validates on the last of them, tests on --date, and with --model promotes the
+new model when it beats the champion (store/models/NAME). Without inputs it uses drifting synthetic days.
 
 Prefect runs in ephemeral mode unless PREFECT_API_URL points at a server (then the runs show in its UI).
 S3 settings come from the AWS_* variables or --credentials-block.
@@ -24,7 +29,8 @@ def add_arguments(p) -> None:
     from flows.options import add_options, add_set_option
 
     p.add_argument("--config", help="training config YAML (instead of a preset)")
-    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train"})
+    p.add_argument("--date", help="the day a dated run tests on, YYYY-MM-DD (default: today minus --lag-days)")
+    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"})
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 
@@ -57,21 +63,29 @@ def run(args) -> int:
     import time
 
     from flows.store import Store
+    from flows.window import run_date
 
     start = time.monotonic()
     config = build_config(args)
     from flows.pipeline import checked_preprocess_config, pipeline
 
     store = Store(config.store)
-    checked_preprocess_config(config, store)  # fail fast, before Prefect starts
+    date = run_date(args.date, None, config.window) if config.dated else None
+    if args.date and not date:
+        from common.errors import UserError
+        raise UserError("--date is for dated runs. Fix: pass --train-days N (and inputs with {date}).")
+    checked_preprocess_config(config, store, date)  # fail fast, before Prefect starts
     if not config.credentials_block:
         store.check()
     from training.report import format_table
 
-    out = pipeline(config)
+    out = pipeline(config, date)
     print(f"\ndlrmflow run finished in {time.monotonic() - start:.0f} s")
-    for key in ("store", "dataset", "run", "evaluation"):
-        print(f"  {key:<11} {out[key]}")
+    for key in ("date", "store", "dataset", "run", "evaluation"):
+        if key in out:
+            print(f"  {key:<11} {out[key]}")
     print(f"{config.evaluate.split} metrics (checkpoint step {out['metrics'].get('step')}):")
     print(format_table(out["metrics"]))
+    if decision := out.get("decision"):
+        print(f"model {config.model}: {decision['decision']} ({decision['reason']})")
     return 0

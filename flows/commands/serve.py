@@ -9,6 +9,11 @@ Needs a running Prefect server and PREFECT_API_URL pointing at it, e.g.:
   PREFECT_SERVER_API_HOST=127.0.0.1 PREFECT_SERVER_API_PORT=4200 prefect server start
   export PREFECT_API_URL=http://127.0.0.1:4200/api
   dlrmflow serve --store s3://bucket/dlrm --cron "0 2 * * *"
+  dlrmflow serve --input 's3://logs/{date}/*.gz' --train-days 7 --model ctr --cron "0 2 * * *"
+The pipeline options (those of dlrmflow run) are the scheduled runs' parameters. With a dated input
+template and --train-days, each night's run is for yesterday (--lag-days 1): it trains on the
+--train-days days before that day, tests on it, and promotes the new model of --model when it beats
+the champion. Runs of the pipeline queue, one at a time.
 Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop with Ctrl-C or
 SIGTERM: all four deployments are paused and the pipeline's upcoming scheduled runs removed until
 serve runs again. If the server stops answering, serve ends with an error.
@@ -19,7 +24,8 @@ def add_arguments(parser) -> None:
     from flows.config import ServeConfig
     from flows.options import add_options
 
-    add_options(parser, ServeConfig)
+    add_options(parser, ServeConfig, skip={"pipeline.store", "pipeline.window.timezone"},
+                flatten={"pipeline", "pipeline.preprocess", "pipeline.train", "pipeline.window"})
 
 
 def run(args) -> int:
@@ -37,6 +43,6 @@ def run(args) -> int:
     config = build(ServeConfig, args)
     store = Store(config.store)
     store.check()
-    print(f"serving 4 deployments (pipeline: cron '{config.cron}' {config.timezone}), store {store.uri}", flush=True)
+    print(f"serving the deployments (pipeline: cron '{config.cron}' {config.timezone}), store {store.uri}", flush=True)
     serve_all(config.model_copy(update={"store": store.uri}))
     return 0

@@ -12,30 +12,53 @@ Writes part-NNNNN.tsv[.gz] (40 tab-separated fields, like the Kaggle DAC train.t
 _synth_metadata.json with the label rate, the best achievable ROC AUC and log loss, and the
 planted model. The same --seed and --rows give identical bytes, whatever --files or --workers.
 
-example: dlrmflow synth --rows 1M --files 4 --gzip --out data/synth
+With --days, writes one folder per date, OUT/YYYY-MM-DD/part-NNNNN.tsv[.gz] and its own
+_synth_metadata.json (the day's best AUC and drift state), whose planted model drifts slowly
+from day to day (effects move, new ids appear, old ones fade; --drift 0: none). A day's bytes
+depend only on its date, --seed, --rows-per-day, --files, --gzip and the model options, not on
+--start or --days; a day folder already complete for these settings is kept, not rewritten.
+
+examples:
+  dlrmflow synth --rows 1M --files 4 --gzip --out data/synth
+  dlrmflow synth --days 7 --start 2026-11-01 --rows-per-day 100k --files 2 --out data/days
 """
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from flows.options import add_options
     from preprocessing.synthetic import SynthConfig
 
-    add_options(parser, SynthConfig)
-    parser.add_argument("--quiet", action="store_true", help="No progress bar; print only the metadata path.")
+    add_options(parser, SynthConfig, skip=("start",))
+    # text, not YAML: the model's own date check gives the message for a bad date
+    parser.add_argument("--start", dest="@config:start", default=argparse.SUPPRESS, metavar="START",
+                        help=SynthConfig.model_fields["start"].description)
+    parser.add_argument("--quiet", action="store_true", help="No progress bar; print only the metadata path(s).")
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from flows.options import build
-    from preprocessing.synthetic import METADATA_FILE, SynthConfig, write
+    from preprocessing.synthetic import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
+                                         write_days)
 
     config = build(SynthConfig, args)
-    with tqdm(total=config.rows, unit="rows", unit_scale=True, disable=args.quiet, desc="synth") as bar:
-        metadata = write(config, progress=bar.update)
-    target = config.out.rstrip("/") + "/" + METADATA_FILE
-    if args.quiet:
-        print(target)
+    if config.days is None:
+        total, kept = config.rows, set()
     else:
-        summary = {k: metadata[k] for k in ("rows", "label_rate", "best_auc", "best_logloss")}
-        print(f"wrote {len(metadata['files'])} file(s) and {target}: {json.dumps(summary)}")
+        total = config.days * config.rows_per_day
+        kept = {d.isoformat() for d in day_dates(config) if read_day(config, d) is not None}
+    with tqdm(total=total, unit="rows", unit_scale=True, disable=args.quiet, desc="synth") as bar:
+        if config.days is None:
+            written = [(config.out, write(config, progress=bar.update))]
+        else:
+            written = [(day_folder(config.out, m["date"]), m) for m in write_days(config, progress=bar.update)]
+    for folder, metadata in written:
+        target = folder.rstrip("/") + "/" + METADATA_FILE
+        if args.quiet:
+            print(target)
+        else:
+            summary = {k: metadata[k] for k in ("rows", "label_rate", "best_auc", "best_logloss")}
+            done = "kept (already complete)" if metadata.get("date") in kept else "wrote"
+            print(f"{done} {len(metadata['files'])} file(s) and {target}: {json.dumps(summary)}")
     return 0

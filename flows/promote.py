@@ -1,0 +1,75 @@
+"""After a dated run: the new model (challenger) against the named model's champion on the test day's raw rows,
+each with its own vocabulary; the better one is the champion (``flows.models`` records it under a lock). Then the
+parsed parts of days no later window needs are removed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import posixpath
+import tempfile
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NONE
+
+from flows import artifacts, models, scoring
+from flows.config import PipelineConfig
+from flows.errors import user_errors
+from flows.scoring import ScoreConfig
+from flows.store import Store
+from flows.window import Window
+from training.rundir import RunDir
+
+METRICS = ("auc", "logloss", "rows")   # what the comparison records of each model on the test day
+
+
+@task(cache_policy=NONE)
+@user_errors
+def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dataset: str,
+            metrics: dict) -> dict:
+    """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
+    (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
+    log = get_run_logger()
+    model = models.model_uri(store.uri, config.model)
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
+
+        def score(**which) -> dict:
+            out = os.path.join(scratch, f"{len(os.listdir(scratch))}.parquet")
+            summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out,
+                                                nproc=config.evaluate.nproc, progress=False), on_line=log.info)
+            return {k: summary[k] for k in METRICS}
+
+        if config.evaluate.split == "test" and not config.evaluate.dataset:
+            mine = {k: metrics[k] for k in METRICS}   # evaluation scored exactly the test day, with this vocabulary
+        else:
+            mine = score(run=run.uri, checkpoint=metrics["step"])
+        champion = models.load_champion(model)
+        theirs = None
+        if champion is not None and champion.run != run.uri:
+            log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
+                     days.date)
+            theirs = score(model=model)
+        candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
+                     "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
+                     "window": [d.isoformat() for d in days.days], "metrics": mine}
+        entry = models.record(model, candidate, theirs, champion.run if champion else None,
+                              margin=config.promote_margin, score_champion=lambda _: score(model=model), say=log.info)
+    log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
+    artifacts.model_history(model, config.model, entry)
+    return entry
+
+
+def prune(config: PipelineConfig, store: Store, days: Window) -> list[str]:
+    """Remove the stored parsed parts of the days before the next night's window (less ``retain_days``)."""
+    from preprocessing import prune_file_parts
+
+    cutoff = days.date + dt.timedelta(days=1 - config.window.train_days - config.window.retain_days)
+
+    def old(uri: str) -> bool:
+        day = days.owns(uri)
+        return day is not None and day < cutoff
+
+    removed = prune_file_parts(store.uri, old, work_dir=config.preprocess.work_dir)
+    if removed:
+        get_run_logger().info("removed the parsed parts of %d input file(s) older than %s", len(removed), cutoff)
+    return removed

@@ -1,0 +1,208 @@
+"""Dated inputs and rolling windows: a run is for a date; input URI templates hold ``{date}`` (ISO) or
+``{date:%Y/%m/%d}`` (strftime); the run trains on the days before its date and tests on the date itself.
+
+``Window.resolve`` turns templates and a date into the ``split=URI`` inputs of the `files` split rule, after
+checking that every day it needs is there (a missing day fails before any work, naming the date and URI)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+import fsspec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from common.errors import UserError
+
+_PLACEHOLDER = re.compile(r"\{date(?::([^{}]*))?\}")
+_BRACES = re.compile(r"[{}]")
+
+
+class WindowConfig(BaseModel):
+    """Which days a dated run trains, validates and tests on (used when the inputs hold `{date}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_days: int | None = Field(None, ge=2, description="Days before the run's date to train on (the last "
+                                   "`val_days` of them validate, held out of training); the date itself is the test "
+                                   "day. Needed when the inputs hold {date}.")
+    val_days: int = Field(1, ge=1, description="The last days of the window that validate instead of training.")
+    min_days: int | None = Field(None, ge=2, description="Run with fewer days when some are missing, down to this "
+                                 "many (default: train_days; a missing test day always fails).")
+    lag_days: int = Field(1, ge=0, description="Without a date, the run's date is its scheduled day minus this many "
+                          "days (a 02:00 run processes yesterday).")
+    timezone: str = Field("UTC", description="Time zone in which a scheduled time becomes the run's day.")
+    retain_days: int = Field(0, ge=0, description="Keep the parsed parts of this many days before the next night's "
+                             "window too (for backfills); older ones are removed after a run.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, name: str) -> str:
+        try:
+            ZoneInfo(name)
+        except (KeyError, ValueError):
+            raise ValueError(f"{name!r} is not a time zone; e.g. UTC or Europe/Berlin") from None
+        return name
+
+    @model_validator(mode="after")
+    def _days(self) -> "WindowConfig":
+        if self.train_days is not None and self.train_days <= self.val_days:
+            raise ValueError(f"train_days ({self.train_days}) must exceed val_days ({self.val_days}): the window "
+                             "needs at least one training day")
+        if self.min_days is not None and self.train_days is not None and self.min_days > self.train_days:
+            raise ValueError(f"min_days ({self.min_days}) exceeds train_days ({self.train_days})")
+        return self
+
+
+def is_dated(uri: str) -> bool:
+    """Whether ``uri`` holds a ``{date}`` placeholder."""
+    return bool(_PLACEHOLDER.search(uri))
+
+
+def resolve(template: str, day: dt.date) -> str:
+    """``template`` with its ``{date}`` / ``{date:FORMAT}`` placeholders filled in for ``day``."""
+    def fill(m: re.Match) -> str:
+        fmt = m.group(1)
+        return day.isoformat() if not fmt else day.strftime(fmt)
+
+    uri = _PLACEHOLDER.sub(fill, template)
+    if _BRACES.search(uri):
+        raise UserError(f"input template '{template}': only {{date}} or {{date:FORMAT}} (strftime, e.g. "
+                        "{date:%Y/%m/%d}) may appear in braces. Fix: correct the placeholder.")
+    return uri
+
+
+def check_template(template: str) -> None:
+    """Fail on a template whose placeholders cannot be filled (unknown names, a format without a % field)."""
+    for m in _PLACEHOLDER.finditer(template):
+        if m.group(1) is not None and "%" not in m.group(1):
+            raise UserError(f"input template '{template}': format '{m.group(1)}' has no strftime field. Fix: use "
+                            "e.g. {date:%Y/%m/%d}, or {date} for YYYY-MM-DD.")
+    resolve(template, dt.date(2000, 1, 1))
+
+
+def run_date(given: dt.date | str | None, scheduled: dt.datetime | None, config: WindowConfig) -> dt.date:
+    """The run's date: ``given``, else the scheduled time (now when None) in the window's time zone minus the lag."""
+    if given:
+        return given if isinstance(given, dt.date) else parse_date(given)
+    when = scheduled or dt.datetime.now(dt.timezone.utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(ZoneInfo(config.timezone)).date() - dt.timedelta(days=config.lag_days)
+
+
+def parse_date(text: str) -> dt.date:
+    """A YYYY-MM-DD date, else a UserError."""
+    try:
+        return dt.date.fromisoformat(str(text).strip())
+    except ValueError:
+        raise UserError(f"date {text!r} is not a date. Fix: use YYYY-MM-DD, e.g. 2026-11-20.") from None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The days of one run: training days, validation days and the test day (its date)."""
+
+    templates: tuple[str, ...]
+    date: dt.date
+    train: tuple[dt.date, ...]
+    val: tuple[dt.date, ...]
+    missing: tuple[tuple[dt.date, str], ...] = ()   # (day, URI it looked for) left out of the window
+
+    @property
+    def days(self) -> tuple[dt.date, ...]:
+        """Every day the run reads, oldest first."""
+        return self.train + self.val + (self.date,)
+
+    def inputs(self) -> list[str]:
+        """The ``split=URI`` inputs (the `files` split rule): train, then val, then test."""
+        return [f"{split}={resolve(t, day)}" for split, days in (("train", self.train), ("val", self.val),
+                                                                 ("test", (self.date,)))
+                for day in days for t in self.templates]
+
+    def test_inputs(self) -> list[str]:
+        """The test day's input URIs (globs as given)."""
+        return [resolve(t, self.date) for t in self.templates]
+
+    def owns(self, uri: str) -> dt.date | None:
+        """The day of an input file ``uri`` of these templates, None when it is not one of theirs."""
+        return day_of(list(self.templates), uri)
+
+    def describe(self) -> str:
+        text = (f"window for {self.date}: train {_span(self.train)}, val {_span(self.val)}, test {self.date}")
+        if self.missing:
+            text += "; missing days left out: " + ", ".join(f"{d} ({uri})" for d, uri in self.missing)
+        return text
+
+
+def _span(days: tuple[dt.date, ...]) -> str:
+    return str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]} ({len(days)} days)"
+
+
+def window(templates: list[str], date: dt.date, config: WindowConfig, check: bool = True) -> Window:
+    """The window of ``date``, every day's inputs checked unless not ``check`` (fsspec): a missing test day, or
+    fewer than ``min_days`` days before the date, fails before any work with the dates and URIs looked for."""
+    if not config.train_days:
+        raise UserError("the inputs hold {date} but no window is set. Fix: pass --train-days N (the days before "
+                        "the run's date to train on).")
+    templates = [t if "://" in t else os.path.abspath(t) for t in templates]   # runs may change directory
+    for t in templates:
+        check_template(t)
+    before = [date - dt.timedelta(days=k) for k in range(config.train_days, 0, -1)]
+    lacking = {day: uri for day in (*before, date) for uri in [_missing(templates, day) if check else None] if uri}
+    if date in lacking:
+        raise UserError(f"no input for the test day {date}: nothing at {lacking[date]}. Fix: wait for that day's "
+                        "logs, or run for another date (--date YYYY-MM-DD).")
+    present = [d for d in before if d not in lacking]
+    needed = config.min_days or config.train_days
+    if len(present) < needed:
+        listed = ", ".join(f"{d} ({uri})" for d, uri in lacking.items())
+        raise UserError(f"the window for {date} needs {needed} of the {config.train_days} days before it, but "
+                        f"{len(lacking)} are missing: {listed}. Fix: add those days' logs, or lower --min-days.")
+    val = min(config.val_days, len(present) - 1)
+    return Window(tuple(templates), date, tuple(present[:len(present) - val]), tuple(present[len(present) - val:]),
+                  tuple(lacking.items()))
+
+
+def _missing(templates: list[str], day: dt.date) -> str | None:
+    """The first URI of ``day`` that matches no file, else None."""
+    for t in templates:
+        uri = resolve(t, day)
+        try:
+            fs, path = fsspec.core.url_to_fs(uri)
+            found = fs.glob(path) if any(ch in path for ch in "*?[") else fs.exists(path)
+        except FileNotFoundError:
+            found = False
+        except (OSError, ValueError, ImportError) as e:
+            raise UserError(f"input '{uri}' cannot be read: {e}. Fix: check the URI, the endpoint "
+                            "(AWS_ENDPOINT_URL) and the credentials (AWS_* environment variables).") from None
+        if not found:
+            return uri
+    return None
+
+
+def day_of(templates: list[str], uri: str) -> dt.date | None:
+    """The day whose inputs ``uri`` is one of (by the templates, globs allowed), None when it is none of theirs."""
+    for t in templates:
+        formats, pattern, last = [], "", 0
+        for m in _PLACEHOLDER.finditer(t):
+            pattern += _glob_regex(t[last:m.start()]) + "(.+?)"
+            formats.append(m.group(1) or "%Y-%m-%d")
+            last = m.end()
+        match = re.fullmatch(pattern + _glob_regex(t[last:]), uri) if formats else None
+        if not match:
+            continue
+        try:
+            days = {dt.datetime.strptime(text, fmt).date() for text, fmt in zip(match.groups(), formats)}
+        except ValueError:
+            continue
+        if len(days) == 1:
+            return days.pop()
+    return None
+
+
+def _glob_regex(text: str) -> str:
+    return "".join("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch) for ch in text)
