@@ -140,12 +140,13 @@ def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tupl
             return "kept", f"no champion yet, but the challenger's AUC is NaN ({_summary(challenger)}): not promoted"
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
     old = _number(champion, "auc")
-    both = f"challenger {_summary(challenger)}; champion {_summary(champion)}; margin {margin:g}"
     if math.isnan(new) or math.isnan(old):
-        return "kept", f"an AUC is NaN, so the models cannot be compared: champion kept ({both})"
+        return "kept", (f"an AUC is NaN, so the models cannot be compared: champion kept (challenger "
+                        f"{_summary(challenger)}; champion {_summary(champion)})")
+    losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
     if new >= old + margin:
-        return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g} ({both})"
-    return "kept", f"challenger AUC {new:.4f} < champion AUC {old:.4f} + margin {margin:g} ({both})"
+        return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g}; {losses}"
+    return "kept", f"challenger AUC {new:.4f} < champion AUC {old:.4f} + margin {margin:g}; {losses}"
 
 
 # --- the promotion lock --------------------------------------------------------------------------------------
@@ -420,6 +421,10 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         reason_prefix = ""
         if current is None:
             measured = None
+        elif current.date > challenger.date:   # a backfill, or runs that started out of order
+            measured = None
+            reason_prefix = (f"the champion was tested on a later day ({current.date}) than this run "
+                             f"({challenger.date}), and an older day's model never replaces a newer one: ")
         elif champion_metrics is not None and champion_run == current.run:
             measured = champion_metrics
         elif score_champion is not None:

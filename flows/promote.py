@@ -45,7 +45,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             mine = score(run=run.uri, checkpoint=metrics["step"])
         champion = models.load_champion(model)
         theirs = None
-        if champion is not None and champion.run != run.uri:
+        if champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat():
             log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
                      days.date)
             theirs = score(model=model)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 from pathlib import Path
 
 import yaml
@@ -26,6 +27,16 @@ def _parsed(store: Path) -> dict[str, float]:
     """Input URI -> when its stored parse was finished (the per-file parts under the store)."""
     return {json.loads((p.parent / "entry.json").read_text())["uri"]: p.stat().st_mtime
             for p in store.glob("_files/*/parsed.json")}
+
+
+def _answer(call, *args):
+    """The server's answer, None while it still starts (503)."""
+    try:
+        return call(*args)
+    except urllib.error.HTTPError as e:
+        if e.code != 503:
+            raise
+        return None
 
 
 def test_three_nights_served_with_overlapping_triggers(tmp_path):
@@ -46,7 +57,7 @@ def test_three_nights_served_with_overlapping_triggers(tmp_path):
             process_group([str(BIN / "prefect"), "server", "start"], env=env, stdout=server_log,
                           stderr=subprocess.STDOUT) as server:
         wait_for_port(port, server, 120)
-        _until(lambda: _get(f"{api}/health"), 60, "the server's health", server)
+        _until(lambda: _answer(_get, f"{api}/health"), 60, "the server's health", server)
         with process_group([sys.executable, "-m", "flows", "serve", *serve_args], env=env, stdout=serve_log,
                            stderr=subprocess.STDOUT) as serve:
             pipeline = _until(lambda: next((d for d in _post(f"{api}/deployments/filter", {})
@@ -54,11 +65,12 @@ def test_three_nights_served_with_overlapping_triggers(tmp_path):
             defaults = pipeline["parameters"]["config"]   # the form's defaults are serve's options
             assert defaults["preprocess"]["inputs"] == [f"{logs}/{{date}}/part-*"]
             assert (defaults["window"]["train_days"], defaults["model"]) == (3, "demo")
-            assert pipeline["concurrency_limit"] == 1
+            assert pipeline["global_concurrency_limit"]["limit"] == 1
+            assert pipeline["concurrency_options"]["collision_strategy"] == "ENQUEUE"
 
             def trigger(date: str) -> str:   # as the UI's Run button with only the date filled in
-                return _post(f"{api}/deployments/{pipeline['id']}/create_flow_run",
-                             {"parameters": {"date": date}})["id"]
+                return _until(lambda: _answer(_post, f"{api}/deployments/{pipeline['id']}/create_flow_run",
+                                              {"parameters": {"date": date}}), 60, "a new run", server)["id"]
 
             def finish(run_id: str) -> dict:
                 run = _until(lambda: (r := _get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
@@ -68,8 +80,14 @@ def test_three_nights_served_with_overlapping_triggers(tmp_path):
 
             first = finish(trigger(NIGHTS[0]))
             after_first = _parsed(store)
-            assert sorted(after_first) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (1, 2, 3, 4)]
-            second_id, third_id = trigger(NIGHTS[1]), trigger(NIGHTS[2])   # overlapping triggers: they queue
+            # 11-01 is pruned: the next night's window (11-02..11-05) does not read it
+            assert sorted(after_first) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (2, 3, 4)]
+            # overlapping triggers: the third night is triggered while the second runs, and waits for it
+            second_id = trigger(NIGHTS[1])
+            _until(lambda: _get(f"{api}/flow_runs/{second_id}")["state"]["type"] == "RUNNING", 120, "night 2", serve)
+            third_id = trigger(NIGHTS[2])
+            _until(lambda: _get(f"{api}/flow_runs/{third_id}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
+                   "night 3 to queue", serve)
             second, third = finish(second_id), finish(third_id)
             assert _time(first["end_time"]) <= _time(second["start_time"])
             assert _time(second["end_time"]) <= _time(third["start_time"]), "two nights ran at once"

@@ -123,6 +123,13 @@ def test_champion_changed_while_training(model):
     assert models.load_champion(model).run == "/store/runs/r2"
 
 
+def test_an_older_days_model_never_replaces_a_newer_champion(model):
+    models.record(model, candidate("r6", "2026-11-06", 0.70))
+    entry = models.record(model, candidate("r5", "2026-11-05", 0.99), score_champion=lambda c: 1 / 0)  # a backfill
+    assert entry["decision"] == "kept" and "later day (2026-11-06)" in entry["reason"]
+    assert models.load_champion(model).run == "/store/runs/r6"
+
+
 def test_a_failure_before_the_writes_changes_nothing(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
     before = (read(model, models.CHAMPION_FILE), read(model, models.HISTORY_FILE))
