@@ -31,6 +31,10 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
     log = get_run_logger()
     model = models.model_uri(store.uri, config.model)
+    done = [e for e in models.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
+    if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again
+        log.info("model %s on %s: already decided (%s)", config.model, days.date, done[-1]["decision"])
+        return done[-1]
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
 
         def score(**which) -> dict:
