@@ -40,7 +40,7 @@ class DLRMInference(nn.Module):
         self.tables = nn.ModuleList([nn.Embedding(r, dim) for r in rows])
         self.register_buffer("rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
         self.bottom = nn.ModuleList(_linears([n_num, *config["bottom_mlp"]]))
-        width = (n_cat + 1) * dim if self.dcn else dim + n_cat + n_cat * (n_cat + 1) // 2
+        width = (n_cat + 1) * dim if self.dcn else dim + n_cat * (n_cat + 1) // 2   # pairs of [dense, *tables]
         self.cross = nn.ModuleList([_Cross(width, config["dcn_rank"]) for _ in range(config["dcn_layers"])]
                                    if self.dcn else [])
         self.top = nn.ModuleList(_linears([width, *config["top_mlp"]]))
