@@ -113,6 +113,7 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     from training.score import predict_parts, write_scores
 
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+    config = _with_champion_bundle(config)
     if config.bundle:
         if config.model or config.run:
             resolve(config)   # the error naming both
@@ -138,6 +139,18 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary
+
+
+def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
+    """A model's champion scores with its serving bundle when it has one (one process, no torchrun)."""
+    from flows.models import load_champion
+
+    if not config.model or config.run or config.bundle:
+        return config
+    champion = load_champion(config.model)
+    if champion is None or not champion.bundle:
+        return config
+    return config.model_copy(update={"model": None, "bundle": champion.bundle})
 
 
 def _score_bundle(config: ScoreConfig, say: Callable[[str], None]) -> dict[str, Any]:
