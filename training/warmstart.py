@@ -68,7 +68,7 @@ def warm_start(trainer, init: InitFrom) -> dict[str, Any]:
     tables = {t.name: t for t in trainer.tables}
     by_table: dict[str, list[str]] = {name: [] for name in tables}
     dense = []
-    for key in flat:
+    for key in sorted(flat):
         name = _table_of(key, tables)
         (by_table[name] if name else dense).append(key)
 
