@@ -103,6 +103,8 @@ class PipelineConfig(_Model):
                               "test day. Default: no comparison.")
     promote_margin: float = Field(0.0, description="Promote when the new model's test-day ROC AUC is at least the "
                                   "champion's plus this margin.")
+    warm_start: bool = Field(True, description="With a model: initialise each run from the champion (train.init_from: "
+                             "its layers, and its embedding rows by raw value), unless train.init_from is given.")
 
     @property
     def dated(self) -> bool:
