@@ -475,6 +475,18 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
     return True
 
 
+def champion_init(init):
+    """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
+    checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
+    if init is None:
+        return None
+    fs, path = _fs(init.run)
+    if not fs.exists(posixpath.join(path, CHAMPION_FILE)):
+        return init
+    champion = load_champion(init.run)
+    return init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
+
+
 def bundle_name(run: str) -> str:
     """The folder name of a run's bundle under ``<model>/bundles/``."""
     return posixpath.basename(run.rstrip("/"))

@@ -350,3 +350,12 @@ def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
         versions = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     assert len(versions) == 3
     assert json.loads(versions[0].data) is not None
+
+
+def test_init_from_a_model_folder_is_its_champion(model):
+    from training.config import InitFrom
+
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
+    other = InitFrom(run="/store/runs/r9", checkpoint="latest")
+    assert models.champion_init(other) == other and models.champion_init(None) is None

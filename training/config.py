@@ -202,8 +202,9 @@ class TrainConfig(_Section):
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
     init_from: InitFrom | None = Field(None, description="Warm start: initialise the model (before the first step of a "
                                        "fresh run, never on resume) from a checkpoint of an earlier run, embedding rows "
-                                       "matched by raw value through both vocabularies: RUN, RUN@best|latest|STEP or "
-                                       "{run, checkpoint}. None: random initialisation.")
+                                       "matched by raw value through both vocabularies: RUN, RUN@best|latest|STEP, "
+                                       "{run, checkpoint}, or a named model's folder STORE/models/NAME (its champion). "
+                                       "None: random initialisation.")
 
     def check_splits(self, splits: list[str], where: str | None = None) -> str | None:
         """The split to validate on among ``splits`` (the dataset's, or those a split rule will make):
