@@ -1,6 +1,6 @@
 """The preprocess flow on a real Dask cluster (a `dask scheduler` and two `dask worker` processes on loopback,
-prefect-dask's DaskTaskRunner) with the store on moto's S3 server: the same bytes as the local threads run,
-the intermediate parts in the store, and a worker killed mid-run."""
+prefect-dask's DaskTaskRunner) with the store on moto's S3 server and a worker killed mid-run: the same bytes
+as the local threads run, the intermediate parts in the store. (One test: a cluster and a harness cost a minute.)"""
 
 from __future__ import annotations
 
@@ -73,22 +73,7 @@ def _config(inputs: str, out: str, **kw) -> dict:
     return {"inputs": [inputs], "out": out, "frequency_threshold": 2, "progress": False, **kw}
 
 
-def test_dask_run_on_s3_matches_threads_run(inputs, s3_server, tmp_path):
-    reference = Path(run(PreprocessConfig(**_config(inputs, str(tmp_path / "local")))))
-    with dask_cluster() as (address, _):
-        config = FlowPreprocessConfig(**_config(inputs, "s3://store/x", task_runner="dask", dask_address=address,
-                                                work_dir=str(tmp_path / "cache")))
-        dataset = preprocess(config)
-    assert dataset == f"s3://store/x/datasets/{reference.name}"
-    assert_same_files(reference, _download(dataset, tmp_path / "dask"))
-    keys = [o["Key"] for o in s3_server.list_objects_v2(Bucket="store", Prefix="x/")["Contents"]]
-    # the per-file parts are in the store (parsed by the workers), the job's work folder is gone
-    assert len([k for k in keys if k.startswith("x/_files/") and k.endswith("/parsed.json")]) == 4
-    assert len([k for k in keys if k.startswith("x/_files/") and k.endswith("/parsed.complete")]) == 4
-    assert not [k for k in keys if k.startswith("x/_work/")]
-
-
-def test_killed_worker_run_completes_or_resumes(inputs, s3_server, tmp_path):
+def test_dask_run_on_s3_with_a_killed_worker_matches_the_threads_run(inputs, s3_server, tmp_path):
     import fsspec
 
     reference = Path(run(PreprocessConfig(**_config(inputs, str(tmp_path / "local")))))
@@ -113,4 +98,10 @@ def test_killed_worker_run_completes_or_resumes(inputs, s3_server, tmp_path):
         if not state.is_completed():   # Dask did not reschedule: a re-run resumes from the finished parts
             state = preprocess(config.model_copy(update={"dask_address": address}), return_state=True)
         dataset = state.result()
+    assert dataset == f"s3://store/k/datasets/{reference.name}"
     assert_same_files(reference, _download(dataset, tmp_path / "dask"))
+    keys = [o["Key"] for o in s3_server.list_objects_v2(Bucket="store", Prefix="k/")["Contents"]]
+    # the per-file parts are in the store (parsed by the workers), the job's work folder is gone
+    assert len([k for k in keys if k.startswith("k/_files/") and k.endswith("/parsed.json")]) == 4
+    assert len([k for k in keys if k.startswith("k/_files/") and k.endswith("/parsed.complete")]) == 4
+    assert not [k for k in keys if k.startswith("k/_work/")]

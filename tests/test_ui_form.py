@@ -37,13 +37,13 @@ def server(tmp_path_factory):
 
 
 def _serve(server, name: str):
-    """`dlrmflow serve` as a background process without a terminal; waits for its four deployments."""
+    """`dlrmflow serve` as a background process without a terminal; waits for its five deployments."""
     api, _, env, proc, tmp = server
     log = open(tmp / f"{name}.log", "w")
     serve = subprocess.Popen([sys.executable, "-m", "flows", "serve", "--store", str(tmp / "store")], env=env,
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 4 and not any(x["paused"] for x in d), 120,
-           "four active deployments", proc, serve)
+    _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 5 and not any(x["paused"] for x in d), 120,
+           "five active deployments", proc, serve)
     return serve
 
 

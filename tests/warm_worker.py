@@ -3,6 +3,7 @@ TrainConfig (with ``init_from``), warm-starts it (0 training steps), saves it as
 folder OUT (model and optimizer state, DCP) and writes the sorted probabilities of the test split to
 OUT/pred.npy (rank 0)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,4 +28,7 @@ def main(config: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(distributed.run_rank(lambda: main(sys.argv[1], sys.argv[2])))
+    code = distributed.run_rank(lambda: main(sys.argv[1], sys.argv[2]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # as training.eval_worker: a rank was seen to abort (SIGABRT) in interpreter teardown

@@ -1,4 +1,4 @@
-"""`dlrmflow serve`: the four flows as deployments on a Prefect server, the pipeline on a cron schedule."""
+"""`dlrmflow serve`: the five flows as deployments on a Prefect server, the pipeline on a cron schedule."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ template and --train-days, each night's run is for yesterday (--lag-days 1): it 
 --train-days days before that day, tests on it, and promotes the new model of --model when it beats
 the champion. Runs of the pipeline queue, one at a time.
 Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop with Ctrl-C or
-SIGTERM: all four deployments are paused and the pipeline's upcoming scheduled runs removed until
+SIGTERM: all five deployments are paused and the pipeline's upcoming scheduled runs removed until
 serve runs again. If the server stops answering, serve ends with an error.
 """
 
