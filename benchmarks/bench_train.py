@@ -128,11 +128,11 @@ def train_config(batch: int, steps: int, log_every: int) -> dict:
 
 
 def run_ours(ds: Path, tmp: Path, nproc: int, threads: int, global_batch: int, warmup: int, steps: int,
-             log_every: int) -> dict:
+             log_every: int, tag: str = "") -> dict:
     """`dlrmflow train` under torchrun; steady-state samples/s from metrics.jsonl after ``warmup`` steps."""
     import yaml
 
-    name = f"ours-{nproc}p-{global_batch}"
+    name = f"ours-{nproc}p-{global_batch}{tag}"
     cfg, run = tmp / f"{name}.yaml", tmp / name
     cfg.write_text(yaml.safe_dump(train_config(global_batch, warmup + steps, log_every)))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
@@ -299,7 +299,7 @@ NAMES = {"ours": "ours (dlrmflow train)", "torchrec": "raw TorchRec loop (refere
          "dlrm_reference": "facebookresearch/dlrm-style loop"}
 
 
-def one_round(ds: Path, tmp: Path, args) -> list[dict]:
+def one_round(ds: Path, tmp: Path, args, index: int) -> list[dict]:
     """Every configuration once, back to back (so that their ratios share the machine's load)."""
     runs = [(1, 2, BATCH)]
     if not args.skip_2proc:
@@ -308,7 +308,8 @@ def one_round(ds: Path, tmp: Path, args) -> list[dict]:
             runs.append((2, 1, BATCH))
     results = []
     for nproc, threads, global_batch in runs:
-        results.append(run_ours(ds, tmp, nproc, threads, global_batch, args.warmup, args.steps, args.log_every))
+        results.append(run_ours(ds, tmp, nproc, threads, global_batch, args.warmup, args.steps, args.log_every,
+                                f"-round{index}"))
         print(json.dumps(results[-1]), flush=True)
     if not args.skip_torchrec:
         results.append(run_torchrec_reference(2, args.warmup, args.steps))
@@ -355,8 +356,8 @@ def main() -> None:
         tmp = Path(tmp)
         steps = args.warmup + args.steps
         ds = write_dataset(tmp / "ds", max(2 * BATCH * steps, BATCH * (args.dlrm_warmup + args.dlrm_steps)) + BATCH)
-        for _ in range(args.rounds):
-            rounds.append(one_round(ds, tmp, args))
+        for index in range(args.rounds):
+            rounds.append(one_round(ds, tmp, args, index))
     mm = matmul_flops()
     peak = mm["2048^3"]
     layer_flops = {f"{BATCH}x{i}x{o}": 2 * BATCH * i * o for i, o in linear_shapes()}
