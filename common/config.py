@@ -12,13 +12,16 @@ from common.errors import UserError
 def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
     """``base`` (a model dump) with each dotted ``overrides`` key (``optimizer.dense.lr``) set in it.
 
-    ``strict``: a key that ``base`` does not have is a UserError (a typo), else it is added."""
+    ``strict``: a key that ``base`` does not have is a UserError (a typo), else it is added. An optional section
+    left unset (None, e.g. ``init_from``) is created by the first key set in it."""
     data = dict(base)
     for key, value in overrides.items():
         node = data
         *parents, last = key.split(".")
         for part in parents:
-            child = node.get(part, None if strict else {})
+            child = node.get(part)
+            if child is None and (part in node or not strict):
+                child = {}
             if not isinstance(child, dict):
                 raise UserError(f"override '{key}': '{part}' is not a config section.")
             node[part] = child = dict(child)

@@ -23,6 +23,7 @@ COMMANDS = {
     "train": "flows.commands.train",
     "evaluate": "flows.commands.evaluate",
     "score": "flows.commands.score",
+    "export": "flows.commands.export",
     "plan": "flows.commands.plan",
     "run": "flows.commands.run",
     "serve": "flows.commands.serve",

@@ -49,7 +49,20 @@ def _filled_in(default):
     return Field(default, exclude=True)
 
 
-class PipelinePreprocess(PreprocessConfig):
+class FlowPreprocessConfig(PreprocessConfig):
+    """PreprocessConfig plus where the preprocess flow runs its per-file tasks (parse, count, encode)."""
+
+    model_config = ConfigDict(from_attributes=True)   # a plain PreprocessConfig is one too (threads)
+
+    task_runner: Literal["threads", "dask"] = Field("threads", description="Run the per-file tasks in threads "
+                                                    "of the flow's process, or on a Dask cluster (prefect-dask); "
+                                                    "with dask and a remote store the workers share the "
+                                                    "intermediate parts through the store.")
+    dask_address: str | None = Field(None, description="The Dask scheduler's address (tcp://HOST:8786) for "
+                                     "task_runner=dask. Default: a temporary local Dask cluster.")
+
+
+class PipelinePreprocess(FlowPreprocessConfig):
     """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
 
     inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
@@ -103,15 +116,17 @@ class PipelineConfig(_Model):
                               "test day. Default: no comparison.")
     promote_margin: float = Field(0.0, description="Promote when the new model's test-day ROC AUC is at least the "
                                   "champion's plus this margin.")
+    warm_start: bool = Field(True, description="With a model: initialise each run from the champion (train.init_from: "
+                             "its layers, and its embedding rows by raw value), unless train.init_from is given.")
 
     @property
     def dated(self) -> bool:
         """Whether runs are for a date: a window is set or the inputs hold {date}."""
         return bool(self.window.train_days) or any(is_dated(uri) for uri in self.preprocess.inputs)
 
-    def preprocess_config(self, inputs: list[str], store: str) -> PreprocessConfig:
+    def preprocess_config(self, inputs: list[str], store: str) -> FlowPreprocessConfig:
         """The preprocessing config of this run (inputs and store filled in)."""
-        return PreprocessConfig(**{**self.preprocess.model_dump(), "inputs": inputs, "out": store})
+        return FlowPreprocessConfig(**{**self.preprocess.model_dump(), "inputs": inputs, "out": store})
 
     def check_dated(self) -> None:
         """Fail on settings a dated run cannot combine: a split rule or split-mapped inputs (the window is the

@@ -40,6 +40,7 @@ from common.errors import UserError
 from training.rundir import storage_options
 
 CHAMPION_FILE = "champion.json"
+BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
 HISTORY_FILE = "history.jsonl"
 LOCK_FILE = "promotion.lock"
 DECISIONS = ("promoted", "kept", "first")
@@ -64,6 +65,7 @@ class Champion(BaseModel):
     metrics: dict[str, float | int] = Field(default_factory=dict, description="auc, logloss and rows on its test "
                                             "day.")
     promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
+    bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), once written.")
 
 
 def check_name(name: str) -> str:
@@ -451,6 +453,43 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             lock.check()
             _write_champion(model, challenger, entry["at"])
     return entry
+
+
+def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None) -> bool:
+    """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
+    (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
+    the champion before it (kept for a rollback)."""
+    with promotion_lock(model, _default_owner(), say=say) as lock:
+        current = load_champion(model)
+        if current is None or current.run != run:
+            return False
+        lock.check()
+        write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(update={"bundle": bundle})
+                  .model_dump_json(indent=2), **storage_options(model))
+        promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
+    keep = {bundle_name(r) for r in promoted[-2:]}
+    fs, path = _fs(model)
+    for folder in fs.ls(posixpath.join(path, BUNDLES), detail=False) if fs.exists(posixpath.join(path, BUNDLES)) else []:
+        if posixpath.basename(folder.rstrip("/")) not in keep:
+            fs.rm(folder, recursive=True)
+    return True
+
+
+def champion_init(init):
+    """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
+    checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
+    if init is None:
+        return None
+    fs, path = _fs(init.run)
+    if not fs.exists(posixpath.join(path, CHAMPION_FILE)):
+        return init
+    champion = load_champion(init.run)
+    return init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
+
+
+def bundle_name(run: str) -> str:
+    """The folder name of a run's bundle under ``<model>/bundles/``."""
+    return posixpath.basename(run.rstrip("/"))
 
 
 def _write_champion(model: str, challenger: Champion, promoted_at: str) -> None:

@@ -18,7 +18,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from flows import artifacts
-from flows.config import PipelineConfig, SyntheticOptions
+from flows.config import PipelineConfig, SyntheticOptions, TrainSettings
+from flows.models import load_champion, model_uri
 from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
@@ -27,6 +28,7 @@ from flows.store import Store, transient, use_credentials_block
 from flows.train import train
 from flows.window import Window, run_date, window
 from preprocessing import PreprocessConfig
+from training.config import InitFrom
 from training.rundir import RunDir
 
 
@@ -85,6 +87,19 @@ def checked_preprocess_config(config: PipelineConfig, store: Store,
     return preprocess_config, days
 
 
+def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> TrainSettings:
+    """The training settings of a dated run: with a model and ``warm_start``, initialised from the champion (of an
+    earlier day; the run's name does not depend on it, so a re-run of the date finds the same run)."""
+    if not (config.model and config.warm_start) or config.train.init_from:
+        return config.train
+    champion = load_champion(model_uri(store.uri, config.model))
+    if champion is None or champion.date >= day.isoformat():
+        return config.train
+    log.info("warm start from the champion of model %s: %s step %d (tested on %s)", config.model, champion.run,
+             champion.step, champion.date)
+    return config.train.model_copy(update={"init_from": InitFrom(run=champion.run, checkpoint=str(champion.step))})
+
+
 @flow(name="pipeline", log_prints=True)
 @user_errors
 def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = None) -> dict:
@@ -113,13 +128,14 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     if not config.preprocess.inputs:
         synthesize(store, config.synthetic, days.days if days else None, return_state=True).result()  # raises its error
     dataset = preprocess(preprocess_config)
-    train_config = config.train.on(dataset)
-    run = RunDir(store.run_uri(config.run_id(dataset, train_config, day)))
+    run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
+    train_settings = warm_started(config, store, day, log) if days else config.train
     resolved = config.model_copy(update={"store": store.uri}).model_dump(mode="json")
     resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, preprocess_config.inputs
+    resolved["train"]["init_from"] = train_settings.model_dump(mode="json")["init_from"]
     resolved["date"] = day.isoformat() if day else None
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
-    train(run.uri, dataset, config.train, config.nproc, config.launcher)
+    train(run.uri, dataset, train_settings, config.nproc, config.launcher)
     metrics = evaluate(run.uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}

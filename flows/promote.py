@@ -18,6 +18,7 @@ from flows.errors import user_errors
 from flows.scoring import ScoreConfig
 from flows.store import Store
 from flows.window import Window
+from training.export import export_bundle
 from training.rundir import RunDir
 
 METRICS = ("auc", "logloss", "rows")   # what the comparison records of each model on the test day
@@ -31,6 +32,10 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
     log = get_run_logger()
     model = models.model_uri(store.uri, config.model)
+    done = [e for e in models.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
+    if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again
+        log.info("model %s on %s: already decided (%s)", config.model, days.date, done[-1]["decision"])
+        return done[-1]
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
 
         def score(**which) -> dict:
@@ -55,6 +60,11 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
         entry = models.record(model, candidate, theirs, champion.run if champion else None,
                               margin=config.promote_margin, score_champion=lambda _: score(model=model), say=log.info)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
+    if entry["decision"] in models.PROMOTING:
+        bundle = posixpath.join(model, models.BUNDLES, models.bundle_name(run.uri))
+        export_bundle(run.uri, metrics["step"], bundle)
+        if models.attach_bundle(model, run.uri, bundle, say=log.info):
+            log.info("serving bundle of the new champion: %s", bundle)
     artifacts.model_history(model, config.model, entry)
     return entry
 

@@ -5,6 +5,9 @@ model's champion, or a run folder), then: (1) ``preprocessing.apply.encode_input
 with that dataset's vocabularies and transforms into a temporary local dataset; (2)
 ``training.score.predict_parts`` predicts it on ``nproc`` ranks (torchrun); (3) ``training.score.write_scores``
 joins the probabilities with the rows' positions into the output Parquet. The temporary folder is removed.
+With ``bundle`` (a serving bundle, ``training.export``) instead: the rows are encoded with the bundle's own
+vocabularies and input spec and its TorchScript module predicts them in this process, batch by batch (no
+TorchRec sharding, no process group); the output is the same Parquet.
 What ``dlrmflow score``, the score flow and the pipeline's champion/challenger comparison call.
 """
 
@@ -29,6 +32,8 @@ class ScoreConfig(BaseModel):
                               "(run, checkpoint step, dataset) scores the rows.")
     run: str | None = Field(None, description="A training run folder instead of a model: its `checkpoint` "
                             "scores the rows, with the run's own dataset.")
+    bundle: str | None = Field(None, description="A serving bundle (`dlrmflow export`'s folder, local or s3://) "
+                               "instead of a model or run: scores in this process with its TorchScript module.")
     checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
                             "`latest` or a step number.")
     inputs: list[str] = Field(description="Raw input files, folders or globs in the format of the model's "
@@ -50,16 +55,43 @@ class ScoreConfig(BaseModel):
         return EvaluateConfig._best_latest_or_step(v)   # the same rule as evaluation's
 
 
-def resolve(config: ScoreConfig) -> dict[str, Any]:
+class ExportConfig(BaseModel):
+    """Which model's checkpoint to export as a serving bundle, and where."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="A named model's folder, STORE/models/NAME: its champion (run and "
+                              "checkpoint step) is exported.")
+    run: str | None = Field(None, description="A training run folder instead of a model: its `checkpoint` is "
+                            "exported.")
+    checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
+                            "`latest` or a step number.")
+    out: str = Field(description="The bundle folder to write (local path or s3://...).")
+
+    _checkpoint = field_validator("checkpoint", mode="before")(ScoreConfig._checkpoint.__func__)
+
+
+def export(config: ExportConfig) -> dict[str, Any]:
+    """Export the model's champion (or the run's checkpoint) as a serving bundle at ``config.out``; returns
+    the bundle's manifest (``training.export.export_bundle``)."""
+    from training.export import export_bundle
+
+    found = resolve(config)
+    return export_bundle(found["run"], found["step"], config.out)
+
+
+def resolve(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
     from flows.models import CHAMPION_FILE, load_champion
     from training.evaluate import checkpoint_of
     from training.rundir import RunDir
 
-    if bool(config.model) == bool(config.run):
-        raise UserError("score needs a model or a run, not " + ("both" if config.model else "neither") +
-                        ". Fix: pass --model STORE/models/NAME or --run RUN_FOLDER.")
+    given = [name for name in ("model", "run", "bundle") if getattr(config, name, None)]
+    if len(given) != 1:
+        raise UserError("score needs one of a model, a run or a bundle, not " +
+                        (" and ".join(given) if given else "none") +
+                        ". Fix: pass --model STORE/models/NAME, --run RUN_FOLDER or --bundle BUNDLE.")
     if config.run:
         found = checkpoint_of(RunDir(config.run), config.checkpoint)
         return {"run": config.run, **found}
@@ -81,6 +113,11 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     from training.score import predict_parts, write_scores
 
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+    config = _with_champion_bundle(config)
+    if config.bundle:
+        if config.model or config.run:
+            resolve(config)   # the error naming both
+        return _score_bundle(config, say)
     found = resolve(config)
     if found["warning"]:
         say(f"warning: {found['warning']}")
@@ -99,6 +136,46 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
         shutil.rmtree(folder, ignore_errors=True)
     summary |= {"bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"],
                 "dataset": found["dataset"]}
+    say(f"wrote {summary['rows']:,} scores to {config.out}" +
+        (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
+    return summary
+
+
+def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
+    """A model's champion scores with its serving bundle when it has one (one process, no torchrun)."""
+    from flows.models import load_champion
+
+    if not config.model or config.run or config.bundle:
+        return config
+    champion = load_champion(config.model)
+    if champion is None or not champion.bundle:
+        return config
+    return config.model_copy(update={"model": None, "bundle": champion.bundle})
+
+
+def _score_bundle(config: ScoreConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """``score`` with a serving bundle: encode with its vocabularies and input spec, predict in this process."""
+    from preprocessing.apply import SCORE_SPLIT, encode_inputs
+    from training.export import load_bundle, predict_split
+    from training.score import write_scores
+
+    folder = tempfile.mkdtemp(prefix="dlrmflow-score-")
+    try:
+        bundle = load_bundle(config.bundle, cache=f"{folder}/bundle")
+        source = bundle.manifest["source"]
+        say(f"encoding {len(config.inputs)} input(s) with the vocabularies of the bundle {config.bundle}")
+        encoded = encode_inputs(str(bundle.folder), config.inputs, f"{folder}/encoded", spec=bundle.input_spec,
+                                on_bad_row=config.on_bad_row, max_bad_fraction=config.max_bad_fraction,
+                                progress=config.progress)
+        say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with the bundle "
+            f"of {source['run']} step {source['step']} in this process")
+        parts = f"{folder}/parts"
+        predict_split(bundle, encoded.dataset, SCORE_SPLIT, parts)
+        summary = write_scores(encoded.positions, parts, config.out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary |= {"bad_rows": encoded.bad_rows, "run": source["run"], "step": source["step"],
+                "dataset": source["dataset"], "bundle": config.bundle}
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary

@@ -16,6 +16,7 @@ from common.errors import UserError
 from flows import artifacts
 from flows.config import TrainSettings, default_train
 from flows.errors import user_errors
+from flows.models import champion_init
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
@@ -133,6 +134,7 @@ def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), n
     """
     log = get_run_logger()
     config = config.on(dataset)
+    config = config.model_copy(update={"init_from": champion_init(config.init_from)})
     run = RunDir(run_uri)
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)

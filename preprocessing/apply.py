@@ -64,17 +64,17 @@ class _Recorded(BadRows):
 
 
 def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str | None = None,
-                max_bad_fraction: float | None = None) -> Job:
-    """The preprocessing job that reads ``inputs`` as ``dataset``'s input spec did (one split, ``score``)."""
-    spec = fspec.load(dataset)
-    settings = spec.metadata.get("preprocessing")
+                max_bad_fraction: float | None = None, spec: str | None = None) -> Job:
+    """The preprocessing job that reads ``inputs`` as ``dataset``'s input spec did (one split, ``score``);
+    ``spec``: that input spec from elsewhere (a serving bundle's copy) instead of the recorded path."""
+    settings = fspec.load(dataset).metadata.get("preprocessing")
     if not isinstance(settings, dict) or "spec" not in settings:
         raise UserError(f"{dataset}: records no input spec (metadata.preprocessing.spec), so its raw rows cannot "
                         "be read. Fix: score with a model whose dataset was written by `dlrmflow preprocess`.")
     if not inputs:
         raise UserError("no input files to score. Fix: pass --input PATH (files, folders or globs).")
     config = PreprocessConfig(
-        inputs=[f"{SCORE_SPLIT}={i}" for i in inputs], out=folder, spec=settings["spec"],
+        inputs=[f"{SCORE_SPLIT}={i}" for i in inputs], out=folder, spec=spec or settings["spec"],
         frequency_threshold=settings.get("frequency_threshold"),
         numerical_dtype=settings.get("numerical_dtype", "float16"),
         on_bad_row=on_bad_row or settings.get("on_bad_row", "error"),
@@ -83,7 +83,7 @@ def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str
     try:
         return Job.from_config(config)
     except fspec.SpecError:
-        spec_path = settings["spec"]
+        spec_path = spec or settings["spec"]
         fs, path = fsspec.core.url_to_fs(spec_path)
         if "/" in spec_path and not fs.exists(path):
             raise UserError(f"{dataset} was preprocessed with the input spec {spec_path!r}, which does not exist "
@@ -93,11 +93,13 @@ def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str
 
 
 def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad_row: str | None = None,
-                  max_bad_fraction: float | None = None, progress: bool = True) -> Encoded:
+                  max_bad_fraction: float | None = None, progress: bool = True, spec: str | None = None) -> Encoded:
     """Encode raw ``inputs`` with ``dataset``'s vocabularies into the local ``folder`` (see the module doc).
-    ``on_bad_row``/``max_bad_fraction`` default to the dataset's own preprocessing settings."""
+    ``on_bad_row``/``max_bad_fraction`` default to the dataset's own preprocessing settings; ``dataset`` may be
+    a serving bundle (its feature_spec.yaml and vocab/) with ``spec`` its copy of the input spec."""
     folder = Path(folder)
-    job = scoring_job(dataset, inputs, str(folder), on_bad_row=on_bad_row, max_bad_fraction=max_bad_fraction)
+    job = scoring_job(dataset, inputs, str(folder), on_bad_row=on_bad_row, max_bad_fraction=max_bad_fraction,
+                      spec=spec)
     model = fspec.load(dataset)
     t = job.transforms
     cards = {c.name: model.cardinality(c.name) for c in t.categorical}

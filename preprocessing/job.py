@@ -17,7 +17,7 @@ from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type, split_mapping
 from .readers import Format, parquet_types
 from .transforms import Transforms
-from .work import FileParts, WorkFolder
+from .work import FileParts, Mirror, WorkFolder
 
 FORMAT_VERSION = 1
 PARTS_VERSION = 2   # of the per-file parts' layout: a new version parses every file again
@@ -39,6 +39,7 @@ class Job:
     dataset: str
     work: WorkFolder
     parts: list[FileParts]   # per input file
+    mirror: Mirror           # where ``work`` and ``parts`` live (the store, or a local folder)
 
     @classmethod
     def from_config(cls, config: PreprocessConfig) -> Job:
@@ -64,11 +65,11 @@ class Job:
         native = parquet_types(inputs[0].uri) if fmt.kind == "parquet" else None
         types = transforms.parse_types(native)
         parse = _parse_settings(config, rule, transforms, fmt, types)
-        parts = [FileParts.locate(config.work_dir, config.out, _digest({**file_identity(f), **parse}))
-                 for f in inputs]
+        mirror = Mirror.locate(config.work_dir, config.out)
+        parts = [FileParts.locate(mirror, _digest({**file_identity(f), **parse})) for f in inputs]
         return cls(config, spec, inputs, rule, threshold, transforms, fmt, types, fingerprint,
-                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, config.out, key),
-                   parts)
+                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, mirror, key),
+                   parts, mirror)
 
     def file_entry(self, i: int) -> dict:
         """What ``parts[i]`` records about itself: the input file's identity and the parse settings."""

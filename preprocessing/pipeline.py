@@ -76,14 +76,18 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
         if c.hash_buckets is not None:
             continue
         path = job.work.vocab(c.name)
-        if path.exists():
+        if job.mirror.pull(path):
             cards[c.name] = pl.scan_parquet(path).select(pl.len()).collect().item() + 1
             continue
         dtype = pl.UInt32 if c.kind == "hex" else job.types[c.name]
         todo[c.name] = (counts, c.threshold, dtype)
+    if todo:
+        for p in counts:
+            job.mirror.pull(p)
     for name, table in vocab.build_many(todo).items():
         with atomic_path(job.work.vocab(name)) as tmp:
             table.write_parquet(tmp, statistics=False)
+        job.mirror.push(job.work.vocab(name))
         cards[name] = len(table) + 1
     return {c.name: cards[c.name] for c in t.categorical}
 
@@ -94,6 +98,8 @@ def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list
     files = [LABEL_FILE] + ([NUMERICAL_FILE] if t.numerical else []) + \
         [categorical_file_name(c.name) for c in t.categorical]
     parts = [job.work.encoded(i) for i in range(len(job.inputs))]
+    for p in parts + [job.work.vocab(f) for f in t.vocab_features]:
+        job.mirror.pull(p)
     checksums = writer.write_splits(job.dataset, parts, names, files)
     checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
     rows = {s: sum(st[s]["rows"] for st in stats) for s in names}

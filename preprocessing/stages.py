@@ -11,6 +11,9 @@ B count: value counts of the vocabulary features over the counted splits: a file
   rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
 C encode: indices, labels and numericals -> per-split binary parts (in the job's work folder: they depend on
   its vocabulary).
+
+Each stage writes its parts into local folders and pushes them to ``job.mirror`` (the store, when it is remote)
+and pulls the parts it reads from there: a stage may run on any machine that reaches the store.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from common.atomic import atomic_dir, write_atomic
+from common.atomic import atomic_dir
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
@@ -50,16 +53,16 @@ class Placement:
 def parse_file(job: Job, i: int, progress=None) -> dict:
     """Stage A: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), then its
     ``parsed.json``; returns the latter (rows, bad rows, split names)."""
-    parts = job.parts[i]
-    if parts.parse_meta.exists():
-        return json.loads(parts.parse_meta.read_text())
+    parts, mirror = job.parts[i], job.mirror
+    if mirror.complete(parts.parse_meta):
+        return json.loads(mirror.read_text(parts.parse_meta))
     parts.create(job.file_entry(i))
     t, uri = job.transforms, job.inputs[i].uri
     bad = BadRows(uri, job.config.on_bad_row)
     rows, names = 0, set()
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(t.vocab_features, compact_factor=2) \
-        if _may_count_in_parse(job, i) and not parts.counts.exists() else None
+        if _may_count_in_parse(job, i) and not mirror.complete(parts.counts) else None
     fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
         for k, (df, line_numbers) in enumerate(readers.read(uri, job.fmt, job.types, bad, fast=fast)):
@@ -78,11 +81,13 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
             if progress:
                 progress(len(df))
             del df, out   # free this block before the reader parses the next one
+    mirror.push(parts.parsed)
     if counter and rows:
         with atomic_dir(parts.counts) as tmp:
             counter.write(tmp)
+        mirror.push(parts.counts)
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
-    write_atomic(parts.parse_meta, json.dumps(meta, sort_keys=True))
+    mirror.write_text(parts.parse_meta, json.dumps(meta, sort_keys=True))
     return meta
 
 
@@ -162,6 +167,7 @@ def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:
 
 def _batches(job: Job, placement: Placement, i: int):
     """(rows, their coded columns' dictionaries, split codes) per batch of a parsed part, in order."""
+    job.mirror.pull(job.parts[i].parsed)
     offset = placement.starts[i]
     for path in sorted(job.parts[i].parsed.glob("*.ipc")):
         df = pl.read_ipc(path)
@@ -181,7 +187,7 @@ def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int
 def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
     """Stage B: value counts over the counted split(s); writes ``counts_path``."""
     target = counts_path(job, placement, i)
-    if target is None or target.exists():
+    if target is None or job.mirror.complete(target):
         return
     counter = vocab.Counter(job.transforms.vocab_features)
     train = placement.split_names.index("train") if counted(job, placement, i) == "some" else None
@@ -191,13 +197,14 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
             progress(len(df))
     with atomic_dir(target) as tmp:
         counter.write(tmp)
+    job.mirror.push(target)
 
 
 def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, progress=None) -> dict:
     """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin; returns rows and index-0 rows per split."""
-    target = job.work.encoded(i)
-    if target.exists():
-        return json.loads((target / _STATS).read_text())
+    target, mirror = job.work.encoded(i), job.mirror
+    if mirror.complete(target):
+        return json.loads(mirror.read_text(target / _STATS))
     encode = _encoder(job.work, job.transforms.vocab_features)
     dtypes = job.transforms.categorical_dtypes(cards)
     cat_files = {categorical_file_name(f): f for f in dtypes}
@@ -220,6 +227,7 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
         for f in files.values():
             f.close()
         (tmp / _STATS).write_text(json.dumps(stats, sort_keys=True))
+    mirror.push(target)
     return stats
 
 
@@ -272,6 +280,8 @@ def _encoder(work: WorkFolder, features: list[str]):
     """The vocabulary encoder of a work folder, built once per process (the worker threads share it);
     keyed by the vocabulary files' identities, so a rebuilt vocabulary is never served stale."""
     paths = [work.vocab(f) for f in features]
+    for p in paths:
+        work.mirror.pull(p)
     key = (work, tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
     with _ENCODERS_LOCK:
         if key not in _ENCODERS:

@@ -1,18 +1,21 @@
 """Where preprocessing keeps its resumable intermediate parts, the only place that names them:
 
-- ``FileParts``: the parse and the all-rows counts of one input file, ``<root>/_files/<key>/``, keyed by the
+- ``FileParts``: the parse and the all-rows counts of one input file, ``_files/<key>/``, keyed by the
   file's identity and the settings that change them, shared by every dataset (window) that uses the file and
   kept after the dataset is written (``prune_file_parts`` removes them);
 - ``WorkFolder``: one job's counts of partly counted files, vocabularies and encoded parts,
-  ``<root>/_work/<dataset key>/`` (``<work_dir>/<dataset key>`` with ``--work-dir``), deleted when the dataset
-  is written.
+  ``_work/<dataset key>/`` (``<work_dir>/<dataset key>`` with ``--work-dir`` and a local store), deleted when
+  the dataset is written.
 
-``<root>`` is ``locate_root``'s: the local store, else ``work_dir``, else the system temp folder.
+Both live under a ``Mirror``: for a local store, the store itself (or ``work_dir``); for a remote store
+(s3://...), the store, so that workers on other machines share them, each worker reading and writing them
+through a local cache folder (``work_dir``, else ``<temp>/dlrmflow-work``) laid out like the store.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,22 +25,101 @@ from typing import Callable
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from common.atomic import write_atomic
+from common.atomic import atomic_dir, write_atomic, write_uri
+from feature_spec import join_uri
 
 _FOLDERS = ("counts", "encoded", "vocab")
-_SHARED = "_work"   # the folder under a local store that holds every job's work folder
+_SHARED = "_work"   # the folder under the root that holds every job's work folder
 _FILES = "_files"   # the folder under the root that holds every input file's parts
+_COMPLETE = ".complete"   # in a remote store: the marker beside a folder part, written after its files
 
 
-def locate_root(work_dir: str | None, out: str) -> tuple[Path, bool]:
-    """The local folder holding the work of a store, and whether it is the store itself (else a scratch folder:
-    ``work_dir`` or ``<temp>/dlrmflow-work``)."""
-    if work_dir:
-        return Path(work_dir), False
-    fs, path = fsspec.core.url_to_fs(out)
-    if isinstance(fs, LocalFileSystem):
-        return Path(path), True
-    return Path(tempfile.gettempdir()) / "dlrmflow-work", False
+@dataclass(frozen=True)
+class Mirror:
+    """The root of the parts: local folder ``cache``, which is the parts' home when ``store`` is None, else a
+    cache of the remote ``store``'s parts (same relative paths). A part is a file (its name has a suffix:
+    ``parsed.json``, ``vocab/f.parquet``), complete once it exists, or a folder, complete once it exists
+    locally (written by ``atomic_dir``) or, in the store, once its ``<folder>.complete`` marker exists."""
+
+    cache: Path
+    store: str | None = None
+
+    @classmethod
+    def locate(cls, work_dir: str | None, out: str) -> Mirror:
+        """The parts' root of store ``out`` (``work_dir``: the local folder to use instead of a local store,
+        or the cache of a remote one)."""
+        fs, path = fsspec.core.url_to_fs(out)
+        if isinstance(fs, LocalFileSystem):
+            return cls(Path(work_dir or path))
+        return cls(Path(work_dir) if work_dir else Path(tempfile.gettempdir()) / "dlrmflow-work", out)
+
+    def _remote(self, local: Path) -> tuple[object, str, bool]:
+        fs, path = fsspec.core.url_to_fs(join_uri(self.store, local.relative_to(self.cache).as_posix()))
+        return fs, path, not local.suffix
+
+    def complete(self, local: Path) -> bool:
+        """Whether the part at ``local`` is complete (in the store, when remote)."""
+        if self.store is None:
+            return local.exists()
+        fs, path, folder = self._remote(local)
+        return fs.exists(path + _COMPLETE if folder else path)
+
+    def pull(self, local: Path) -> bool:
+        """Make a complete part present at ``local`` (downloaded from the store unless cached); False when the
+        part is not complete."""
+        if not self.complete(local):
+            return False
+        if self.store is None or local.exists():
+            return True   # a cached part is the same: a part's key fixes its content
+        fs, path, folder = self._remote(local)
+        if not folder:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(path, str(local) + f".tmp-{os.getpid()}")
+            os.replace(str(local) + f".tmp-{os.getpid()}", local)
+            return True
+        with atomic_dir(local) as tmp:
+            files = [f for f in fs.find(path) if not f.endswith(_COMPLETE)]
+            targets = [str(tmp / Path(f).relative_to(path)) for f in files]
+            for t in targets:
+                Path(t).parent.mkdir(parents=True, exist_ok=True)
+            if files:
+                fs.get(files, targets)
+        return True
+
+    def push(self, local: Path) -> None:
+        """Upload the complete part at ``local`` to the store (a folder's marker last); nothing when local."""
+        if self.store is None:
+            return
+        fs, path, folder = self._remote(local)
+        if not folder:
+            fs.makedirs(os.path.dirname(path), exist_ok=True)
+            fs.put_file(str(local), path)
+            return
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        if files:
+            fs.put([str(p) for p in files], [f"{path}/{p.relative_to(local).as_posix()}" for p in files])
+        write_uri(join_uri(self.store, local.relative_to(self.cache).as_posix() + _COMPLETE), "")
+
+    def read_text(self, local: Path) -> str:
+        """The text of a file of a complete part (from the cache, else the store)."""
+        if self.store is None or local.exists():
+            return local.read_text()
+        fs, path, _ = self._remote(local)
+        return fs.cat_file(path).decode()
+
+    def write_text(self, local: Path, text: str) -> None:
+        """Write a file part (atomically) and push it."""
+        write_atomic(local, text)
+        self.push(local)
+
+    def remove(self, local: Path) -> None:
+        """Delete a part (a folder: its marker first) here and in the store."""
+        if self.store is not None:
+            fs, path, folder = self._remote(local)
+            for p in ([path + _COMPLETE] if folder else []) + [path]:
+                if fs.exists(p):
+                    fs.rm(p, recursive=True)
+        shutil.rmtree(local, ignore_errors=True) if local.is_dir() else local.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -46,12 +128,13 @@ class WorkFolder:
     ``<i>`` is the input file's position, six digits."""
 
     root: Path
+    mirror: Mirror
 
     @classmethod
-    def locate(cls, work_dir: str | None, out: str, key: str) -> WorkFolder:
-        """``<work_dir>/<key>``; by default ``<out>/_work/<key>`` for a local store, else under the temp folder."""
-        root, is_store = locate_root(work_dir, out)
-        return cls(root / _SHARED / key if is_store else root / key)
+    def locate(cls, work_dir: str | None, mirror: Mirror, key: str) -> WorkFolder:
+        """``<work_dir>/<key>`` for a local store with ``work_dir``, else ``_work/<key>`` under the mirror."""
+        local_work_dir = work_dir and mirror.store is None
+        return cls(mirror.cache / key if local_work_dir else mirror.cache / _SHARED / key, mirror)
 
     def create(self) -> None:
         for folder in _FOLDERS:
@@ -67,14 +150,19 @@ class WorkFolder:
         return self.root / "vocab" / f"{feature}.parquet"
 
     def remove(self) -> None:
-        """Delete the work folder (and the shared ``_work`` folder once it is empty)."""
+        """Delete the work folder, in the store too (and the local shared ``_work`` folder once it is empty)."""
+        if self.mirror.store is not None:
+            fs, path, _ = self.mirror._remote(self.root)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
         shutil.rmtree(self.root, ignore_errors=True)
-        if self.root.parent.name == _SHARED and not any(self.root.parent.iterdir()):
+        if self.root.parent.name == _SHARED and self.root.parent.exists() and not any(self.root.parent.iterdir()):
             self.root.parent.rmdir()
 
 
 _ENTRY = "entry.json"   # the input file's identity (uri, size, version) and the settings of the key
 _REMOVED = ".removed"   # suffix of an entry's folder while prune deletes it
+_PARSE_META = "parsed.json"
 
 
 @dataclass(frozen=True)
@@ -83,15 +171,16 @@ class FileParts:
     ``parsed.json`` (the parse's meta, written last), ``counts/`` (counts of all the file's rows)."""
 
     root: Path
+    mirror: Mirror
 
     @classmethod
-    def locate(cls, work_dir: str | None, out: str, key: str) -> FileParts:
-        return cls(locate_root(work_dir, out)[0] / _FILES / key)
+    def locate(cls, mirror: Mirror, key: str) -> FileParts:
+        return cls(mirror.cache / _FILES / key, mirror)
 
     def create(self, identity: dict) -> None:
         """Make the folder and record the file's identity (once)."""
-        if not (self.root / _ENTRY).exists():
-            write_atomic(self.root / _ENTRY, json.dumps(identity, sort_keys=True))
+        if not self.mirror.complete(self.root / _ENTRY):
+            self.mirror.write_text(self.root / _ENTRY, json.dumps(identity, sort_keys=True))
 
     @property
     def parsed(self) -> Path:
@@ -99,15 +188,26 @@ class FileParts:
 
     @property
     def parse_meta(self) -> Path:
-        return self.root / "parsed.json"
+        return self.root / _PARSE_META
 
     @property
     def counts(self) -> Path:
         return self.root / "counts"
 
 
-def _entries(work_dir: str | None, out: str) -> list[tuple[Path, dict]]:
-    folder = locate_root(work_dir, out)[0] / _FILES
+def _entries(mirror: Mirror) -> list[tuple[Path, dict]]:
+    """(local folder, entry) of every input file's parts (in the store, when remote)."""
+    folder = mirror.cache / _FILES
+    if mirror.store is not None:
+        fs, path, _ = mirror._remote(folder)
+        found = sorted(fs.glob(f"{path}/*/{_ENTRY}"))
+        entries = []
+        for entry in found:
+            try:
+                entries.append((folder / entry.split("/")[-2], json.loads(fs.cat_file(entry))))
+            except (OSError, ValueError):
+                continue   # removed meanwhile, or not ours
+        return entries
     entries = []
     for entry in sorted(folder.glob(f"*/{_ENTRY}")):
         if "." in entry.parent.name:
@@ -121,21 +221,28 @@ def _entries(work_dir: str | None, out: str) -> list[tuple[Path, dict]]:
 
 def file_parts(out: str, work_dir: str | None = None) -> list[str]:
     """The input URIs that have stored per-file parts under store ``out`` (sorted, each once)."""
-    return sorted({meta["uri"] for _, meta in _entries(work_dir, out)})
+    return sorted({meta["uri"] for _, meta in _entries(Mirror.locate(work_dir, out))})
 
 
 def prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | None = None) -> list[str]:
     """Delete the per-file parts of every input URI for which ``remove(uri)`` is true (all its versions and
     settings); returns those URIs, sorted. Call it only when no preprocessing that may use them is running."""
+    mirror = Mirror.locate(work_dir, out)
     removed = set()
-    for folder, meta in _entries(work_dir, out):
-        if remove(meta["uri"]):
+    for folder, meta in _entries(mirror):
+        if not remove(meta["uri"]):
+            continue
+        if mirror.store is not None:
+            # the markers first: a half-deleted entry is never found (nor used) again
+            for part in (folder / _ENTRY, folder / _PARSE_META, folder / "parsed", folder / "counts", folder):
+                mirror.remove(part)
+        else:
             trash = folder.with_name(folder.name + _REMOVED)
             shutil.rmtree(trash, ignore_errors=True)
             folder.rename(trash)   # first: a half-deleted entry is never found (nor used) again
             shutil.rmtree(trash, ignore_errors=True)
-            removed.add(meta["uri"])
-    for trash in (locate_root(work_dir, out)[0] / _FILES).glob(f"*{_REMOVED}"):
+        removed.add(meta["uri"])
+    for trash in (mirror.cache / _FILES).glob(f"*{_REMOVED}"):
         shutil.rmtree(trash, ignore_errors=True)   # left by an interrupted prune
     return sorted(removed)
 

@@ -1,5 +1,7 @@
 """`python tests/slow_preprocess.py DELAY_S ARGS...`: `dlrmflow ARGS...` with a pause after every per-file stage,
-so that a test can kill a run part-way (test_preprocess_resume)."""
+so that a test can kill a run part-way (test_preprocess_resume). As a Dask worker's preload (`dask worker
+--preload tests/slow_preprocess.py`, delay in $DLRMFLOW_SLOW_S) it slows that worker's stages
+(test_preprocess_dask)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import functools
 import sys
 import time
 
-from flows.cli import main
+import os
+
 from preprocessing import stages
 
 
@@ -20,8 +23,17 @@ def _slowed(fn, delay: float):
     return slow
 
 
-if __name__ == "__main__":
-    delay = float(sys.argv[1])
+def slow_stages(delay: float) -> None:
     for name in ("parse_file", "count_file", "encode_file"):
         setattr(stages, name, _slowed(getattr(stages, name), delay))
+
+
+def dask_setup(worker=None) -> None:
+    slow_stages(float(os.environ.get("DLRMFLOW_SLOW_S", "0")))
+
+
+if __name__ == "__main__":
+    from flows.cli import main
+
+    slow_stages(float(sys.argv[1]))
     sys.exit(main(sys.argv[2:]))

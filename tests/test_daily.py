@@ -111,6 +111,9 @@ def test_three_nights_served_with_overlapping_triggers(tmp_path):
                 champion_run = h["run"] if better else champion_run
             champion = json.loads((model / "champion.json").read_text())
             assert champion["run"] == champion_run
+            # the champion's serving bundle (it scored the champion on nights 2 and 3), and at most the one before
+            assert (Path(champion["bundle"]) / "manifest.json").is_file()
+            assert Path(champion["bundle"]).parent == model / "bundles" and len(list((model / "bundles").iterdir())) <= 2
             for h in history:   # the challenger's numbers are its evaluation on the test day
                 metrics = json.loads((Path(h["run"]) / "eval" / "test" / "metrics.json").read_text())
                 assert h["challenger"]["auc"] == metrics["auc"] and h["challenger"]["rows"] == 3000

@@ -64,7 +64,7 @@ def test_every_config_field_is_a_command_line_option():
     """Each stage model's fields are reachable from its subcommand (generated from the models)."""
     from flows.cli import build_parser
     from flows.config import PipelineConfig, ServeConfig
-    from flows.options import collect
+    from flows.options import _unwrap_optional, collect
     from preprocessing.config import PreprocessConfig
     from preprocessing.synthetic import SynthConfig
     from training.config import EvaluateConfig, TrainConfig
@@ -72,9 +72,10 @@ def test_every_config_field_is_a_command_line_option():
 
     def leaves(model, prefix=""):
         for name, field in model.model_fields.items():
-            sub = getattr(field.annotation, "model_fields", None)
+            annotation = _unwrap_optional(field.annotation)[0]   # an optional section (init_from) too
+            sub = getattr(annotation, "model_fields", None)
             if sub is not None and name not in ("launcher",):
-                yield from leaves(field.annotation, prefix + name + ".")
+                yield from leaves(annotation, prefix + name + ".")
             elif name != "launcher":
                 yield prefix + name
 

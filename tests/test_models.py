@@ -276,7 +276,11 @@ def test_two_processes_promoting_at_once(model):
     assert [e["decision"] for e in lines].count("first") == 1
     for i, entry in enumerate(lines[1:], 1):  # each decision saw the champion that the lines before left
         last = next(e for e in reversed(lines[:i]) if e["decision"] in models.PROMOTING)
-        assert entry["champion_run"] == last["run"] and entry["champion"]["auc"] == last["challenger"]["auc"]
+        assert entry["champion_run"] == last["run"]
+        if entry["date"] < last["date"]:   # the other process's champion is of a later day: never replaced
+            assert entry["champion"] is None and entry["decision"] == "kept"
+        else:
+            assert entry["champion"]["auc"] == last["challenger"]["auc"]
     champion = models.load_champion(model)
     last = next(e for e in reversed(lines) if e["decision"] in models.PROMOTING)
     assert (champion.run, champion.date, champion.promoted_at) == (last["run"], last["date"], last["at"])
@@ -346,3 +350,12 @@ def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
         versions = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     assert len(versions) == 3
     assert json.loads(versions[0].data) is not None
+
+
+def test_init_from_a_model_folder_is_its_champion(model):
+    from training.config import InitFrom
+
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
+    other = InitFrom(run="/store/runs/r9", checkpoint="latest")
+    assert models.champion_init(other) == other and models.champion_init(None) is None

@@ -207,8 +207,8 @@ def test_clear_errors_before_any_work(criteo, tmp_path):
     empty.mkdir(parents=True)
     cases = [
         (ScoreConfig(model=str(empty), inputs=["x"], out="o.parquet"), "no champion.json there"),
-        (ScoreConfig(inputs=["x"], out="o.parquet"), "needs a model or a run, not neither"),
-        (ScoreConfig(model=str(empty), run=str(tmp_path), inputs=["x"], out="o.parquet"), "not both"),
+        (ScoreConfig(inputs=["x"], out="o.parquet"), "needs one of a model, a run or a bundle, not none"),
+        (ScoreConfig(model=str(empty), run=str(tmp_path), inputs=["x"], out="o.parquet"), "not model and run"),
         (ScoreConfig(run=str(tmp_path), inputs=["x"], out="o.parquet"), "not a training run"),
     ]
     run = tmp_path / "runs" / "untrained"

@@ -149,6 +149,35 @@ class PrecisionConfig(_Section):
     embeddings: Literal["fp32", "fp16"] = Field("fp32", description="Storage type of the embedding weights.")
 
 
+class InitFrom(_Section):
+    """Where a warm start takes its weights: a checkpoint of an earlier run (``training.warmstart``).
+
+    Also accepted as a string: ``RUN`` (its best checkpoint) or ``RUN@CHECKPOINT`` (``RUN@best``,
+    ``RUN@latest``, ``RUN@1200``). A named model's champion is resolved to its run and step by the
+    flows layer before training."""
+
+    run: str = Field(description="Run folder or URI (local path or s3://...) to initialise from.")
+    checkpoint: str = Field("best", description="`best` (the latest if the run never validated), `latest` or a step number.")
+    optimizer_state: Literal["carry", "reset"] = Field(
+        "carry", description="'carry': the embedding accumulators remapped like the rows and the dense optimizer "
+        "state copied; 'reset': fresh optimizer state.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if not isinstance(data, str):
+            return data
+        run, _, which = data.strip().rpartition("@")
+        if run and (which in ("best", "latest") or which.isdigit()):
+            return {"run": run, "checkpoint": which}
+        return {"run": data.strip()}
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _best_latest_or_step(cls, v: Any) -> str:
+        return _checkpoint_name(v)
+
+
 class TrainConfig(_Section):
     """Everything that decides a training run (the resolved copy is saved as ``<run>/config.yaml``)."""
 
@@ -171,6 +200,11 @@ class TrainConfig(_Section):
     log_every: int = Field(10, ge=1, description="Write a metrics.jsonl line every this many steps.")
     seed: int = Field(0, description="Seed of the initial weights and of the data order.")
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
+    init_from: InitFrom | None = Field(None, description="Warm start: initialise the model (before the first step of a "
+                                       "fresh run, never on resume) from a checkpoint of an earlier run, embedding rows "
+                                       "matched by raw value through both vocabularies: RUN, RUN@best|latest|STEP, "
+                                       "{run, checkpoint}, or a named model's folder STORE/models/NAME (its champion). "
+                                       "None: random initialisation.")
 
     def check_splits(self, splits: list[str], where: str | None = None) -> str | None:
         """The split to validate on among ``splits`` (the dataset's, or those a split rule will make):
@@ -235,10 +269,15 @@ class EvaluateConfig(_Section):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _best_latest_or_step(cls, v: Any) -> str:
-        v = str(v).strip()
-        if v not in ("best", "latest") and not v.isdigit():
-            raise ValueError(f"{v!r} is not 'best', 'latest' or a step number (e.g. best)")
-        return v
+        return _checkpoint_name(v)
+
+
+def _checkpoint_name(v: Any) -> str:
+    """``best``, ``latest`` or a step number (as text), else ValueError."""
+    v = str(v).strip()
+    if v not in ("best", "latest") and not v.isdigit():
+        raise ValueError(f"{v!r} is not 'best', 'latest' or a step number (e.g. best)")
+    return v
 
 
 def preset_names() -> list[str]:

@@ -211,6 +211,10 @@ class Trainer(Stateful):
         if self.steps_per_epoch() == 0:
             raise UserError(f"split '{self.cfg.data.train_split}' has {self.train_data.num_rows} rows, fewer than one "
                             f"global batch ({self.cfg.data.batch_size}). Fix: use a smaller data.batch_size.")
+        if self.step == 0 and self.cfg.init_from is not None:  # a fresh run; a resumed one has its own weights
+            from training.warmstart import warm_start
+
+            warm_start(self, self.cfg.init_from)
         total = self.total_steps()
         log = MetricsLog(self.run, resume_step=self.step) if self._writes() else None
         ckpt = Checkpointer(self.run, self.cfg.keep_checkpoints) if self.run else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "score raw rows with a model's champion (or a run's checkpoint): click probabilities as Parquet"
+HELP = "score raw rows with a model's champion (or a run's checkpoint, or a bundle): click probabilities as Parquet"
 DESCRIPTION = """Score raw rows with a named model's champion (--model STORE/models/NAME) or a training
 run's checkpoint (--run RUN, with --checkpoint best|latest|STEP).
 
@@ -12,6 +12,10 @@ The rows are read in the format of the input spec that made the model's dataset 
 CSV/Parquet its spec describes) and encoded with THAT dataset's vocabularies and numerical transforms:
 values the model never kept map to index 0, hash-bucket features hash the same way, bad rows follow the
 dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun).
+
+With --bundle (a serving bundle written by `dlrmflow export`, checked against its manifest) the rows are
+encoded with the bundle's vocabularies and input spec and its TorchScript model predicts them in this
+process: no torchrun, no TorchRec sharding.
 
 The output Parquet has one row per scored row: file (the input URI), row (0-based position among the
 file's data rows, bad rows counted, the header line not), the id column when the input spec names one
@@ -21,6 +25,7 @@ loss are printed too.
 examples:
   dlrmflow score --model store/models/ctr --input 'logs/2026-11-20/*.gz' --out scores/2026-11-20.parquet
   dlrmflow score --run store/runs/r1 --checkpoint latest --input test.tsv --out s3://b/scores.parquet --nproc 2
+  dlrmflow score --bundle store/models/ctr/bundle --input test.tsv --out scores.parquet
 """
 
 

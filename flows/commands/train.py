@@ -67,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
     from training.launchers import LaunchConfig, build_launcher
     from training.rundir import RunDir
 
+    from flows.models import champion_init
+
     launch = build(LaunchConfig, args, root="launch")
     cfg = resolve_config(args)
+    cfg = cfg.model_copy(update={"init_from": champion_init(cfg.init_from)})
     run_dir = RunDir(args.run)
     existing = Checkpointer(run_dir).steps()
     if existing and not args.resume:

@@ -1,0 +1,250 @@
+"""Serving bundles: one checkpoint of a run as a self-contained folder that needs only PyTorch to serve.
+
+``export_bundle(run, step, out)`` writes (local folder or s3://):
+
+- ``weights.pt``: the model's unsharded weights, one plain state dict of ``training.inference.DLRMInference``
+  (DCP reshards the checkpoint into whole tensors, whatever world size and plan wrote it);
+- ``model.pt``: that module as TorchScript (``torch.jit.load``; Triton's PyTorch backend loads it as is):
+  ``(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]``;
+- ``model.json``: the model config, feature order, table sizes and the source (run, step, dataset);
+- ``feature_spec.yaml``, ``vocab/<f>.parquet`` and ``input_spec.yaml``: the dataset's spec, vocabularies and
+  the input spec it was preprocessed with (the numerical transforms, hash buckets, label rule), so raw rows
+  encode exactly as for training (``preprocessing.apply.encode_inputs``);
+- ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them.
+
+A local bundle is built in a temporary sibling folder and renamed into place; on S3 the manifest is written
+after every other file, so a bundle without one is incomplete. Exporting the same run and step again finds
+the manifest and does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import torch
+from fsspec.implementations.local import LocalFileSystem
+
+from common.atomic import atomic_dir, write_uri
+from common.errors import UserError
+from training.inference import DLRMInference, plain_state
+from training.rundir import RunDir, storage_options
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+WEIGHTS, MODULE, CONFIG = "weights.pt", "model.pt", "model.json"
+SPEC, INPUT_SPEC = "feature_spec.yaml", "input_spec.yaml"
+MODEL_PREFIX = "model.model."   # the TorchRec DLRM's keys inside a checkpoint (Trainer.state_dict: DLRMTask.model)
+
+
+def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
+    """The TorchRec DLRM's weights of checkpoint ``step`` as whole tensors (keys of ``DLRM``), read with DCP in
+    this process (no process group): every shard of every rank's files lands in one tensor per key."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from training.checkpoint import Checkpointer
+
+    run = RunDir(run)
+    reader = FsspecReader(Checkpointer(run).uri(step), **run.options)
+    metadata = reader.read_metadata()
+    state = {k: torch.empty(m.size, dtype=m.properties.dtype)
+             for k, m in metadata.state_dict_metadata.items()
+             if k.startswith(MODEL_PREFIX) and isinstance(m, TensorStorageMetadata)}
+    dcp.load(state, storage_reader=reader, no_dist=True)
+    return {k[len(MODEL_PREFIX):]: v for k, v in state.items()}
+
+
+def model_config(run: RunDir, step: int) -> dict[str, Any]:
+    """What ``DLRMInference`` and the scorer need: the run's model config, its dataset's feature order and
+    table sizes (``max_table_size`` applied), and where the model came from."""
+    import feature_spec as fspec
+    from training.model import table_name
+
+    cfg = run.load_config()
+    spec = fspec.load(cfg.dataset, **storage_options(cfg.dataset))
+    m = cfg.model
+    cap = m.max_table_size
+    rows = [spec.cardinality(f) if cap is None else min(spec.cardinality(f), cap) for f in spec.categorical_features]
+    return {"interaction": m.interaction, "embedding_dim": m.embedding_dim, "bottom_mlp": list(m.bottom_mlp),
+            "top_mlp": list(m.top_mlp), "dcn_layers": m.dcn_layers, "dcn_rank": m.dcn_rank,
+            "categorical": list(spec.categorical_features), "numerical": list(spec.numerical_features),
+            "tables": [table_name(f) for f in spec.categorical_features], "table_rows": rows,
+            "source": {"run": run.uri, "step": step, "dataset": cfg.dataset}}
+
+
+def build_module(config: dict[str, Any], torchrec_state: dict[str, torch.Tensor]) -> DLRMInference:
+    """The plain module of ``config`` holding the checkpoint's weights, in eval mode."""
+    module = DLRMInference(config)
+    module.load_state_dict(plain_state(torchrec_state, config["tables"]))
+    return module.eval()
+
+
+def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
+    """Write the bundle of checkpoint ``step`` of ``run`` to ``out`` (see the module doc); returns its manifest.
+    Idempotent: a complete bundle of the same run and step at ``out`` is left as it is."""
+    run = RunDir(run)
+    existing = _read_manifest(out)
+    if existing and existing.get("source", {}).get("run") == run.uri and existing["source"].get("step") == step:
+        return existing
+    from training.checkpoint import Checkpointer
+
+    Checkpointer(run).step_for(step)   # UserError when the run has no such complete checkpoint
+    config = model_config(run, step)
+    module = build_module(config, unsharded_state(run, step))
+    fs, path = fsspec.core.url_to_fs(out, **storage_options(out))
+    if isinstance(fs, LocalFileSystem):
+        with atomic_dir(path) as folder:
+            manifest = _write(folder, config, module)
+        return manifest
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-bundle-") as tmp:
+        manifest = _write(Path(tmp), config, module)
+        if fs.exists(posixpath.join(path, MANIFEST)):
+            fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
+        for name in manifest["files"]:
+            fs.put_file(str(Path(tmp) / name), posixpath.join(path, name))
+        write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes(), **storage_options(out))
+    return manifest
+
+
+def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:
+    """Every file of the bundle into the local ``folder``, the manifest last."""
+    dataset = config["source"]["dataset"]
+    options = storage_options(dataset)
+    spec_text = _cat(posixpath.join(dataset, SPEC), options)
+    import yaml
+
+    metadata = (yaml.safe_load(spec_text) or {}).get("metadata") or {}
+    settings = metadata.get("preprocessing") or {}
+    input_spec = settings.get("spec")
+    (folder / SPEC).write_text(spec_text)
+    if input_spec and ("/" in input_spec or input_spec.endswith((".yaml", ".yml"))):
+        try:
+            (folder / INPUT_SPEC).write_text(_cat(input_spec, storage_options(input_spec)))
+        except FileNotFoundError:
+            raise UserError(f"{dataset} was preprocessed with the input spec {input_spec!r}, which does not exist "
+                            "here. Fix: run from the folder preprocessing ran in (for a relative path), or put "
+                            "that spec back.") from None
+        config["input_spec"] = INPUT_SPEC
+    else:
+        config["input_spec"] = input_spec   # a built-in preset (criteo), or None: no raw rows (NVIDIA's datasets)
+    for relative in (metadata.get("vocab") or {}).values():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        with fsspec.open(posixpath.join(dataset, relative), "rb", **options) as f:
+            (folder / relative).write_bytes(f.read())
+    torch.save(module.state_dict(), folder / WEIGHTS)
+    torch.jit.script(module).save(str(folder / MODULE))
+    (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    manifest = {"format": FORMAT, "kind": "torchscript", "module": MODULE, "weights": WEIGHTS,
+                "inputs": {"categorical": ["int64", len(config["categorical"])],
+                           "numerical": ["float32", len(config["numerical"])]},
+                "output": "probability [B] float32", "source": config["source"],
+                "files": {name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
+                          for name in files}}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle in a local folder."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+
+    @property
+    def input_spec(self) -> str:
+        """The input spec to read raw rows with: the bundle's copy, or a preset's name. UserError when the
+        model's dataset recorded none (it was not preprocessed from raw rows)."""
+        spec = self.config["input_spec"]
+        if not spec:
+            raise UserError(f"{self.folder}: the bundle's model was trained on a dataset that records no input "
+                            "spec (metadata.preprocessing.spec), so raw rows cannot be encoded for it. Fix: feed "
+                            "encoded indices to its model.pt directly, or export a model whose dataset was written "
+                            "by `dlrmflow preprocess`.")
+        return str(self.folder / spec) if spec == INPUT_SPEC else spec
+
+    def module(self) -> torch.jit.ScriptModule:
+        """The TorchScript model, in eval mode on the CPU."""
+        return torch.jit.load(str(self.folder / MODULE), map_location="cpu").eval()
+
+
+def load_bundle(uri: str, cache: str | Path | None = None) -> Bundle:
+    """The bundle at ``uri`` with every file checked against its manifest's sha256 (UserError naming the file
+    that is missing or altered). A remote bundle is first copied into the local folder ``cache``."""
+    fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
+    manifest = _read_manifest(uri)
+    if manifest is None:
+        raise UserError(f"{uri}: not a complete serving bundle (no {MANIFEST} there). Fix: pass the folder "
+                        "`dlrmflow export` wrote, or re-export.")
+    if isinstance(fs, LocalFileSystem):
+        folder = Path(path)
+    else:
+        if cache is None:
+            raise ValueError("a remote bundle needs a local cache folder")
+        folder = Path(cache)
+        for name in manifest["files"]:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fs.get_file(posixpath.join(path, name), str(folder / name))
+            except FileNotFoundError:
+                pass   # reported as missing below
+    for name, expected in manifest["files"].items():
+        if not (folder / name).is_file():
+            raise UserError(f"{uri}: bundle file {name} is missing. Fix: re-export the bundle (dlrmflow export).")
+        if _sha256(folder / name) != expected["sha256"]:
+            raise UserError(f"{uri}: bundle file {name} was altered (its sha256 differs from {MANIFEST}). "
+                            "Fix: re-export the bundle (dlrmflow export).")
+    return Bundle(folder, manifest, json.loads((folder / CONFIG).read_text()))
+
+
+def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, batch_rows: int = 65536) -> int:
+    """Probabilities of every row of an encoded ``split`` with the bundle's module, streamed batch by batch
+    into a parts folder of one rank (``training.score.write_scores`` reads it). Returns the row count."""
+    from common.atomic import write_atomic
+    from training.data import SplitBinaryDataset
+    from training.score import META, part_name
+
+    data = SplitBinaryDataset(dataset, split)
+    names = data.spec.categorical_features
+    if list(names) != bundle.config["categorical"] or list(data.spec.numerical_features) != bundle.config["numerical"]:
+        raise RuntimeError(f"{dataset}: features differ from the bundle's")   # encoded with the bundle's spec: a bug
+    module, parts = bundle.module(), Path(parts)
+    parts.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode(), open(parts / part_name(0), "wb") as f:
+        for batch in data.batches(batch_rows):
+            n = batch.labels.numel()
+            categorical = batch.sparse_features.values().view(len(names), n).t()
+            f.write(module(categorical, batch.dense_features).numpy().astype(np.float32).tobytes())
+    write_atomic(parts / META, json.dumps({"rows": data.num_rows, "world_size": 1, "batch_rows": batch_rows}))
+    return data.num_rows
+
+
+def _read_manifest(uri: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_cat(posixpath.join(uri, MANIFEST), storage_options(uri)))
+    except FileNotFoundError:
+        return None
+
+
+def _cat(uri: str, options: dict[str, Any]) -> str:
+    with fsspec.open(uri, "r", **options) as f:
+        return f.read()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

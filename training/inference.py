@@ -1,0 +1,103 @@
+"""The serving model: a plain PyTorch DLRM (no TorchRec, no FBGEMM) that a bundle stores as TorchScript.
+
+``DLRMInference(cfg)`` computes what ``training.model``'s TorchRec DLRM / DLRM_DCN compute, with the same
+operations: one embedding row per categorical (TorchRec's sum pooling of a single id is that row), ids taken
+modulo the table's rows (``IdHasher``'s ``max_table_size`` rule; a no-op for uncapped tables), the bottom MLP
+(ReLU after every layer), the dot interaction (``bmm`` + upper triangle, dense first) or the low-rank DCN, the
+top MLP (ReLU after all but the last layer) and a sigmoid. ``forward(categorical [B, n_cat] int64,
+numerical [B, n_num] float32) -> probabilities [B]``. This module imports only torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class _Cross(nn.Module):
+    """One layer of TorchRec's LowRankCrossNet: x_l + x_0 * (W (V x_l) + b)."""
+
+    def __init__(self, width: int, rank: int):
+        super().__init__()
+        self.V = nn.Parameter(torch.empty(rank, width))
+        self.W = nn.Parameter(torch.empty(width, rank))
+        self.b = nn.Parameter(torch.empty(width))
+
+    def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x0 * (nn.functional.linear(nn.functional.linear(x, self.V), self.W) + self.b) + x
+
+
+class DLRMInference(nn.Module):
+    """The DLRM of a model config (``config`` as written to a bundle's model.json, see ``model_config``)."""
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__()
+        rows: list[int] = config["table_rows"]
+        dim, n_num, n_cat = config["embedding_dim"], len(config["numerical"]), len(rows)
+        self.dcn = config["interaction"] == "dcn"
+        self.tables = nn.ModuleList([nn.Embedding(r, dim) for r in rows])
+        self.register_buffer("rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
+        self.bottom = nn.ModuleList(_linears([n_num, *config["bottom_mlp"]]))
+        width = (n_cat + 1) * dim if self.dcn else dim + n_cat * (n_cat + 1) // 2   # pairs of [dense, *tables]
+        self.cross = nn.ModuleList([_Cross(width, config["dcn_rank"]) for _ in range(config["dcn_layers"])]
+                                   if self.dcn else [])
+        self.top = nn.ModuleList(_linears([width, *config["top_mlp"]]))
+        pairs = torch.triu_indices(n_cat + 1, n_cat + 1, offset=1)
+        self.register_buffer("pair_i", pairs[0].contiguous(), persistent=False)
+        self.register_buffer("pair_j", pairs[1].contiguous(), persistent=False)
+
+    def forward(self, categorical: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
+        x = numerical
+        for linear in self.bottom:
+            x = torch.relu(linear(x))
+        ids = categorical % self.rows
+        embedded = [x.unsqueeze(1)]
+        for i, table in enumerate(self.tables):
+            embedded.append(table(ids[:, i]).unsqueeze(1))
+        combined = torch.cat(embedded, dim=1)
+        if self.dcn:
+            x0 = combined.reshape(combined.shape[0], -1)
+            z = x0
+            for cross in self.cross:
+                z = cross(x0, z)
+        else:
+            dots = torch.bmm(combined, combined.transpose(1, 2))
+            z = torch.cat((x, dots[:, self.pair_i, self.pair_j]), dim=1)
+        last = len(self.top) - 1
+        for k, top in enumerate(self.top):
+            z = top(z)
+            if k < last:
+                z = torch.relu(z)
+        return torch.sigmoid(z.squeeze(-1))
+
+
+def _linears(sizes: list[int]) -> list[nn.Linear]:
+    return [nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])]
+
+
+def plain_state(torchrec_state: dict[str, torch.Tensor], table_names: list[str]) -> dict[str, torch.Tensor]:
+    """A TorchRec DLRM's unsharded state dict (keys of ``DLRM``/``DLRM_DCN``) as ``DLRMInference``'s, float32.
+    ``table_names``: the embedding tables in the order of the categorical features."""
+    out: dict[str, torch.Tensor] = {}
+    tables = {name: i for i, name in enumerate(table_names)}
+    top = sorted({k for k in torchrec_state if k.startswith("over_arch.model.0._mlp.")})
+    n_hidden = len({k.split(".")[4] for k in top})
+    for key, value in torchrec_state.items():
+        part = key.split(".")
+        if key.startswith("sparse_arch.embedding_bag_collection.embedding_bags."):
+            name = f"tables.{tables[part[3]]}.weight"
+        elif key.startswith("dense_arch.model._mlp."):
+            name = f"bottom.{part[3]}.{part[-1]}"
+        elif key.startswith("over_arch.model.0._mlp."):
+            name = f"top.{part[4]}.{part[-1]}"
+        elif key.startswith("over_arch.model.1."):
+            name = f"top.{n_hidden}.{part[-1]}"
+        elif key.startswith("inter_arch.crossnet."):
+            kind = {"V_kernels": "V", "W_kernels": "W", "bias": "b"}[part[2]]
+            name = f"cross.{part[3]}.{kind}"
+        else:
+            raise KeyError(f"unexpected key in the model's state: {key}")   # a model this module does not mirror
+        out[name] = value.detach().to(torch.float32).contiguous()
+    return out
