@@ -1,5 +1,6 @@
-"""Training throughput on CPU: our trainer (`dlrmflow train`, 1 and 2 processes) vs a plain PyTorch
-DLRM of the same shape, and the fraction of the machine's dense matmul FLOP/s that each reaches.
+"""Training throughput on CPU: our trainer (`dlrmflow train`, 1 and 2 processes) vs a bare TorchRec loop and
+a DLRM trained the way facebookresearch/dlrm trains it, and the fraction of the machine's dense matmul
+FLOP/s that each reaches.
 
 Model (Criteo-like): 26 tables x 100,000 rows x dim 64, 13 numericals, bottom MLP 512-256-64,
 dot interaction, top MLP 512-256-1, batch 4096 per process.
@@ -10,20 +11,23 @@ dot interaction, top MLP 512-256-1, batch 4096 per process.
   Steady-state samples/s = all samples / all time of the metrics.jsonl windows after the warmup
   steps (the trainer's own timing: wall clock between log lines, data loading included).
   1 process uses 2 OMP threads; 2 processes use 1 thread each (the machine has 2 cores).
-- plain: one ``nn.EmbeddingBag(mode="sum")`` per table + the same MLPs and dot interaction, one
-  ``torch.optim.Adagrad`` over all parameters (dense embedding gradients), in this process with 2
-  threads, batches from the same dataset.
+- raw TorchRec: TorchRec's DLRM + DMP in a bare loop over pre-made random batches, 1 process x 2
+  threads (the loop of stack.md section 3), to compare with ours under the same load.
+- dlrm-style: the training loop of facebookresearch/dlrm's dlrm_s_pytorch.py (``--optimizer adagrad
+  --loss-function bce``), written anew: one ``nn.EmbeddingBag(mode="sum", sparse=True)`` per table,
+  MLPs with a sigmoid output, dot interaction, one ``torch.optim.Adagrad`` over all parameters with
+  sparse table gradients, BCELoss, the loss read every step; in this process with 2 threads, batches
+  from the same dataset through our loader.
 - matmul: ``torch.mm`` float32, 2 threads, best of 7, on each MLP layer's shape (batch 4096) and on
   2048^3. "At MLP shapes" = the layers' FLOPs / the time they take at those rates (what the MLP's
   matmuls can reach); 2048^3 is the machine's peak.
-- raw TorchRec: TorchRec's DLRM + DMP in a bare loop over pre-made random batches, 1 process x 2
-  threads (the loop of stack.md section 3), to compare with ours under the same load.
 
 MLP FLOPs per sample = 3 x forward matmul FLOPs (forward + 2x for backward) of bottom MLP, top MLP
 and the interaction's 27x64 @ 64x27 product. Prints one JSON line per measurement, then a
-markdown table. Takes ~2-3 minutes on a 2-core machine.
+markdown table of medians over ``--rounds`` (ratios taken within a round, then their median: the
+machine is shared and noisy). One round takes ~2-3 minutes on a 2-core machine.
 
-usage: python benchmarks/bench_train.py [--steps 20] [--warmup 5] [--plain-steps 6] [--skip-2proc]
+usage: python benchmarks/bench_train.py [--rounds 3] [--steps 20] [--warmup 5] [--skip-2proc]
 """
 
 from __future__ import annotations
@@ -124,11 +128,11 @@ def train_config(batch: int, steps: int, log_every: int) -> dict:
 
 
 def run_ours(ds: Path, tmp: Path, nproc: int, threads: int, global_batch: int, warmup: int, steps: int,
-             log_every: int) -> dict:
+             log_every: int, tag: str = "") -> dict:
     """`dlrmflow train` under torchrun; steady-state samples/s from metrics.jsonl after ``warmup`` steps."""
     import yaml
 
-    name = f"ours-{nproc}p-{global_batch}"
+    name = f"ours-{nproc}p-{global_batch}{tag}"
     cfg, run = tmp / f"{name}.yaml", tmp / name
     cfg.write_text(yaml.safe_dump(train_config(global_batch, warmup + steps, log_every)))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
@@ -209,67 +213,81 @@ def run_torchrec_reference(threads: int, warmup: int, steps: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# ---- plain PyTorch DLRM ----------------------------------------------------------------------------------
-def plain_model():
+# ---- DLRM as facebookresearch/dlrm trains it ---------------------------------------------------------
+def dlrm_reference_model():
+    """The reference DLRM's structure (dlrm_s_pytorch.py, written anew here): one
+    ``nn.EmbeddingBag(mode="sum", sparse=True)`` per table fed (indices, offsets), MLPs of Linear+ReLU with
+    a sigmoid on the top MLP's output, dot interaction over the strictly lower triangle of Z = T T^T."""
     import torch
     from torch import nn
 
-    class PlainDLRM(nn.Module):
-        """The usual simple DLRM: EmbeddingBag per table, MLPs, pairwise dot interaction."""
+    def mlp(sizes: list[int], sigmoid_last: bool) -> nn.Sequential:
+        layers = []
+        for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+            layers.append(nn.Linear(n_in, n_out))
+            last = i == len(sizes) - 2
+            layers.append(nn.Sigmoid() if last and sigmoid_last else nn.ReLU())
+        return nn.Sequential(*layers)
 
+    class ReferenceDLRM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.tables = nn.ModuleList(nn.EmbeddingBag(ROWS_PER_TABLE, DIM, mode="sum") for _ in range(TABLES))
-            layers, last = [], N_NUM
-            for size in BOTTOM:
-                layers += [nn.Linear(last, size), nn.ReLU()]
-                last = size
-            self.bottom = nn.Sequential(*layers)
+            self.emb_l = nn.ModuleList(nn.EmbeddingBag(ROWS_PER_TABLE, DIM, mode="sum", sparse=True)
+                                       for _ in range(TABLES))
+            for table in self.emb_l:  # the reference's initialisation: U(-sqrt(1/n), sqrt(1/n))
+                bound = (1 / ROWS_PER_TABLE) ** 0.5
+                nn.init.uniform_(table.weight, -bound, bound)
             n_vec = TABLES + 1
-            self.register_buffer("triu", torch.triu_indices(n_vec, n_vec, offset=1), persistent=False)
-            layers, last = [], DIM + n_vec * (n_vec - 1) // 2
-            for size in TOP[:-1]:
-                layers += [nn.Linear(last, size), nn.ReLU()]
-                last = size
-            self.top = nn.Sequential(*layers, nn.Linear(last, TOP[-1]))
+            self.bot_l = mlp([N_NUM, *BOTTOM], sigmoid_last=False)
+            self.top_l = mlp([DIM + n_vec * (n_vec - 1) // 2, *TOP], sigmoid_last=True)
+            li, lj = torch.tril_indices(n_vec, n_vec, offset=-1)
+            self.register_buffer("li", li, persistent=False)
+            self.register_buffer("lj", lj, persistent=False)
 
-        def forward(self, dense, ids):  # ids: [TABLES, B]
-            x = self.bottom(dense)
-            embs = [t(ids[i].unsqueeze(1)) for i, t in enumerate(self.tables)]
-            vecs = torch.stack([x, *embs], dim=1)  # [B, 27, 64]
-            dots = torch.bmm(vecs, vecs.transpose(1, 2))[:, self.triu[0], self.triu[1]]
-            return self.top(torch.cat([x, dots], dim=1)).squeeze(1)
+        def forward(self, dense, indices, offsets):  # indices: one [B] tensor per table
+            x = self.bot_l(dense)
+            ly = [table(idx, offsets) for table, idx in zip(self.emb_l, indices)]
+            t = torch.cat([x, *ly], dim=1).view(-1, TABLES + 1, DIM)
+            z = torch.bmm(t, t.transpose(1, 2))
+            return self.top_l(torch.cat([x, z[:, self.li, self.lj]], dim=1))
 
-    return PlainDLRM()
+    return ReferenceDLRM()
 
 
-def run_plain(ds: Path, threads: int, warmup: int, steps: int) -> dict:
+def run_dlrm_reference(ds: Path, threads: int, warmup: int, steps: int) -> dict:
+    """facebookresearch/dlrm's training loop (``--optimizer adagrad --loss-function bce``): one
+    torch.optim.Adagrad over all parameters, the tables' gradients sparse (only the batch's rows are
+    updated), BCELoss on the sigmoid output, the loss read every step as the reference does; batches from
+    the same dataset through our loader, with 2 threads in this process."""
     import torch
-    import torch.nn.functional as F
 
     from training.data import SplitBinaryDataset
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = plain_model()
+    model = dlrm_reference_model()
     opt = torch.optim.Adagrad(model.parameters(), lr=0.02)
+    loss_fn = torch.nn.BCELoss(reduction="mean")
+    offsets = torch.arange(BATCH)
     data = SplitBinaryDataset(str(ds), "train")
     batches = data.batches(BATCH, shuffle=True, drop_last=True)
     times = []
-    for i in range(warmup + steps):
+    for _ in range(warmup + steps):
         start = time.perf_counter()
         b = next(batches)
-        ids = b.sparse_features.values().view(TABLES, -1)
-        loss = F.binary_cross_entropy_with_logits(model(b.dense_features, ids), b.labels)
-        opt.zero_grad(set_to_none=True)
+        indices = b.sparse_features.values().view(TABLES, -1).unbind(0)
+        loss = loss_fn(model(b.dense_features, indices, offsets), b.labels.view(-1, 1))
+        opt.zero_grad()
         loss.backward()
         opt.step()
+        loss.detach().cpu().numpy()
         times.append(time.perf_counter() - start)
     batches.close()
     timed = times[warmup:]
-    return {"what": "plain", "nproc": 1, "threads_per_proc": threads, "global_batch": BATCH,
+    return {"what": "dlrm_reference", "nproc": 1, "threads_per_proc": threads, "global_batch": BATCH,
             "batch_per_proc": BATCH, "timed_steps": steps, "samples_per_s": round(BATCH * steps / sum(timed)),
-            "step_ms": [round(t * 1000) for t in timed], "optimizer": "torch.optim.Adagrad (dense, all params)"}
+            "step_ms": [round(t * 1000) for t in timed],
+            "optimizer": "torch.optim.Adagrad, sparse embedding gradients"}
 
 
 # ---- main -------------------------------------------------------------------------------------------
@@ -277,13 +295,42 @@ def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average:")[-1].strip()
 
 
+NAMES = {"ours": "ours (dlrmflow train)", "torchrec": "raw TorchRec loop (reference)",
+         "dlrm_reference": "facebookresearch/dlrm-style loop"}
+
+
+def one_round(ds: Path, tmp: Path, args, index: int) -> list[dict]:
+    """Every configuration once, back to back (so that their ratios share the machine's load)."""
+    runs = [(1, 2, BATCH)]
+    if not args.skip_2proc:
+        runs.append((2, 1, 2 * BATCH))
+        if args.also_2proc_global_4096:
+            runs.append((2, 1, BATCH))
+    results = []
+    for nproc, threads, global_batch in runs:
+        results.append(run_ours(ds, tmp, nproc, threads, global_batch, args.warmup, args.steps, args.log_every,
+                                f"-round{index}"))
+        print(json.dumps(results[-1]), flush=True)
+    if not args.skip_torchrec:
+        results.append(run_torchrec_reference(2, args.warmup, args.steps))
+        print(json.dumps(results[-1]), flush=True)
+    results.append(run_dlrm_reference(ds, 2, args.dlrm_warmup, args.dlrm_steps))
+    print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def key(r: dict) -> tuple:
+    return r["what"], r["nproc"], r["threads_per_proc"], r["batch_per_proc"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each trainer run")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each trainer run")
     parser.add_argument("--log-every", type=int, default=5)
-    parser.add_argument("--plain-warmup", type=int, default=2)
-    parser.add_argument("--plain-steps", type=int, default=5)
+    parser.add_argument("--dlrm-warmup", type=int, default=3)
+    parser.add_argument("--dlrm-steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every run this many times; medians reported")
     parser.add_argument("--skip-2proc", action="store_true")
     parser.add_argument("--skip-torchrec", action="store_true", help="skip the raw TorchRec reference loop")
     parser.add_argument("--torchrec-reference-worker", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -304,27 +351,13 @@ def main() -> None:
     print(json.dumps(info), flush=True)
     fl = flops_per_sample()
     print(json.dumps({"what": "flops_per_sample", **fl}), flush=True)
-    results = []
+    rounds = []
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
         steps = args.warmup + args.steps
-        ds = write_dataset(tmp / "ds", max(2 * BATCH * steps, BATCH * (args.plain_warmup + args.plain_steps)) + BATCH)
-        runs = [(1, 2, BATCH)]
-        if not args.skip_2proc:
-            runs.append((2, 1, 2 * BATCH))
-            if args.also_2proc_global_4096:
-                runs.append((2, 1, BATCH))
-        for nproc, threads, global_batch in runs:
-            r = run_ours(ds, tmp, nproc, threads, global_batch, args.warmup, args.steps, args.log_every)
-            print(json.dumps(r), flush=True)
-            results.append(r)
-        if not args.skip_torchrec:
-            r = run_torchrec_reference(2, args.warmup, args.steps)
-            print(json.dumps(r), flush=True)
-            results.append(r)
-        r = run_plain(ds, 2, args.plain_warmup, args.plain_steps)
-        print(json.dumps(r), flush=True)
-        results.append(r)
+        ds = write_dataset(tmp / "ds", max(2 * BATCH * steps, BATCH * (args.dlrm_warmup + args.dlrm_steps)) + BATCH)
+        for index in range(args.rounds):
+            rounds.append(one_round(ds, tmp, args, index))
     mm = matmul_flops()
     peak = mm["2048^3"]
     layer_flops = {f"{BATCH}x{i}x{o}": 2 * BATCH * i * o for i, o in linear_shapes()}
@@ -336,21 +369,30 @@ def main() -> None:
     info_after = load_average()
     print(json.dumps({"what": "machine", "load_average_after": info_after}), flush=True)
 
-    plain = next(r for r in results if r["what"] == "plain")["samples_per_s"]
+    # per-round ratios to the two references of the same round, then medians over the rounds
+    rows: dict[tuple, dict[str, list[float]]] = {}
+    for results in rounds:
+        ref = {r["what"]: r["samples_per_s"] for r in results if r["what"] != "ours"}
+        for r in results:
+            row = rows.setdefault(key(r), {"rate": [], "torchrec": [], "dlrm": []})
+            row["rate"].append(r["samples_per_s"])
+            if "torchrec" in ref:
+                row["torchrec"].append(r["samples_per_s"] / ref["torchrec"])
+            row["dlrm"].append(r["samples_per_s"] / ref["dlrm_reference"])
+    med = lambda xs: float(np.median(xs)) if xs else float("nan")
     print()
     print(f"MLP FLOPs/sample (fwd+bwd): {fl['total'] / 1e6:.2f} M (bottom {fl['bottom'] / 1e6:.2f}, "
           f"top {fl['top'] / 1e6:.2f}, interaction {fl['interaction'] / 1e6:.2f}); torch.mm fp32, 2 threads: "
           f"{mlp_rate / 1e9:.1f} GFLOP/s at the MLP's layer shapes (batch {BATCH}), {peak / 1e9:.1f} GFLOP/s at 2048^3")
+    print(f"medians over {args.rounds} round(s); ratios are taken within each round, then their median")
     print()
-    print("| run | processes x threads | batch per process | samples/s | vs plain PyTorch | MLP GFLOP/s "
-          "| of mm at MLP shapes | of mm 2048^3 |")
+    print("| run | processes x threads | batch per process | samples/s | vs raw TorchRec | vs dlrm-style "
+          "| MLP GFLOP/s | of mm at MLP shapes |")
     print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        name = {"ours": "ours (dlrmflow train)", "torchrec": "raw TorchRec loop (reference)",
-                "plain": "plain PyTorch DLRM"}[r["what"]]
-        achieved = r["samples_per_s"] * fl["total"]
-        print(f"| {name} | {r['nproc']} x {r['threads_per_proc']} | {r['batch_per_proc']} | {r['samples_per_s']:,} | "
-              f"{r['samples_per_s'] / plain:.2f}x | {achieved / 1e9:.1f} | {achieved / mlp_rate:.0%} | {achieved / peak:.0%} |")
+    for (what, nproc, threads, batch), row in rows.items():
+        achieved = med(row["rate"]) * fl["total"]
+        print(f"| {NAMES[what]} | {nproc} x {threads} | {batch} | {med(row['rate']):,.0f} | "
+              f"{med(row['torchrec']):.2f}x | {med(row['dlrm']):.2f}x | {achieved / 1e9:.1f} | {achieved / mlp_rate:.0%} |")
     print()
     print(f"load average before: {info['load_average_before']}; after: {info_after}")
 

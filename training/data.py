@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -113,8 +113,12 @@ class SplitBinaryDataset:
 
     def batches(self, batch_size: int, *, rank: int = 0, world_size: int = 1, epoch: int = 0,
                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, start_step: int = 0,
-                prefetch: int = 2) -> Iterator[Batch]:
-        """This rank's batches of one epoch, from step ``start_step`` on, prefetched in a thread."""
+                prefetch: int = 2, transform: Callable[[Batch], Batch] | None = None,
+                pin_memory: bool = False) -> Iterator[Batch]:
+        """This rank's batches of one epoch, from step ``start_step`` on, prefetched in a thread.
+
+        ``transform`` (e.g. id hashing) runs in that thread too; ``pin_memory`` pins each batch there
+        (for a CUDA device: the trainer's copies to it are then truly asynchronous)."""
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size or start_step < 0:
             raise ValueError(f"bad batching: batch_size={batch_size}, rank={rank}, world_size={world_size}, "
                              f"start_step={start_step}")
@@ -123,6 +127,10 @@ class SplitBinaryDataset:
         rows = batch_size * world_size
         source = (self.read(*rank_slice(g * rows, min((g + 1) * rows, self.num_rows), rank, world_size))
                   for g in order.tolist())
+        if transform is not None:
+            source = map(transform, source)
+        if pin_memory:
+            source = (b.pin_memory() for b in source)
         return Prefetcher(source, prefetch) if prefetch > 0 else source
 
     def read(self, lo: int, hi: int, rows: int | None = None) -> Batch:
@@ -141,8 +149,14 @@ class SplitBinaryDataset:
         for i, column in enumerate(self._categorical):
             values[i, :n] = column[lo:hi]
         values[:, n:] = 0
-        sparse = KeyedJaggedTensor(keys=self.spec.categorical_features, values=torch.from_numpy(values.reshape(-1)),
-                                   lengths=torch.ones(values.size, dtype=torch.int32))
+        # one id per row and feature, so the per-key lengths and offsets are known here: giving them saves
+        # the model from computing them from `lengths` (a device-to-host read on a GPU); numpy, not torch,
+        # so that this (prefetch) thread never starts an OpenMP team of its own beside the trainer's
+        keys = self.spec.categorical_features
+        sparse = KeyedJaggedTensor(keys=keys, values=torch.from_numpy(values.reshape(-1)),
+                                   lengths=torch.from_numpy(np.ones(values.size, np.int32)), stride=rows,
+                                   length_per_key=[rows] * len(keys),
+                                   offset_per_key=[rows * i for i in range(len(keys) + 1)])
         return Batch(dense_features=torch.from_numpy(dense), sparse_features=sparse, labels=torch.from_numpy(labels))
 
 

@@ -11,6 +11,7 @@ import re
 import zlib
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -144,8 +145,10 @@ class IdHasher:
         if not self.caps:
             return batch
         kjt = batch.sparse_features
-        caps = torch.tensor([self.caps.get(k, torch.iinfo(torch.int64).max) for k in kjt.keys()])
-        per_value = caps.repeat_interleave(torch.tensor(kjt.length_per_key()))
-        values = kjt.values() % per_value.to(kjt.values().dtype)
-        hashed = KeyedJaggedTensor(keys=kjt.keys(), values=values, lengths=kjt.lengths())
+        # numpy: this runs in the loader's prefetch thread, where a torch op could start a second OpenMP team
+        caps = np.array([self.caps.get(k, np.iinfo(np.int64).max) for k in kjt.keys()], np.int64)
+        values = kjt.values().numpy() % np.repeat(caps, kjt.length_per_key())  # int64 ids (SplitBinaryDataset.read)
+        hashed = KeyedJaggedTensor(keys=kjt.keys(), values=torch.from_numpy(values), lengths=kjt.lengths(),
+                                   stride=kjt.stride(), length_per_key=kjt.length_per_key(),
+                                   offset_per_key=kjt.offset_per_key())
         return Batch(dense_features=batch.dense_features, sparse_features=hashed, labels=batch.labels)
