@@ -51,12 +51,12 @@ def init(timeout_s: float) -> DistEnv:
     """Join (or create) the default process group from torchrun's environment, with a collective
     timeout of ``timeout_s`` (the config's ``pg_timeout_s``).
 
-    Without torchrun's variables this is a one-process group on a free local port, so the
+    Without torchrun's variables this is a one-process group with an in-process store, so the
     same code runs from a notebook or a test.
     """
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    alone = "MASTER_ADDR" not in os.environ   # torchrun always sets it
+    if alone:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -65,7 +65,10 @@ def init(timeout_s: float) -> DistEnv:
         torch.cuda.set_device(device)
     backend = backend_for(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        # alone: an in-process store, no port (a free port picked here can be taken before the store binds it)
+        store = {"store": dist.HashStore()} if alone else {}
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
+                                **store)
     return DistEnv(rank, world, local_rank, local_world, device, backend)
 
 
@@ -105,9 +108,3 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
