@@ -58,8 +58,13 @@ class _Watchdog(threading.Thread):
 def serve_until_stopped(deployments: list) -> None:
     """Register ``deployments`` and run their flow runs until SIGINT/SIGTERM; UserError when the server is gone."""
     runner = _Runner(pause_on_shutdown=True)
-    for deployment in deployments:
-        runner.add_deployment(deployment)
+    try:
+        for deployment in deployments:
+            runner.add_deployment(deployment)
+    except httpx.TransportError as e:   # the server went away while the deployments were registered
+        raise UserError(f"the Prefect server at {PREFECT_API_URL.value()} has not answered while the deployments "
+                        f"were registered ({type(e).__name__}); serve stopped. Fix: start the server again "
+                        "(prefect server start), then serve.") from None
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`cmd &`)
     watchdog = _Watchdog(runner, PREFECT_API_URL.value())
     watchdog.start()
