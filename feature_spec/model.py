@@ -10,6 +10,13 @@ The same model describes two things:
   ``parquet``, ``criteo``) plus per-feature preprocessing options;
 * an *output spec* (a dataset): chunk type ``split_binary``, one file per chunk, byte-compatible
   with NVIDIA's DLRM loaders.
+
+Multi-valued (list) categoricals: ``hotness: N`` (NVIDIA's field) means exactly N values a row, stored
+row-major in the feature's one file (``rows * N`` indices); ``hotness: variable`` (or just ``max_hotness: N``,
+the most values a row keeps) means a list of any length, stored as its values file plus a row-offsets file
+(``cat_<f>.offsets.bin``: int64, rows + 1 entries, the first 0; row r holds values[offsets[r]:offsets[r+1]]),
+the chunk listing both files in that order. ``pooling`` (``sum``, the default, or ``mean``) is how the
+feature's embedding bag pools a row's values; ``sep`` is the element separator of a list field in CSV/TSV input.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ NUMERICAL_DTYPES = ("float16", "float32")
 CATEGORICAL_DTYPES = ("int8", "int16", "int32", "int64")
 # raw value types a user may declare for an input categorical: `hex` is Criteo's 8-digit hex
 RAW_CATEGORICAL_TYPES = ("str", "int", "hex")
+POOLINGS = ("sum", "mean")
+VARIABLE = "variable"   # the ``hotness`` of a variable-length list feature
 _COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
 
 
@@ -48,6 +57,26 @@ class Feature(BaseModel):
     # label derivation for labels that are not 0/1
     positive: Any = None           # value (or list of values) that means label 1, e.g. ">50K"
     positive_if: str | None = None  # numeric comparison that means label 1, e.g. ">= 4"
+    # --- multi-valued categoricals (input and output specs) ---
+    hotness: int | Literal["variable"] | None = None   # values a row holds: N (fixed) or variable; None: 1
+    max_hotness: int | None = Field(default=None, ge=1)   # variable length: the most values a row keeps
+    pooling: Literal[POOLINGS] | None = None   # how the embedding bag pools a row's values (default sum)
+    sep: str | None = None   # input spec, CSV/TSV: the separator of a list field's elements, e.g. "|"
+
+    @property
+    def variable_length(self) -> bool:
+        """A list of any length (values file plus offsets file)."""
+        return self.hotness == VARIABLE or (self.hotness is None and self.max_hotness is not None)
+
+    @property
+    def values_per_row(self) -> int | None:
+        """How many values every row holds (1 for a one-hot feature), or None for a variable-length list."""
+        return None if self.variable_length else (self.hotness or 1)
+
+    @property
+    def multi_valued(self) -> bool:
+        """A list feature: fixed hotness > 1 or variable length."""
+        return self.values_per_row != 1
 
     def positive_rule(self) -> tuple[str, float] | None:
         """``positive_if`` parsed into (operator, number), or None."""
@@ -111,12 +140,25 @@ class FeatureSpec(BaseModel):
         return card
 
     def file_of(self, split: str, feature: str) -> tuple[str, int]:
-        """(relative path, position of the feature within the chunk) for a split-binary feature."""
+        """(relative path, position of the feature within the chunk) for a split-binary feature (a variable-length
+        list's values file)."""
         for chunk in self.source_spec.get(split, []):
             if feature in chunk.features:
                 return chunk.files[0], chunk.features.index(feature)
         raise SpecError(f"feature '{feature}' has no file in split '{split}'.", section="source_spec",
                         feature=split, fix=f"add a chunk listing '{feature}' under source_spec.{split}.")
+
+    def offsets_file_of(self, split: str, feature: str) -> str | None:
+        """Relative path of a variable-length list feature's row-offsets file in ``split``, else None."""
+        if not self.feature_spec[feature].variable_length:
+            return None
+        for chunk in self.source_spec.get(split, []):
+            if feature in chunk.features and len(chunk.files) == 2:
+                return chunk.files[1]
+        raise SpecError(f"variable-length feature '{feature}' has no offsets file in split '{split}'.",
+                        section="source_spec", feature=split,
+                        fix=f"list its values file and then its offsets file: files: [{split}/"
+                        f"{categorical_file_name(feature)}, {split}/{offsets_file_name(feature)}].")
 
     # ---- validation -----------------------------------------------------------------
     def validate_spec(self) -> "FeatureSpec":
@@ -167,6 +209,7 @@ def _check_features(spec: FeatureSpec) -> None:
             if f.frequency_threshold is not None:
                 raise SpecError("has both hash_buckets and frequency_threshold.", section="feature_spec",
                                 feature=name, fix="choose one: hashing keeps every value, the threshold builds a vocabulary.")
+        _check_hotness(name, f, categorical)
         if f.transform is not None and name not in numerical:
             raise SpecError(f"transform '{f.transform}' applies to numerical features only.", section="feature_spec",
                             feature=name, fix="remove transform or move the feature to channel_spec.numerical.")
@@ -188,6 +231,22 @@ def _check_features(spec: FeatureSpec) -> None:
             raise SpecError(f"unknown raw categorical dtype '{f.dtype}'.", section="feature_spec", feature=name,
                             fix=f"use one of {', '.join(RAW_CATEGORICAL_TYPES)} (hex = Criteo's 8-digit hex ids), "
                             "or leave dtype out.")
+
+
+def _check_hotness(name: str, f: Feature, categorical: set) -> None:
+    listed = [k for k in ("hotness", "max_hotness", "pooling", "sep") if getattr(f, k) is not None]
+    if listed and name not in categorical:
+        raise SpecError(f"{', '.join(listed)} applies to categorical features only.", section="feature_spec",
+                        feature=name, fix=f"remove {listed[0]} or move the feature to channel_spec.categorical.")
+    if isinstance(f.hotness, int) and f.hotness < 1:
+        raise SpecError(f"hotness must be >= 1 (got {f.hotness}).", section="feature_spec", feature=name,
+                        fix="set `hotness: N` (exactly N values a row) or `hotness: variable` (a list of any length).")
+    if isinstance(f.hotness, int) and f.max_hotness is not None:
+        raise SpecError("has both a fixed hotness and max_hotness.", section="feature_spec", feature=name,
+                        fix="use `hotness: N` for exactly N values a row, or `max_hotness: N` for lists of up to N.")
+    if f.sep is not None and (not f.sep or "\n" in f.sep):
+        raise SpecError(f"sep {f.sep!r} cannot separate list elements.", section="feature_spec", feature=name,
+                        fix='use a character that is not the field separator, e.g. `sep: "|"`.')
 
 
 def _check_dataset_dtype(name: str, f: Feature, label: str, numerical: set, categorical: set) -> None:
@@ -227,11 +286,19 @@ def _check_sources(spec: FeatureSpec) -> None:
                     raise SpecError(f"chunk {i} names feature '{name}' that feature_spec does not define.",
                                     section="source_spec", feature=split, fix=f"define `{name}` under feature_spec.")
                 covered[name] = covered.get(name, 0) + 1
-            if chunk.type == OUTPUT_CHUNK_TYPE and len(chunk.files) != 1:
-                raise SpecError(f"split_binary chunk {i} must have exactly one file (got {len(chunk.files)}).",
-                                section="source_spec", feature=split, fix="give each chunk one file.")
+            if chunk.type == OUTPUT_CHUNK_TYPE and len(chunk.files) != _files_of_chunk(spec, chunk):
+                raise SpecError(f"split_binary chunk {i} must have exactly {_files_of_chunk(spec, chunk)} file(s) "
+                                f"(got {len(chunk.files)}).", section="source_spec", feature=split,
+                                fix="give each chunk one file (a variable-length list: its values file, then its "
+                                "offsets file).")
         if spec.is_dataset:
             _check_dataset_chunks(spec, split, chunks, covered)
+
+
+def _files_of_chunk(spec: FeatureSpec, chunk: Chunk) -> int:
+    listed = len(chunk.features) == 1 and chunk.features[0] in spec.feature_spec \
+        and chunk.features[0] in spec.categorical_features and spec.feature_spec[chunk.features[0]].variable_length
+    return 2 if listed else 1
 
 
 def _check_dataset_chunks(spec: FeatureSpec, split: str, chunks: list[Chunk], covered: dict[str, int]) -> None:
@@ -287,3 +354,8 @@ def categorical_file_name(feature: str) -> str:
     """File name of a categorical's column: ``cat_<feature>.bin`` (unsafe characters become '_')."""
     name = feature if feature.startswith("cat_") and feature.endswith(".bin") else f"cat_{_SAFE.sub('_', feature)}.bin"
     return name
+
+
+def offsets_file_name(feature: str) -> str:
+    """File name of a variable-length list feature's row offsets: ``cat_<feature>.offsets.bin``."""
+    return categorical_file_name(feature)[:-len(".bin")] + ".offsets.bin"

@@ -104,6 +104,12 @@ def test_bring_your_own_input_spec_is_valid():
     (lambda d: d["source_spec"]["train"][0].update(files=["/data/adult.parquet"]), ["source_spec.train", "absolute"]),
     (lambda d: d["source_spec"]["train"][0].update(type="xlsx"), ["source_spec.train", "xlsx"]),
     (lambda d: d["source_spec"]["train"][0].update(features=["income", "agee"]), ["source_spec.train", "agee"]),
+    (lambda d: d["feature_spec"]["age"].update(hotness=3), ["feature_spec.age", "categorical"]),
+    (lambda d: d["feature_spec"]["workclass"].update(hotness=0), ["feature_spec.workclass", "hotness"]),
+    (lambda d: d["feature_spec"]["workclass"].update(hotness=2, max_hotness=4), ["feature_spec.workclass",
+                                                                                 "max_hotness"]),
+    (lambda d: d["feature_spec"]["workclass"].update(pooling="max"), ["feature_spec.workclass", "pooling"]),
+    (lambda d: d["feature_spec"]["workclass"].update(sep=""), ["feature_spec.workclass", "sep"]),
 ])
 def test_bad_input_specs_name_section_feature_and_fix(mutate, fragments):
     data = _byo()
@@ -119,12 +125,38 @@ def test_bad_input_specs_name_section_feature_and_fix(mutate, fragments):
     (lambda d: d["source_spec"]["train"].pop(), ["source_spec.train", "cat_2.bin"]),
     (lambda d: d["source_spec"]["train"][2].update(features=["cat_0.bin", "cat_1.bin"]), ["source_spec.train"]),
     (lambda d: d["source_spec"]["train"][0].update(features=["num_1", "num_0"]), ["source_spec.train", "order"]),
-    (lambda d: d["source_spec"]["train"][1].update(files=["a.bin", "b.bin"]), ["source_spec.train", "one file"]),
+    (lambda d: d["source_spec"]["train"][1].update(files=["a.bin", "b.bin"]), ["source_spec.train", "1 file"]),
+    (lambda d: d["feature_spec"]["cat_1.bin"].update(hotness="variable"), ["source_spec.test", "offsets"]),
 ])
 def test_bad_output_specs_name_section_feature_and_fix(mutate, fragments):
     data = _nvidia()
     mutate(data)
     _expect(data, *fragments)
+
+
+def test_list_features_fixed_and_variable_hotness(tmp_path):
+    data = _byo()
+    data["feature_spec"]["genres"] = {"hotness": "variable", "sep": "|", "pooling": "mean"}
+    data["feature_spec"]["tags"] = {"max_hotness": 5}
+    data["feature_spec"]["slots"] = {"hotness": 3}
+    data["channel_spec"]["categorical"] += ["genres", "tags", "slots"]
+    spec = fs.from_dict(data)
+    genres, tags, slots, one = (spec.feature_spec[n] for n in ("genres", "tags", "slots", "workclass"))
+    assert (genres.variable_length, genres.values_per_row, genres.multi_valued) == (True, None, True)
+    assert (tags.variable_length, tags.values_per_row) == (True, None)
+    assert (slots.variable_length, slots.values_per_row, slots.multi_valued) == (False, 3, True)
+    assert (one.variable_length, one.values_per_row, one.multi_valued) == (False, 1, False)
+    assert fs.offsets_file_name("genres") == "cat_genres.offsets.bin"
+    # a dataset: the variable-length feature's chunk lists its values file, then its offsets file
+    out = _nvidia()
+    out["feature_spec"]["cat_1.bin"]["hotness"] = "variable"
+    for split in out["source_spec"]:
+        out["source_spec"][split][3]["files"].append(f"{split}/cat_1.offsets.bin")
+    out["feature_spec"]["cat_2.bin"]["hotness"] = 4
+    spec = fs.from_dict(out)
+    assert spec.offsets_file_of("train", "cat_1.bin") == "train/cat_1.offsets.bin"
+    assert spec.offsets_file_of("train", "cat_2.bin") is None
+    assert fs.load(fs.save(spec, str(tmp_path / "ds"))) == spec
 
 
 def test_missing_section_and_bad_yaml_and_missing_file(tmp_path):
