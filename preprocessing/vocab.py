@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import logging
+
 import numpy as np
 import polars as pl
+
+log = logging.getLogger(__name__)
+
+try:
+    from . import _vocab   # native hash tables (optional: numpy does the same work where it is not built)
+except ImportError as e:
+    _vocab = None
+    log.debug("preprocessing._vocab is not available (%s); vocabulary hashing runs in numpy", e)
 
 # re-aggregate pending per-batch counts once they outgrow the running totals by this factor
 _COMPACT_FACTOR = 4
@@ -119,7 +129,11 @@ class IntLookup:
         return h.astype(np.intp)
 
     def __call__(self, q: np.ndarray) -> np.ndarray:
-        q = q.astype(self.dtype, copy=False)
+        q = np.ascontiguousarray(q.astype(self.dtype, copy=False))
+        if _vocab is not None:
+            out = np.empty(len(q), self.vals.dtype)
+            _vocab.lookup(self.keys, self.vals, int(self.mul), int(self.shift), q, out)
+            return out
         slot = self._slots(q)
         out = self.vals[slot]
         todo = np.flatnonzero(self.keys[slot] != q)
@@ -143,18 +157,34 @@ def dictionary_encode(df: pl.DataFrame, features: list[str]) -> tuple[pl.DataFra
     coded = [f for f in features if df[f].dtype.is_integer()]
     if not coded:
         return df, {}
-    uniques = df.lazy().select(pl.col(f).drop_nulls().unique().implode() for f in coded).collect()
     values, codes = {}, {}
+    if _vocab is None:
+        uniques = df.lazy().select(pl.col(f).drop_nulls().unique().implode() for f in coded).collect()
     for f in coded:
-        values[f] = uniques[f][0].to_numpy()
-        lookup = IntLookup(values[f], np.arange(1, len(values[f]) + 1))
         column = df[f]
-        c = lookup(column.fill_null(values[f][0] if len(values[f]) else 0).to_numpy() if column.null_count()
-                   else column.to_numpy()).astype(np.uint32)
-        if column.null_count():
-            c[column.is_null().to_numpy()] = 0
+        nulls = column.null_count()
+        raw = column.fill_null(0).to_numpy() if nulls else column.to_numpy()
+        if _vocab is not None:
+            values[f], c = codes_of(raw, column.is_not_null().to_numpy() if nulls else None)
+        else:
+            values[f] = uniques[f][0].to_numpy()
+            c = IntLookup(values[f], np.arange(1, len(values[f]) + 1))(raw).astype(np.uint32)
+            if nulls:
+                c[column.is_null().to_numpy()] = 0
         codes[f] = pl.Series(f, c)
     return df.with_columns(**codes), values
+
+
+def codes_of(values: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values in order of first occurrence, codes: uint32, 1 + each value's position there, 0 where
+    ``valid`` is False) of an integer array, by the native hash table (``_vocab`` must be built)."""
+    dtype = values.dtype
+    values = np.ascontiguousarray(values if dtype.itemsize in (4, 8) else values.astype(np.int64))
+    codes = np.empty(len(values), np.uint32)
+    distinct = np.empty(len(values), values.dtype)
+    k = _vocab.dict_encode(values, None if valid is None else np.ascontiguousarray(valid).view(np.uint8),
+                           codes, distinct)
+    return distinct[:k].astype(dtype), codes
 
 
 class Encoder:
