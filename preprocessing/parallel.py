@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable, Protocol, Sequence, TypeVar
 
@@ -62,3 +64,23 @@ class ThreadExecutor:
 
     def call(self, stage: str, fn):
         return fn()
+
+
+def ordered(fn: Callable[..., T], items: Iterable, workers: int) -> Iterator[T]:
+    """``fn(item)`` for each item, in ``workers`` threads, yielded in item order. Items are taken from ``items``
+    (in the caller's thread) only as results are consumed: at most ``workers + 1`` are in flight, which bounds
+    the memory (a file's blocks). The first error is raised at its item's turn; later items are cancelled."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="dlrmflow-block")
+    pending: deque = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -34,18 +34,11 @@ class Counter:
         self.factor = compact_factor
 
     def add(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> None:
-        """Count the non-missing values of each feature in ``df`` (all features in one parallel pass); a feature
-        in ``dictionaries`` holds codes into it (see ``dictionary_encode``) and is counted by a bincount."""
-        dictionaries = dictionaries or {}
-        lazy = df.lazy()
-        grouped = [f for f in self.pending if f not in dictionaries]
-        queries = [lazy.select(pl.col(f).alias("value")).drop_nulls().group_by("value")
-                   .agg(pl.len().cast(pl.Int64).alias("count")) for f in grouped]
-        found = dict(zip(grouped, pl.collect_all(queries)))
-        for f, values in dictionaries.items():
-            if f in self.pending:
-                n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:]
-                found[f] = pl.DataFrame({"value": values, "count": n.astype(np.int64)}).filter(pl.col("count") > 0)
+        """Count the non-missing values of each feature in ``df`` (see ``block_counts``)."""
+        self.merge(block_counts(df, list(self.pending), dictionaries))
+
+    def merge(self, found: dict[str, pl.DataFrame]) -> None:
+        """Add (value, count) tables of some features (``block_counts``: one block's, computed in any thread)."""
         for f, counts in found.items():
             parts = self.pending[f]
             parts.append(counts)
@@ -62,6 +55,24 @@ class Counter:
         """One Arrow IPC file of (value, count) per feature."""
         for f in self.pending:
             self._compact(f).write_ipc(_counts_file(folder, f), compression="uncompressed")
+
+
+def block_counts(df: pl.DataFrame, features: list[str],
+                 dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, pl.DataFrame]:
+    """(value, count) of the non-missing values of each feature in ``df`` (all features in one parallel pass); a
+    feature in ``dictionaries`` holds codes into it (see ``dictionary_encode``) and is counted by a bincount."""
+    dictionaries = dictionaries or {}
+    lazy = df.lazy()
+    grouped = [f for f in features if f not in dictionaries]
+    queries = [lazy.select(pl.col(f).alias("value")).drop_nulls().group_by("value")
+               .agg(pl.len().cast(pl.Int64).alias("count")) for f in grouped]
+    found = dict(zip(grouped, pl.collect_all(queries))) if queries else {}
+    for f in features:
+        if f in dictionaries:
+            values = dictionaries[f]
+            n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:]
+            found[f] = pl.DataFrame({"value": values, "count": n.astype(np.int64)}).filter(pl.col("count") > 0)
+    return found
 
 
 def _counts_file(folder: Path, feature: str) -> Path:
