@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from .errors import BadRows, InputError
-from .parallel import ordered
+from .parallel import ordered, prefetch
 
 EXTRA = "__extra"
 BLOCK_BYTES = 32 << 20   # ~130k Criteo rows: bounds the parse memory (the raw strings of a block dominate)
@@ -137,8 +137,12 @@ def _read_text(uri, fmt: Format, types, bad, block_bytes, fast=None, then=None, 
     if local is not None:
         yield from _read_lines(uri, _local_blocks(local, block_bytes), fmt, types, bad, fast, then, workers)
         return
-    with fsspec.open(uri, "rb", compression="infer") as f:
-        yield from _read_lines(uri, _blocks(f, block_bytes), fmt, types, bad, fast, then, workers)
+    with fsspec.open(uri, "rb", compression="infer") as f:   # decompressed (or downloaded) ahead of the parse
+        blocks = prefetch(_blocks(f, block_bytes))
+        try:
+            yield from _read_lines(uri, blocks, fmt, types, bad, fast, then, workers)
+        finally:
+            blocks.close()   # the reading thread stops before the file closes
 
 
 def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None, then=None, workers: int = 1):

@@ -4,7 +4,6 @@ file processed in parallel give the bytes of a one-worker run (plain and gzip in
 from __future__ import annotations
 
 import gzip
-import shutil
 from pathlib import Path
 
 import numpy as np
