@@ -80,7 +80,7 @@ def _ours(data: Path, store: Path, workers: int | None, rows: int) -> dict:
                             + (["--workers", str(workers)] if workers else [])),
                "dlrmflow preprocess")
     return {"tool": "dlrmflow preprocess", "rows": rows, "files": len(list(data.glob("part-*.tsv*"))),
-            "workers": workers or f"default ({os.cpu_count()})", "wall_s": round(m.wall_s, 2),
+            "workers": workers or "default", "wall_s": round(m.wall_s, 2),
             "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
             "rows_per_s": round(rows / m.wall_s),
             "peak_rss_mb": round(m.peak_rss_mb), "load": _load()}

@@ -70,8 +70,11 @@ def block_counts(df: pl.DataFrame, features: list[str],
     for f in features:
         if f in dictionaries:
             values = dictionaries[f]
-            n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:]
-            found[f] = pl.DataFrame({"value": values, "count": n.astype(np.int64)}).filter(pl.col("count") > 0)
+            n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:].astype(np.int64)
+            seen = n > 0   # all but the codes of rows filtered out
+            if not seen.all():
+                values, n = values[seen], n[seen]
+            found[f] = pl.DataFrame({"value": values, "count": n})
     return found
 
 

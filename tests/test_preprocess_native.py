@@ -151,3 +151,10 @@ def test_workers_default_to_the_cores_and_do_not_change_the_fingerprint(tmp_path
     assert config.workers is None and config.threads() == (os.cpu_count() or 1)
     assert PreprocessConfig(inputs=["x"], out=str(tmp_path), workers=3).threads() == 3
     assert "workers" not in config.output_settings()
+
+
+@native
+def test_without_the_native_tables_the_same_bytes(criteo_10k, tmp_path, monkeypatch):
+    with_native = _run([criteo_10k], tmp_path / "native", 2)
+    monkeypatch.setattr(vocab, "_vocab", None)   # as where the extension is not built
+    assert_same_files(with_native, _run([criteo_10k], tmp_path / "numpy", 2))
