@@ -83,8 +83,16 @@ def _counts_file(folder: Path, feature: str) -> Path:
 
 
 def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """(value, count) tables summed by value."""
-    return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
+    """(value, count) tables summed by value (integer values: by the native hash table, ~10x a polars group_by
+    on 2 cores; rows in no particular order)."""
+    if _vocab is None or not parts[0]["value"].dtype.is_integer():
+        return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
+    values, codes = codes_of(np.concatenate([p["value"].to_numpy() for p in parts]))
+    counts = np.concatenate([p["count"].to_numpy() for p in parts])
+    if len(counts) and counts.max() * len(counts) >= 2**53:   # float64 weights would round
+        return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
+    total = np.bincount(codes, weights=counts, minlength=len(values) + 1)[1:].astype(np.int64)
+    return pl.DataFrame({"value": values, "count": total})
 
 
 def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
