@@ -158,3 +158,16 @@ def test_without_the_native_tables_the_same_bytes(criteo_10k, tmp_path, monkeypa
     with_native = _run([criteo_10k], tmp_path / "native", 2)
     monkeypatch.setattr(vocab, "_vocab", None)   # as where the extension is not built
     assert_same_files(with_native, _run([criteo_10k], tmp_path / "numpy", 2))
+
+
+@native
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
+    rng = np.random.default_rng(5)
+    parts = [pl.DataFrame({"value": rng.integers(-100 if dtype == np.int64 else 0, 1000, k).astype(dtype),
+                           "count": rng.integers(1, 1 << 40, k)}).unique("value") for k in (3000, 10, 2000)]
+    parts.append(parts[0].clear())   # an empty part
+    fast = vocab.sum_counts(parts).sort("value")
+    monkeypatch.setattr(vocab, "_vocab", None)
+    slow = vocab.sum_counts(parts).sort("value")
+    assert fast.equals(slow) and fast["value"].dtype == parts[0]["value"].dtype
