@@ -171,3 +171,16 @@ def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
     monkeypatch.setattr(vocab, "_vocab", None)
     slow = vocab.sum_counts(parts).sort("value")
     assert fast.equals(slow) and fast["value"].dtype == parts[0]["value"].dtype
+
+
+def test_gunzip_reads_every_member_and_rejects_a_truncated_stream():
+    import io
+    import zlib
+    data = gzip.compress(b"a\nb\n") + gzip.compress(b"") + gzip.compress(b"c\n" * 1000)
+    whole = readers._Gunzip(io.BytesIO(data))
+    assert whole.read(1) + whole.read(10 ** 6) == b"a\nb\n" + b"c\n" * 1000 and whole.read(5) == b""
+    assert readers._Gunzip(io.BytesIO(b"")).read(10) == b""
+    with pytest.raises(EOFError):
+        readers._Gunzip(io.BytesIO(data[:-6])).read(10 ** 6)
+    with pytest.raises(zlib.error):
+        readers._Gunzip(io.BytesIO(data + b"not gzip")).read(10 ** 6)
