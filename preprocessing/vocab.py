@@ -186,17 +186,20 @@ def dictionary_encode(df: pl.DataFrame, features: list[str]) -> tuple[pl.DataFra
     values, codes = {}, {}
     if _vocab is None:
         uniques = df.lazy().select(pl.col(f).drop_nulls().unique().implode() for f in coded).collect()
+    nulls = [f for f in coded if df[f].null_count()]
+    if nulls:   # one parallel polars pass: nulls -> 0 and the valid masks
+        filled = df.lazy().select([pl.col(f).fill_null(0) for f in nulls]
+                                  + [pl.col(f).is_not_null().alias(f"{f}\0") for f in nulls]).collect()
     for f in coded:
         column = df[f]
-        nulls = column.null_count()
-        raw = column.fill_null(0).to_numpy() if nulls else column.to_numpy()
+        raw = filled[f].to_numpy() if f in nulls else column.to_numpy()
         if _vocab is not None:
-            values[f], c = codes_of(raw, column.is_not_null().to_numpy() if nulls else None)
+            values[f], c = codes_of(raw, filled[f"{f}\0"].to_numpy() if f in nulls else None)
         else:
             values[f] = uniques[f][0].to_numpy()
             c = IntLookup(values[f], np.arange(1, len(values[f]) + 1))(raw).astype(np.uint32)
-            if nulls:
-                c[column.is_null().to_numpy()] = 0
+            if f in nulls:
+                c[~filled[f"{f}\0"].to_numpy()] = 0
         codes[f] = pl.Series(f, c)
     return df.with_columns(**codes), values
 
