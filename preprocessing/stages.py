@@ -81,7 +81,7 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
             return len(out), len(df), names, counts
 
         for n_out, n_raw, block_names, counts in readers.read(uri, job.fmt, job.types, bad, fast=fast, then=finish,
-                                                              workers=job.config.threads()):
+                                                              workers=_block_workers(job)):
             rows += n_out
             names |= block_names
             if counts:
@@ -96,6 +96,13 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
     mirror.write_text(parts.parse_meta, json.dumps(meta, sort_keys=True))
     return meta
+
+
+def _block_workers(job: Job) -> int:
+    """Blocks of one file processed at once: the threads left over by the files processed at once (one file:
+    all of them; as many files as threads: one), so that memory stays at a few blocks per thread."""
+    threads = job.config.threads()
+    return max(1, threads // max(1, min(len(job.inputs), threads)))
 
 
 def place(job: Job, metas: list[dict]) -> Placement:
@@ -212,7 +219,7 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
         counted_rows = df if train is None else df.filter(pl.Series(codes == train))
         return len(df), vocab.block_counts(counted_rows, features, dictionaries)
 
-    for n, counts in parallel.ordered(count, _batches(job, placement, i, features), job.config.threads()):
+    for n, counts in parallel.ordered(count, _batches(job, placement, i, features), _block_workers(job)):
         counter.merge(counts)
         if progress:
             progress(n)
@@ -245,7 +252,7 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
 
     with atomic_dir(target) as tmp:
         files = {}
-        for n, pieces in parallel.ordered(encode, _batches(job, placement, i), job.config.threads()):
+        for n, pieces in parallel.ordered(encode, _batches(job, placement, i), _block_workers(job)):
             for split, name, chosen, zeros in pieces:
                 if name == LABEL_FILE:
                     stats[split]["rows"] += len(chosen)
