@@ -64,16 +64,20 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(t.vocab_features, compact_factor=2) \
         if _may_count_in_parse(job, i) and not mirror.complete(parts.counts) else None
-    fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
+    fast = fastparse.block_parser(job.fmt, t, job.types, coded=True) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
         def finish(k: int, df: pl.DataFrame, line_numbers):
             """Parsed block k -> its part written (IPC + dictionaries), its counts, split names and row counts."""
+            coded = isinstance(df, vocab.Coded)   # the fast parse coded the vocabulary features
+            if coded:
+                df, dictionaries = df.rows, df.dictionaries
             out = df if line_numbers is None else \
                 to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
             names = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
             counts = None
             if len(out):
-                out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
+                if not coded:
+                    out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
                 out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
                 if dictionaries:
                     _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -174,6 +175,14 @@ class IntLookup:
             out[todo[hit]] = v[hit]
             todo = todo[~hit & (v != 0)]
         return out
+
+
+@dataclass
+class Coded:
+    """Rows whose integer vocabulary features already hold codes (as ``dictionary_encode`` returns them)."""
+
+    rows: pl.DataFrame
+    dictionaries: dict[str, np.ndarray]
 
 
 def dictionary_encode(df: pl.DataFrame, features: list[str]) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:

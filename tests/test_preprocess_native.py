@@ -184,3 +184,22 @@ def test_gunzip_reads_every_member_and_rejects_a_truncated_stream():
         readers._Gunzip(io.BytesIO(data[:-6])).read(10 ** 6)
     with pytest.raises(zlib.error):
         readers._Gunzip(io.BytesIO(data + b"not gzip")).read(10 ** 6)
+
+
+@native
+def test_fast_parse_codes_as_dictionary_encode(criteo_10k):
+    from feature_spec import CRITEO_COLUMNS, criteo_spec
+    from preprocessing import fastparse
+    from preprocessing.transforms import Transforms
+    if fastparse._criteo is None:
+        pytest.skip("preprocessing._criteo is not built")
+    t = Transforms.from_spec(criteo_spec(), 2)
+    block = gzip.open(criteo_10k).read()
+    block = block[:block.rfind(b"\n") + 1]
+    coded = fastparse.block_parser(readers.Format("criteo", columns=list(CRITEO_COLUMNS)), t, t.parse_types(),
+                                   coded=True)(block)
+    rows, dictionaries = vocab.dictionary_encode(fastparse.parse_block(block), t.vocab_features)
+    assert isinstance(coded, vocab.Coded) and coded.rows.equals(rows)
+    assert coded.dictionaries.keys() == dictionaries.keys()
+    for f, values in dictionaries.items():
+        np.testing.assert_array_equal(coded.dictionaries[f], values)
