@@ -73,7 +73,7 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
                 df, dictionaries = df.rows, df.dictionaries
             out = df if line_numbers is None else \
                 to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
-            names = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
+            found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
             counts = None
             if len(out):
                 if not coded:
@@ -82,7 +82,7 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
                 if dictionaries:
                     _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)
                 counts = vocab.block_counts(out, t.vocab_features, dictionaries) if counter else None
-            return len(out), len(df), names, counts
+            return len(out), len(df), found, counts
 
         for n_out, n_raw, block_names, counts in readers.read(uri, job.fmt, job.types, bad, fast=fast, then=finish,
                                                               workers=_block_workers(job)):
