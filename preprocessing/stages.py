@@ -12,6 +12,9 @@ B count: value counts of the vocabulary features over the counted splits: a file
 C encode: indices, labels and numericals -> per-split binary parts (in the job's work folder: they depend on
   its vocabulary).
 
+Within a file, each stage processes a few blocks at once (``parallel.ordered``; as many as the threads that
+the files in flight leave over), in block order, so that one file uses every core.
+
 Each stage writes its parts into local folders and pushes them to ``job.mirror`` (the store, when it is remote)
 and pulls the parts it reads from there: a stage may run on any machine that reaches the store.
 """
