@@ -75,6 +75,6 @@ def preprocess(config: FlowPreprocessConfig) -> str:
         config: Inputs, store, preprocessing settings and where the per-file tasks run.
     """
     with task_runner(config) as runner:
-        dataset = Preprocessing(config).run(PrefectExecutor(config.workers, runner), say=get_run_logger().info)
+        dataset = Preprocessing(config).run(PrefectExecutor(config.threads(), runner), say=get_run_logger().info)
     artifacts.dataset(dataset)
     return dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,8 +32,9 @@ class PreprocessConfig(BaseModel):
                                                  "its file, line and column (error) or is skipped and counted (skip).")
     max_bad_fraction: float = Field(default=0.001, ge=0, le=1, description="With on_bad_row=skip: fail when more "
                                     "than this fraction of all rows is bad.")
-    workers: int = Field(default=1, ge=1, description="Worker threads: input files processed at once, each "
-                         "stage (polars and numpy also use every core within one file).")
+    workers: int | None = Field(default=None, ge=1, description="Worker threads: input files processed at once, "
+                                "and blocks of one file processed at once. Default: the machine's cores (where "
+                                "it runs). Does not change the output.")
     work_dir: str | None = Field(default=None, description="Local scratch folder for resumable intermediate parts "
                                  "(each input file's parse and counts under `_files/`, kept for the next dataset "
                                  "that uses the file). Default: `out/_work` and `out/_files` for a local store, "
@@ -40,6 +42,10 @@ class PreprocessConfig(BaseModel):
     progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")
     fast_parse: bool = Field(default=True, description="Parse regular Criteo TSV rows with the C extension "
                              "(the same bytes as the general polars path, several times faster).")
+
+    def threads(self) -> int:
+        """The number of worker threads: ``workers``, or the cores of this machine where it is None."""
+        return self.workers or os.cpu_count() or 1
 
     def output_settings(self) -> dict:
         """The settings that determine the output bytes (part of the fingerprint)."""

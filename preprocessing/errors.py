@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from common.errors import UserError
 
 
@@ -14,10 +16,12 @@ class BadRowError(UserError):
 
 
 class BadRows:
-    """Applies the bad-row policy for one input file: raise on the first, or count them."""
+    """Applies the bad-row policy for one input file: raise on the first, or count them (blocks of a file may
+    report from several threads)."""
 
     def __init__(self, uri: str, policy: str):
         self.uri, self.policy, self.count = uri, policy, 0
+        self._lock = threading.Lock()
 
     def report(self, line: int, column: str | None, problem: str) -> None:
         """One bad row at a 1-based line (or row for Parquet) of the file."""
@@ -25,4 +29,5 @@ class BadRows:
             where = f"{self.uri}: line {line}" + (f", column {column}" if column else "")
             raise BadRowError(f"{where}: {problem} Fix: correct or remove the row, or run with "
                               "--on-bad-row skip to skip and count malformed rows (up to --max-bad-fraction).")
-        self.count += 1
+        with self._lock:
+            self.count += 1

@@ -22,6 +22,7 @@ import polars as pl
 
 from feature_spec import CRITEO_COLUMNS
 
+from . import vocab
 from .transforms import Transforms, hashed_index
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,12 @@ except ImportError as e:   # not built: the polars path parses every block
 N_INT, N_CAT = 13, 26
 
 
-def block_parser(fmt, t: Transforms, types: dict) -> Callable[[bytes], pl.DataFrame | None] | None:
+def block_parser(fmt, t: Transforms, types: dict,
+                 coded: bool = False) -> Callable[[bytes], pl.DataFrame | vocab.Coded | None] | None:
     """The block parser for this input (block -> intermediate rows, or None to use the polars path),
-    or None where the input is not plain Criteo TSV with the standard transforms."""
+    or None where the input is not plain Criteo TSV with the standard transforms. ``coded``: the vocabulary
+    features come as codes into the block's distinct values (``vocab.Coded``, as ``vocab.dictionary_encode``
+    would code them) straight from the parsed ids, without null masks in between."""
     if _criteo is None or fmt.kind != "criteo" or fmt.header or list(fmt.columns or []) != CRITEO_COLUMNS:
         return None
     label, ints, cats = CRITEO_COLUMNS[0], CRITEO_COLUMNS[1:1 + N_INT], CRITEO_COLUMNS[1 + N_INT:]
@@ -47,19 +51,22 @@ def block_parser(fmt, t: Transforms, types: dict) -> Callable[[bytes], pl.DataFr
             or types != {label: pl.Float64, **dict.fromkeys(ints, pl.Float64), **dict.fromkeys(cats, pl.String)}):
         return None
     hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]
+    to_code = t.vocab_features if coded and vocab._vocab is not None else []
 
-    def parse(block: bytes) -> pl.DataFrame | None:
-        df = parse_block(block)
+    def parse(block: bytes) -> pl.DataFrame | vocab.Coded | None:
+        dictionaries = {}
+        df = parse_block(block, to_code, dictionaries)
         if df is not None:
             for name, buckets in hashed:
                 df = df.with_columns(hashed_index(df[name], buckets).alias(name))
-        return df
+        return vocab.Coded(df, dictionaries) if df is not None and to_code else df
 
     return parse
 
 
-def parse_block(block: bytes) -> pl.DataFrame | None:
-    """Intermediate rows of a block of regular Criteo rows, or None where any row is not regular."""
+def parse_block(block: bytes, coded: list[str] = (), dictionaries: dict | None = None) -> pl.DataFrame | None:
+    """Intermediate rows of a block of regular Criteo rows, or None where any row is not regular. The
+    categoricals in ``coded`` are codes instead (``vocab.codes_of``; their distinct values go to ``dictionaries``)."""
     n = _criteo.count_lines(block)
     label = np.empty(n, np.int8)
     num = np.empty((N_INT, n), np.float32)
@@ -71,8 +78,11 @@ def parse_block(block: bytes) -> pl.DataFrame | None:
     columns.update({name: num[j] for j, name in enumerate(CRITEO_COLUMNS[1:1 + N_INT])})
     cats = CRITEO_COLUMNS[1 + N_INT:]
     columns.update({name: cat[j] for j, name in enumerate(cats)})
+    for j, name in enumerate(cats):
+        if name in coded:
+            dictionaries[name], columns[name] = vocab.codes_of(cat[j], None if valid[j].all() else valid[j])
     df = pl.DataFrame(columns)
-    missing = [j for j in range(N_CAT) if not valid[j].all()]
+    missing = [j for j, name in enumerate(cats) if name not in coded and not valid[j].all()]
     if missing:
         masks = pl.DataFrame({f"__valid{j}": valid[j] for j in missing})
         df = pl.concat([df, masks], how="horizontal").lazy().select(

@@ -5,12 +5,18 @@ lifting outside the GIL), with a progress bar.
 Threads, not processes: a spawned worker pays ~0.4 s of CPU importing numpy/polars before
 doing any work, and polars already spreads each file's work over all cores; a second file in flight
 only fills the gaps (reads, Python glue) that one file leaves.
+
+Within a file, ``ordered`` processes its blocks a few at a time (results in block order) and ``prefetch`` reads
+(decompresses) the next blocks of a stream in a thread of their own.
 """
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable, Protocol, Sequence, TypeVar
 
@@ -62,3 +68,64 @@ class ThreadExecutor:
 
     def call(self, stage: str, fn):
         return fn()
+
+
+def ordered(fn: Callable[..., T], items: Iterable, workers: int) -> Iterator[T]:
+    """``fn(item)`` for each item, in ``workers`` threads, yielded in item order. Items are taken from ``items``
+    (in the caller's thread) only as results are consumed: at most ``workers + 1`` are in flight, which bounds
+    the memory (a file's blocks). The first error is raised at its item's turn; later items are cancelled."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="dlrmflow-block")
+    pending: deque = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """The items of ``items``, produced in a thread of their own up to ``depth`` ahead of the consumer (e.g. a
+    compressed stream decompressed while the blocks before it are parsed); an error is raised at its turn.
+    Closing this generator stops the thread before it returns."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((False, None))
+        except BaseException as e:   # handed to the consumer
+            put((False, e))
+
+    thread = threading.Thread(target=produce, name="dlrmflow-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = q.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+            del item
+    finally:
+        stop.set()
+        thread.join()

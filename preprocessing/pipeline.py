@@ -42,7 +42,7 @@ class Preprocessing:
             say(f"dataset with fingerprint {job.fingerprint[:12]} already complete, skipping preprocessing: "
                 f"{job.dataset}")
             return job.dataset
-        executor = executor or ThreadExecutor(job.config.workers, job.config.progress)
+        executor = executor or ThreadExecutor(job.config.threads(), job.config.progress)
         files = range(len(job.inputs))
         job.work.create()
         say(f"preprocessing {len(files)} input files -> {job.dataset}")

@@ -12,6 +12,9 @@ B count: value counts of the vocabulary features over the counted splits: a file
 C encode: indices, labels and numericals -> per-split binary parts (in the job's work folder: they depend on
   its vocabulary).
 
+Within a file, each stage processes a few blocks at once (``parallel.ordered``; as many as the threads that
+the files in flight leave over), in block order, so that one file uses every core.
+
 Each stage writes its parts into local folders and pushes them to ``job.mirror`` (the store, when it is remote)
 and pulls the parts it reads from there: a stage may run on any machine that reaches the store.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +34,7 @@ from common.atomic import atomic_dir
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
-from . import fastparse, readers, splits, vocab
+from . import fastparse, parallel, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
 from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
@@ -63,24 +67,34 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(t.vocab_features, compact_factor=2) \
         if _may_count_in_parse(job, i) and not mirror.complete(parts.counts) else None
-    fast = fastparse.block_parser(job.fmt, t, job.types) if job.config.fast_parse else None
+    fast = fastparse.block_parser(job.fmt, t, job.types, coded=True) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
-        for k, (df, line_numbers) in enumerate(readers.read(uri, job.fmt, job.types, bad, fast=fast)):
+        def finish(k: int, df: pl.DataFrame, line_numbers):
+            """Parsed block k -> its part written (IPC + dictionaries), its counts, split names and row counts."""
+            coded = isinstance(df, vocab.Coded)   # the fast parse coded the vocabulary features
+            if coded:
+                df, dictionaries = df.rows, df.dictionaries
             out = df if line_numbers is None else \
                 to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
-            if t.split_column:
-                names.update(out[SPLIT_COLUMN].unique().to_list())
+            found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
+            counts = None
             if len(out):
-                out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
+                if not coded:
+                    out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
                 out.write_ipc(tmp / f"{k:06d}.ipc", compression="uncompressed")
                 if dictionaries:
                     _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)
-                if counter:
-                    counter.add(out, dictionaries)
-            rows += len(out)
+                counts = vocab.block_counts(out, t.vocab_features, dictionaries) if counter else None
+            return len(out), len(df), found, counts
+
+        for n_out, n_raw, block_names, counts in readers.read(uri, job.fmt, job.types, bad, fast=fast, then=finish,
+                                                              workers=_block_workers(job)):
+            rows += n_out
+            names |= block_names
+            if counts:
+                counter.merge(counts)
             if progress:
-                progress(len(df))
-            del df, out   # free this block before the reader parses the next one
+                progress(n_raw)
     mirror.push(parts.parsed)
     if counter and rows:
         with atomic_dir(parts.counts) as tmp:
@@ -89,6 +103,13 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
     mirror.write_text(parts.parse_meta, json.dumps(meta, sort_keys=True))
     return meta
+
+
+def _block_workers(job: Job) -> int:
+    """Blocks of one file processed at once: the threads left over by the files processed at once (one file:
+    all of them; as many files as threads: one), so that memory stays at a few blocks per thread."""
+    threads = job.config.threads()
+    return max(1, threads // max(1, min(len(job.inputs), threads)))
 
 
 def place(job: Job, metas: list[dict]) -> Placement:
@@ -165,14 +186,21 @@ def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:
     return {f: column[0].to_numpy() for f, column in pl.read_ipc(path).to_dict().items()}
 
 
-def _batches(job: Job, placement: Placement, i: int):
-    """(rows, their coded columns' dictionaries, split codes) per batch of a parsed part, in order."""
+def _batches(job: Job, placement: Placement, i: int, columns: list[str] | None = None):
+    """Loaders of the batches of a parsed part, in order: each, called (in any thread), gives (rows: ``columns``
+    or all, their coded columns' dictionaries, split codes)."""
     job.mirror.pull(job.parts[i].parsed)
     offset = placement.starts[i]
+    if columns is not None and job.transforms.split_column:
+        columns = [*columns, SPLIT_COLUMN]
     for path in sorted(job.parts[i].parsed.glob("*.ipc")):
-        df = pl.read_ipc(path)
-        yield df, _read_dictionaries(path.with_suffix(_DICTIONARIES)), _codes(job, placement, i, df, offset)
-        offset += len(df)
+        yield partial(_batch, job, placement, i, path, offset, columns)
+        offset += pl.scan_ipc(path).select(pl.len()).collect().item()
+
+
+def _batch(job: Job, placement: Placement, i: int, path: Path, offset: int, columns: list[str] | None):
+    df = pl.read_ipc(path, columns=columns)
+    return df, _read_dictionaries(path.with_suffix(_DICTIONARIES)), _codes(job, placement, i, df, offset)
 
 
 def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int) -> np.ndarray:
@@ -189,12 +217,19 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
     target = counts_path(job, placement, i)
     if target is None or job.mirror.complete(target):
         return
-    counter = vocab.Counter(job.transforms.vocab_features)
+    features = job.transforms.vocab_features
+    counter = vocab.Counter(features)
     train = placement.split_names.index("train") if counted(job, placement, i) == "some" else None
-    for df, dictionaries, codes in _batches(job, placement, i):
-        counter.add(df if train is None else df.filter(pl.Series(codes == train)), dictionaries)
+
+    def count(load) -> tuple[int, dict]:
+        df, dictionaries, codes = load()
+        counted_rows = df if train is None else df.filter(pl.Series(codes == train))
+        return len(df), vocab.block_counts(counted_rows, features, dictionaries)
+
+    for n, counts in parallel.ordered(count, _batches(job, placement, i, features), _block_workers(job)):
+        counter.merge(counts)
         if progress:
-            progress(len(df))
+            progress(n)
     with atomic_dir(target) as tmp:
         counter.write(tmp)
     job.mirror.push(target)
@@ -205,25 +240,34 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
     target, mirror = job.work.encoded(i), job.mirror
     if mirror.complete(target):
         return json.loads(mirror.read_text(target / _STATS))
-    encode = _encoder(job.work, job.transforms.vocab_features)
+    encode_rows = _encoder(job.work, job.transforms.vocab_features)
     dtypes = job.transforms.categorical_dtypes(cards)
     cat_files = {categorical_file_name(f): f for f in dtypes}
     stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0)} for s in placement.split_names}
+
+    def encode(load) -> tuple[int, list]:
+        """A batch -> (rows, [(split, output file name, array, its zeros)] in output order)."""
+        df, dictionaries, codes = load()
+        columns = _encode(job, dtypes, df, dictionaries, encode_rows)
+        pieces = []
+        for code, rows in _split_rows(codes):
+            for name, values in columns.items():
+                chosen = np.ascontiguousarray(values[rows])
+                zeros = int(np.count_nonzero(chosen == 0)) if name in cat_files else 0
+                pieces.append((placement.split_names[code], name, chosen, zeros))
+        return len(df), pieces
+
     with atomic_dir(target) as tmp:
         files = {}
-        for df, dictionaries, codes in _batches(job, placement, i):
-            columns = _encode(job, dtypes, df, dictionaries, encode)
-            for code, rows in _split_rows(codes):
-                split = placement.split_names[code]
-                stats[split]["rows"] += int(np.count_nonzero(rows)) if isinstance(rows, np.ndarray) \
-                    else rows.stop - rows.start
-                for name, values in columns.items():
-                    chosen = np.ascontiguousarray(values[rows])
-                    if name in cat_files:
-                        stats[split]["index0"][cat_files[name]] += int(np.count_nonzero(chosen == 0))
-                    _out(files, tmp, split, name).write(memoryview(chosen))
+        for n, pieces in parallel.ordered(encode, _batches(job, placement, i), _block_workers(job)):
+            for split, name, chosen, zeros in pieces:
+                if name == LABEL_FILE:
+                    stats[split]["rows"] += len(chosen)
+                if name in cat_files:
+                    stats[split]["index0"][cat_files[name]] += zeros
+                _out(files, tmp, split, name).write(memoryview(chosen))
             if progress:
-                progress(len(df))
+                progress(n)
         for f in files.values():
             f.close()
         (tmp / _STATS).write_text(json.dumps(stats, sort_keys=True))

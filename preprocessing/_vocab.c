@@ -1,0 +1,197 @@
+/* Native hash tables for the vocabulary stages (see preprocessing/vocab.py, which falls back to numpy
+ * where this module is not built). Keys are 4- or 8-byte integers compared bit for bit (signed columns
+ * are passed as they are: equal values have equal bits). Both functions release the GIL.
+ *
+ * dict_encode(values, valid, codes, distinct) -> k
+ *   codes[i] = 1 + the rank of values[i] among the distinct values in order of first occurrence, or 0
+ *   where valid[i] == 0 (valid: uint8 array or None); distinct[0:k] = those values. codes: uint32[n];
+ *   distinct: the dtype of values, n long.
+ *
+ * lookup(keys, vals, mul, shift, query, out)
+ *   The probe of vocab.IntLookup's open-addressing table (linear probing, vals == 0 marks an empty slot,
+ *   slot = (key * mul mod 2^bits_of_key) >> shift): out[i] = vals[slot of query[i]], 0 where absent.
+ *   keys: uint32 or uint64 (query: the same width); vals and out: int32 or int64.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->itemsize != 1 && view->itemsize != 4 && view->itemsize != 8) {
+        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes (1, 4 or 8 expected)", what, view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static inline uint64_t mix64(uint64_t x) { return x * 0x9E3779B97F4A7C15ull; }
+
+#define DICT_ENCODE(NAME, T)                                                                                  \
+    static Py_ssize_t NAME(const T *v, const uint8_t *valid, Py_ssize_t n, uint32_t *codes, T *distinct) {     \
+        int bits = 4;                                                                                         \
+        while (((Py_ssize_t)1 << bits) < 2 * n)                                                               \
+            bits++;                                                                                           \
+        size_t size = (size_t)1 << bits, mask = size - 1;                                                     \
+        uint32_t *slot_code = calloc(size, sizeof(uint32_t)); /* 0: empty, else code of distinct[code-1] */   \
+        if (!slot_code)                                                                                       \
+            return -1;                                                                                        \
+        Py_ssize_t k = 0;                                                                                     \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                  \
+            if (valid && !valid[i]) {                                                                         \
+                codes[i] = 0;                                                                                 \
+                continue;                                                                                     \
+            }                                                                                                 \
+            T x = v[i];                                                                                       \
+            size_t s = (size_t)(mix64((uint64_t)x) >> (64 - bits));                                           \
+            for (;;) {                                                                                        \
+                uint32_t c = slot_code[s];                                                                    \
+                if (c == 0) {                                                                                 \
+                    distinct[k++] = x;                                                                        \
+                    slot_code[s] = (uint32_t)k;                                                               \
+                    codes[i] = (uint32_t)k;                                                                   \
+                    break;                                                                                    \
+                }                                                                                             \
+                if (distinct[c - 1] == x) {                                                                   \
+                    codes[i] = c;                                                                             \
+                    break;                                                                                    \
+                }                                                                                             \
+                s = (s + 1) & mask;                                                                           \
+            }                                                                                                 \
+        }                                                                                                     \
+        free(slot_code);                                                                                      \
+        return k;                                                                                             \
+    }
+
+DICT_ENCODE(dict_encode32, uint32_t)
+DICT_ENCODE(dict_encode64, uint64_t)
+
+static PyObject *dict_encode(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_valid, *o_codes, *o_distinct;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_values, &o_valid, &o_codes, &o_distinct))
+        return NULL;
+    Py_buffer bv, bm = {0}, bc, bd;
+    if (get_buffer(o_values, &bv, 0, "values") < 0)
+        return NULL;
+    Py_ssize_t n = bv.len / bv.itemsize, k = -2;
+    int has_valid = o_valid != Py_None;
+    if (has_valid && get_buffer(o_valid, &bm, 0, "valid") < 0)
+        goto release_values;
+    if (get_buffer(o_codes, &bc, 1, "codes") < 0)
+        goto release_valid;
+    if (get_buffer(o_distinct, &bd, 1, "distinct") < 0)
+        goto release_codes;
+    if (bv.itemsize == 1 || bd.itemsize != bv.itemsize || bd.len < bv.len || bc.itemsize != 4 || bc.len < 4 * n ||
+        (has_valid && (bm.itemsize != 1 || bm.len < n))) {
+        PyErr_SetString(PyExc_ValueError, "dict_encode: values must have 4- or 8-byte items, codes be uint32[n], "
+                                          "distinct as long as values and of their dtype, valid uint8[n] or None");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        if (bv.itemsize == 4)
+            k = dict_encode32(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf);
+        else
+            k = dict_encode64(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf);
+        Py_END_ALLOW_THREADS
+        if (k == -1) {
+            PyErr_NoMemory();
+            k = -2;
+        }
+    }
+    PyBuffer_Release(&bd);
+release_codes:
+    PyBuffer_Release(&bc);
+release_valid:
+    if (has_valid)
+        PyBuffer_Release(&bm);
+release_values:
+    PyBuffer_Release(&bv);
+    return k == -2 ? NULL : PyLong_FromSsize_t(k);
+}
+
+#define LOOKUP(NAME, K, V)                                                                                    \
+    static void NAME(const K *keys, const V *vals, size_t mask, K mul, int shift, const K *q, Py_ssize_t n,      \
+                     V *out) {                                                                                \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                  \
+            K x = q[i];                                                                                       \
+            size_t s = (size_t)((K)(x * mul) >> shift);                                                       \
+            V found = 0;                                                                                      \
+            for (;;) {                                                                                        \
+                V v = vals[s];                                                                                \
+                if (v == 0)                                                                                   \
+                    break;                                                                                    \
+                if (keys[s] == x) {                                                                           \
+                    found = v;                                                                                \
+                    break;                                                                                    \
+                }                                                                                             \
+                s = (s + 1) & mask;                                                                           \
+            }                                                                                                 \
+            out[i] = found;                                                                                   \
+        }                                                                                                     \
+    }
+
+LOOKUP(lookup32_32, uint32_t, int32_t)
+LOOKUP(lookup32_64, uint32_t, int64_t)
+LOOKUP(lookup64_32, uint64_t, int32_t)
+LOOKUP(lookup64_64, uint64_t, int64_t)
+
+static PyObject *lookup(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_vals, *o_query, *o_out;
+    unsigned long long mul;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOKiOO", &o_keys, &o_vals, &mul, &shift, &o_query, &o_out))
+        return NULL;
+    Py_buffer bk, bv, bq, bo;
+    int ok = 0;
+    if (get_buffer(o_keys, &bk, 0, "keys") < 0)
+        return NULL;
+    if (get_buffer(o_vals, &bv, 0, "vals") == 0) {
+        if (get_buffer(o_query, &bq, 0, "query") == 0) {
+            if (get_buffer(o_out, &bo, 1, "out") == 0) {
+                Py_ssize_t slots = bk.len / bk.itemsize, n = bq.len / bq.itemsize;
+                if (bk.itemsize == 1 || bv.itemsize == 1 || bq.itemsize != bk.itemsize ||
+                    bo.itemsize != bv.itemsize || bv.len / bv.itemsize != slots || bo.len / bo.itemsize < n ||
+                    slots == 0 || (slots & (slots - 1)) || shift < 0 || shift >= 8 * bk.itemsize) {
+                    PyErr_SetString(PyExc_ValueError, "lookup: a table of 2^k slots (uint32/uint64 keys, "
+                                                      "int32/int64 values), a query of the keys' dtype, an output of "
+                                                      "the values' dtype and as long as the query");
+                } else {
+                    size_t mask = (size_t)slots - 1;
+                    Py_BEGIN_ALLOW_THREADS
+                    if (bk.itemsize == 4 && bv.itemsize == 4)
+                        lookup32_32(bk.buf, bv.buf, mask, (uint32_t)mul, shift, bq.buf, n, bo.buf);
+                    else if (bk.itemsize == 4)
+                        lookup32_64(bk.buf, bv.buf, mask, (uint32_t)mul, shift, bq.buf, n, bo.buf);
+                    else if (bv.itemsize == 4)
+                        lookup64_32(bk.buf, bv.buf, mask, (uint64_t)mul, shift, bq.buf, n, bo.buf);
+                    else
+                        lookup64_64(bk.buf, bv.buf, mask, (uint64_t)mul, shift, bq.buf, n, bo.buf);
+                    Py_END_ALLOW_THREADS
+                    ok = 1;
+                }
+                PyBuffer_Release(&bo);
+            }
+            PyBuffer_Release(&bq);
+        }
+        PyBuffer_Release(&bv);
+    }
+    PyBuffer_Release(&bk);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"dict_encode", dict_encode, METH_VARARGS,
+     "dict_encode(values, valid, codes, distinct) -> k: codes 1..k of first occurrence (0: not valid)"},
+    {"lookup", lookup, METH_VARARGS, "lookup(keys, vals, mul, shift, query, out): probe vocab.IntLookup's table"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vocab", "Native hash tables for the vocabulary stages.",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__vocab(void) { return PyModule_Create(&module); }
