@@ -9,7 +9,10 @@ Parquet table with list columns and writes its input spec beside it:
 - ``bag``: the present values of ``C19``..``C26`` as ``"<column>:<id>"`` strings, a variable-length list
   (``hotness: variable``, 0 to 8 values: those columns are often missing together), ``frequency_threshold: 2``.
 
-The same rows as CSV (``bag`` and ``pair`` joined by ``|``) are written by ``real_list_csv``.
+The spec names no files (like examples/adult.yaml): pass the data file as the input, e.g.
+``PreprocessConfig(inputs=[str(data)], spec=str(spec), ...)``; its split is ``ordered:train=0.8,val=0.1,test=0.1``
+(metadata.preprocessing.split). The same rows as CSV (``bag`` and ``pair`` joined by ``|``) are written by
+``real_list_csv``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _rows() -> pl.DataFrame:
         pl.concat_list((pl.lit(f"{c}:") + pl.col(c)) for c in BAG).list.drop_nulls().alias("bag"))
 
 
-def _spec(data_file: str, kind: str, sep: str | None) -> dict:
+def _spec(sep: str | None) -> dict:
     extra = {"sep": sep} if sep else {}
     features = {"label": {}, **{n: {} for n in NUMERICAL}, **{c: {"dtype": "hex"} for c in ONE_HOT},
                 "pair": {"hotness": 2, "dtype": "hex", "pooling": "mean", **extra},
@@ -50,7 +53,6 @@ def _spec(data_file: str, kind: str, sep: str | None) -> dict:
     return {"feature_spec": features,
             "channel_spec": {"label": ["label"], "numerical": list(NUMERICAL),
                              "categorical": [*ONE_HOT, "pair", "bag"]},
-            "source_spec": {"train": [{"type": kind, "features": list(features), "files": [data_file]}]},
             "metadata": {"name": "criteo-lists", "preprocessing": {"split": "ordered:train=0.8,val=0.1,test=0.1"}}}
 
 
@@ -61,7 +63,7 @@ def real_list_table(tmp_path: Path) -> tuple[Path, Path]:
     data = folder / "criteo_lists.parquet"
     _rows().write_parquet(data)
     spec = folder / "criteo_lists.yaml"
-    spec.write_text(yaml.safe_dump(_spec(data.name, "parquet", None), sort_keys=False))
+    spec.write_text(yaml.safe_dump(_spec(None), sort_keys=False))
     return spec, data
 
 
@@ -74,5 +76,5 @@ def real_list_csv(tmp_path: Path) -> tuple[Path, Path]:
     rows.with_columns(pl.col("pair").list.eval(pl.element().fill_null("")).list.join("|"),
                       pl.col("bag").list.join("|")).write_csv(data)
     spec = folder / "criteo_lists.yaml"
-    spec.write_text(yaml.safe_dump(_spec(data.name, "csv", "|"), sort_keys=False))
+    spec.write_text(yaml.safe_dump(_spec("|"), sort_keys=False))
     return spec, data
