@@ -51,6 +51,7 @@ from . import synthetic_columns as sc
 GENERATOR_VERSION = 1
 BLOCK_ROWS = 65_536
 CALIBRATION_ROWS = 200_000
+MULTI_HOT_CALIBRATION_ROWS = 50_000
 METADATA_FILE = "_synth_metadata.json"
 SPEC_FILE = "_synth_spec.yaml"   # multi-hot: the input spec of the rows (a leading ``_``: folder inputs skip it)
 LIST_SEP = "|"
@@ -291,8 +292,10 @@ def _calibration(seed: int, rows: int, hotness: tuple[tuple[str, int], ...] = ()
     ageing moves only ids beyond the planted buckets), so made once for all of them; ``hotness``: multi-hot
     columns' sizes (their further ids come from a stream of their own)."""
     values, missing = _columns(_rng(seed, 2), CALIBRATION_ROWS, _vocabulary(rows))
-    if hotness:
-        values = _multi_hot(_rng(seed, 6), values, CALIBRATION_ROWS, _vocabulary(rows), dict(hotness))
+    if hotness:   # the first rows only: MLPerf's sizes make ~240 ids a row
+        n = MULTI_HOT_CALIBRATION_ROWS
+        values, missing = {c: v[:n] for c, v in values.items()}, {c: m[:n] for c, m in missing.items()}
+        values = _multi_hot(_rng(seed, 6), values, n, _vocabulary(rows), dict(hotness))
     return values, missing
 
 
