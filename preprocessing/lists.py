@@ -98,15 +98,13 @@ def checks(raw: pl.DataFrame, out: pl.DataFrame, c) -> list[tuple[str, pl.Series
     found = []
     dtype = raw[c.name].dtype
     strings = dtype == pl.String or (isinstance(dtype, pl.List) and dtype.inner == pl.String)
-    if strings and c.kind in ("hex", "int"):
-        nulls = pl.element().is_null()
-        before = raw.select(_split(c.name, c.sep, dtype).list.eval(nulls).list.sum())[c.name]
-        after = out[c.name].list.eval(nulls).list.sum()
-        if c.max_hotness is None:   # (a truncated list is compared on its kept elements only: see below)
-            bad = (after > before).fill_null(False)
-        else:
-            kept = raw.select(_split(c.name, c.sep, dtype).list.head(c.max_hotness).list.eval(nulls).list.sum())
-            bad = (after > kept[c.name]).fill_null(False)
+    nulls = pl.element().is_null()
+    after = out[c.name].list.eval(nulls).list.sum() if strings and c.kind in ("hex", "int") else None
+    if after is not None and after.sum():   # some missing elements: missing in the raw list too, or not converted?
+        listed = _split(c.name, c.sep, dtype)
+        if c.max_hotness is not None:   # a truncated list is compared on its kept elements
+            listed = listed.list.head(c.max_hotness)
+        bad = (after > raw.select(listed.list.eval(nulls).list.sum())[c.name]).fill_null(False)
         if bad.any():
             what = "a 32-bit hex id (Criteo ids are 8 hex digits)" if c.kind == "hex" else "an integer"
             found.append((c.name, bad, f"has an element that is not {what}."))

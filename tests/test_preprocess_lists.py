@@ -239,6 +239,30 @@ def test_fixed_hotness_row_of_wrong_length_is_a_bad_row(table, tmp_path):
     assert len(pair) == 3 * meta["rows"]["train"]
 
 
+def test_list_element_that_is_not_hex_is_a_bad_row(table, tmp_path):
+    spec = _write_inputs(tmp_path / "in", {c: v[:50] for c, v in table.items()}, "csv", files=1)
+    path = tmp_path / "in" / "part0.csv"
+    lines = path.read_text().splitlines()
+    fields = lines[5].split(",")
+    fields[4] = "0000000a|zz"   # hx: the second element is not hex
+    lines[5] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BadRowError, match=r"part0.csv: line 6, column hx: .*not a 32-bit hex id"):
+        _preprocess(spec, tmp_path / "out")
+
+
+def test_inspect_shows_hotness_and_list_lengths(parquet_dataset, table):
+    from preprocessing.inspect import summary
+
+    lines = {line.split()[0]: line.split() for line in summary(str(parquet_dataset)).splitlines() if line.strip()}
+    train = table["tags"][:int(0.8 * ROWS)]
+    lengths = [len(v or []) for v in train]
+    values, offsets, stats = _expected(table)["train", "tags"]
+    assert lines["tags"][4:7] == ["variable", f"{sum(lengths) / len(lengths):.2f}", str(max(lengths))]
+    assert lines["tags"][3] == f"{values.count(0) / len(values):.1%}/el"
+    assert lines["pair"][4:7] == ["3", "3.00", "3"] and lines["one"][4:7] == ["1", "1", "1"]
+
+
 def test_text_list_without_sep_is_refused(table, tmp_path):
     from common.errors import UserError
 
