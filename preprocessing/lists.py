@@ -92,6 +92,15 @@ def parse_exprs(c, dtype: pl.DataType) -> list[pl.Expr]:
             (listed.list.len() > c.max_hotness).fill_null(False).alias(truncated_column(c.name))]
 
 
+def element_type(c, parsed: pl.DataType) -> pl.DataType:
+    """The type of a list categorical's elements after the parse (``parsed``: the type its column is read as)."""
+    if c.kind == "hex":
+        return pl.UInt32
+    if isinstance(parsed, pl.List):
+        return parsed.inner
+    return pl.Int64 if c.kind == "int" else pl.String
+
+
 def checks(raw: pl.DataFrame, out: pl.DataFrame, c) -> list[tuple[str, pl.Series, str]]:
     """(column, bad-row mask, problem) of a list categorical's parsed rows: elements that do not convert,
     a fixed-hotness row with another number of elements."""
