@@ -34,7 +34,7 @@ from common.atomic import atomic_dir
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
-from . import fastparse, parallel, readers, splits, vocab
+from . import fastparse, lists, parallel, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
 from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
@@ -42,7 +42,7 @@ from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
 _DICTIONARIES = ".dict.arrow"   # beside a parsed block: the distinct values its coded columns refer to
-_STATS = "stats.json"   # in an encoded part: rows and index-0 rows per split
+_STATS = "stats.json"   # in an encoded part: rows, index-0 rows and list statistics per split
 
 
 @dataclass(frozen=True)
@@ -236,22 +236,29 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
 
 
 def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, progress=None) -> dict:
-    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin; returns rows and index-0 rows per split."""
+    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin (and a variable-length list's lengths,
+    see ``lists``); returns rows, index-0 rows and each list feature's statistics per split."""
     target, mirror = job.work.encoded(i), job.mirror
     if mirror.complete(target):
         return json.loads(mirror.read_text(target / _STATS))
     encode_rows = _encoder(job.work, job.transforms.vocab_features)
     dtypes = job.transforms.categorical_dtypes(cards)
     cat_files = {categorical_file_name(f): f for f in dtypes}
-    stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0)} for s in placement.split_names}
+    listed = {categorical_file_name(c.name): c.name for c in job.transforms.categorical if c.multi_valued}
+    stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0),
+                 "lists": {f: lists.empty_stats() for f in listed.values()}} for s in placement.split_names}
 
     def encode(load) -> tuple[int, list]:
-        """A batch -> (rows, [(split, output file name, array, its zeros)] in output order)."""
+        """A batch -> (rows, [(split, output file name, rows of it, their zeros)] in output order; a list
+        feature's rows are written (and their zeros counted) by ``lists.write``)."""
         df, dictionaries, codes = load()
         columns = _encode(job, dtypes, df, dictionaries, encode_rows)
         pieces = []
         for code, rows in _split_rows(codes):
             for name, values in columns.items():
+                if name in listed:
+                    pieces.append((placement.split_names[code], name, values[rows], None))
+                    continue
                 chosen = np.ascontiguousarray(values[rows])
                 zeros = int(np.count_nonzero(chosen == 0)) if name in cat_files else 0
                 pieces.append((placement.split_names[code], name, chosen, zeros))
@@ -261,6 +268,11 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
         files = {}
         for n, pieces in parallel.ordered(encode, _batches(job, placement, i), _block_workers(job)):
             for split, name, chosen, zeros in pieces:
+                if name in listed:
+                    f = listed[name]
+                    stats[split]["index0"][f] += lists.write(chosen, f, partial(_out, files, tmp, split),
+                                                             stats[split]["lists"][f])
+                    continue
                 if name == LABEL_FILE:
                     stats[split]["rows"] += len(chosen)
                 if name in cat_files:
@@ -294,7 +306,7 @@ def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df
                  encode: vocab.Encoder, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Output arrays of a batch of parsed rows by output file name: label (0/1 bytes), numerical [n, k],
     cat_<f> indices (``dictionaries``: of the columns that hold codes, see ``vocab.dictionary_encode``;
-    hash-bucket features are already indices)."""
+    hash-bucket features are already indices); a list feature's: [n, hotness] or a ``lists.Ragged``."""
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
     if t.numerical:
         num = np.empty((len(df), len(t.numerical)), numerical_dtype)
@@ -303,6 +315,12 @@ def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df
         out[NUMERICAL_FILE] = num
     indices = encode(df, dictionaries)
     for c in t.categorical:
+        if c.multi_valued:
+            flat = indices[c.name] if c.name in indices else lists.flatten(df[c.name])
+            idx = flat.values if isinstance(flat.values, np.ndarray) else flat.values.fill_null(0).to_numpy()
+            truncated = df[lists.truncated_column(c.name)].to_numpy() if c.max_hotness is not None else None
+            out[categorical_file_name(c.name)] = lists.layout(idx, flat.lengths, c.hotness, dtypes[c.name], truncated)
+            continue
         idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
         out[categorical_file_name(c.name)] = idx.astype(dtypes[c.name], copy=False)
     return out
