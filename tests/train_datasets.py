@@ -96,7 +96,7 @@ def write_list_dataset(root: Path, rows: dict[str, int] | None = None, *, poolin
     numerical feature; index 0 elements occur in both lists and carry no effect. ``pooling``: feature ->
     sum|mean written to the spec; ``metadata``: write ``list_lengths``; ``rowid``: a one-hot feature holding
     each row's index (to identify rows). Returns ``root``; ``root / "logits.npz"`` holds the true logits
-    per split (``np.load(...)[split]``)."""
+    per split (``np.load(...)[split]``) and those without the lists' terms (``[f"{split}_without_lists"]``)."""
     rows = rows or {"train": 4096, "val": 1024, "test": 1024}
     pooling = pooling or {}
     rng = np.random.default_rng(seed)
@@ -118,6 +118,7 @@ def write_list_dataset(root: Path, rows: dict[str, int] | None = None, *, poolin
         hist_mean = hist_sum / np.maximum(hist_len, 1)
         logit = effect["c0"][c0] + 0.6 * effect["tags"][tags].sum(1) + 1.5 * hist_mean + dense[:, 0] - 0.5
         logits[split] = logit
+        logits[f"{split}_without_lists"] = effect["c0"][c0] + dense[:, 0] - 0.5
         (rng.random(n) < 1 / (1 + np.exp(-logit))).tofile(root / split / "label.bin")
         dense.tofile(root / split / "numerical.bin")
         ids = {"c0": c0, "tags": tags, "hist": hist, **({"rowid": np.arange(n)} if rowid else {})}
