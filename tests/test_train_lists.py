@@ -13,8 +13,8 @@ import torch
 
 import feature_spec as fspec
 from common.errors import UserError
-from train_datasets import LIST_CARDS, write_list_dataset
-from train_runs import python, train
+from train_datasets import write_list_dataset
+from train_runs import train
 from training.config import ModelConfig, ShardingConfig
 from training.data import SplitBinaryDataset, spec_pooling_factors
 
@@ -102,8 +102,9 @@ def test_pooling_factors_from_metadata_else_the_files(tmp_path):
     assert spec_pooling_factors(spec, "train") == {"tags": 3.0, "hist": 20.0}
 
 
-def test_planner_sees_the_pooling_factors():
-    """The constraints carry each table's pooling factor, and the planner's cost of a table grows with it."""
+def test_planner_sees_the_pooling_factors(lists, capsys):
+    """The constraints carry each table's pooling factor, and the planner's cost of a table grows with it;
+    `dlrmflow plan --dataset` plans with the dataset's recorded factors and prints them."""
     from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -123,6 +124,12 @@ def test_planner_sees_the_pooling_factors():
     assert tw["t_0"].input_lengths == [20.0] and tw["t_1"].input_lengths == [1.0]
     perf = {name: sum(s.perf.total for s in o.shards) for name, o in tw.items()}
     assert perf["t_0"] > 2 * perf["t_1"]   # same table size: only the lookups per row differ
+
+    from flows.cli import main
+
+    assert main(["plan", "--dataset", str(lists), "--world-size", "2", "--sharding.profile", "cpu"]) == 0
+    stats = fspec.load(str(lists)).metadata["list_lengths"]["train"]["hist"]
+    assert f"t_tags 3.00, t_hist {stats['values'] / stats['rows']:.2f}" in capsys.readouterr().out
 
 
 def _weights(ebc) -> dict[str, np.ndarray]:
@@ -219,13 +226,12 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     best, without_lists = roc_auc(logits["test"], y), roc_auc(logits["test_without_lists"], y)
     # measured: 0.801 vs best 0.835 and 0.738 for the best model that ignores the lists
     assert ev["rows"] == 1500 and ev["auc"] > max(best - 0.06, without_lists + 0.03), (ev["auc"], best, without_lists)
-    # the plan the trainer used was built with the train split's pooling factors
-    factors = json.loads(python(f"""
-import json
-from training.data import SplitBinaryDataset
-print(json.dumps(SplitBinaryDataset({str(ds)!r}, "train").pooling_factors()))
-""").strip().splitlines()[-1])
-    assert factors["tags"] == 3.0 and 3.5 < factors["hist"] < 4.5
+    # the plan the trainer used was built with the train split's pooling factors (list_lengths: values / rows)
+    stats = fspec.load(str(ds)).metadata["list_lengths"]["train"]
+    hist = stats["hist"]["values"] / stats["hist"]["rows"]
+    assert 3.5 < hist < 4.5
+    assert f"Pooling factors (mean ids per row, what the planner costs lookups by; others 1): t_tags 3.00, " \
+           f"t_hist {hist:.2f}" in (run / "plan.txt").read_text()
 
     # scoring on 2 ranks (rows in file order) = the checkpoint's predictions
     step = ev["step"]

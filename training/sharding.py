@@ -181,8 +181,9 @@ PLAN_HEADER = "Sharding plan:"  # format_plan's first line starts with it
 
 
 def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
-                optimizer: str = "rowwise_adagrad") -> str:
-    """The plan as text: per table its sharding, kernel and ranks; per rank its memory vs capacity; whether it fits."""
+                optimizer: str = "rowwise_adagrad", pooling_factors: dict[str, float] | None = None) -> str:
+    """The plan as text: per table its sharding, kernel and ranks (and the pooling factors the planner was
+    given); per rank its memory vs capacity; whether it fits."""
     nodes = topology.world_size // topology.local_world_size
     lines = [f"{PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
              f"device {topology.compute_device}",
@@ -193,6 +194,9 @@ def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: 
             t = by_name[name]
             lines.append(f"{name:<24} {t.num_embeddings:>14,} {t.embedding_dim:>5}  {ps.sharding_type:<17} "
                          f"{ps.compute_kernel:<18} {_ranks(ps.ranks or [])}")
+    if pooling_factors:
+        lines.append("Pooling factors (mean ids per row, what the planner costs lookups by; others 1): " +
+                     ", ".join(f"{name} {v:.2f}" for name, v in pooling_factors.items()))
     usage = rank_usage(plan, tables, topology, optimizer)
     lines += ["", f"Memory per rank (embedding weights + {optimizer} state, GiB; equal ranks grouped):",
               f"{'ranks':>7}  {'HBM used / capacity':>21}  {'DDR used / capacity':>21}"]

@@ -105,11 +105,12 @@ class Trainer(Stateful):
         emb = cfg.optimizer.embedding
         kwargs = {"lr": emb.lr} if emb.type == "sgd" else {"lr": emb.lr, "eps": emb.eps}
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
+        factors = self.pooling_factors()
         plan = plan_tables(self.tables, cfg.sharding, env.world_size, env.local_world_size, self.batch_size,
                            pg=dist.GroupMember.WORLD, optimizer=emb.type, module_path=EBC_PATH,
-                           device_type=env.device.type, pooling_factors=self.pooling_factors())
+                           device_type=env.device.type, pooling_factors=factors)
         topology = build_topology(load_profile(cfg.sharding.profile), env.world_size, env.local_world_size)
-        text = format_plan(plan, self.tables, topology, emb.type)
+        text = format_plan(plan, self.tables, topology, emb.type, factors)
         dmp = DistributedModelParallel(task, device=env.device, plan=plan, sharders=sharders())
         init_embeddings(dmp.state_dict(), self.tables, cfg.seed)
         return dmp, text

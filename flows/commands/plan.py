@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Planning {len(tables)} tables (dim {cfg.model.embedding_dim}) for {world} x {profile.name}, "
           f"batch {batch} per rank, {optimizer} ...", flush=True)
     plan = plan_tables(tables, cfg.sharding, world, local, batch, optimizer=optimizer, pooling_factors=factors)
-    text = format_plan(plan, tables, build_topology(profile, world, local), optimizer)
+    text = format_plan(plan, tables, build_topology(profile, world, local), optimizer, factors)
     print(text)
     if request.out:
         write_uri(request.out, text + "\n")
