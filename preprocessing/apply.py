@@ -27,7 +27,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
-from . import readers, stages, vocab, writer
+from . import lists, readers, stages, vocab, writer
 from .config import PreprocessConfig
 from .errors import BadRows
 from .job import Job
@@ -112,6 +112,8 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     files: dict = {}
     rows = bad_rows = 0
     index0 = dict.fromkeys(dtypes, 0)
+    listed = {categorical_file_name(c.name): c.name for c in t.categorical if c.multi_valued}
+    list_stats = {f: lists.empty_stats() for f in listed.values()}
     has_label = all(_has_column(f.uri, job, t.label) for f in job.inputs)
     positions = _Positions(folder / POSITIONS, id_column, _id_type(job, id_column), has_label)
     types = _types(job, vocabs, id_column, has_label)
@@ -128,9 +130,15 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
                 keep = ~np.isin(lines, np.fromiter(bad.lines, np.int64)) if bad.lines else slice(None)
                 columns = stages.encode_batch(t, job.config.numerical_dtype, dtypes, parsed, encode)
                 for name, values in columns.items():
+                    if name in listed:
+                        index0[listed[name]] += lists.write(values, listed[name],
+                                                            lambda n: _out(files, out / SCORE_SPLIT, n),
+                                                            list_stats[listed[name]])
+                        continue
                     _out(files, out / SCORE_SPLIT, name).write(memoryview(np.ascontiguousarray(values)))
                 for c in t.categorical:
-                    index0[c.name] += int(np.count_nonzero(columns[categorical_file_name(c.name)] == 0))
+                    if not c.multi_valued:
+                        index0[c.name] += int(np.count_nonzero(columns[categorical_file_name(c.name)] == 0))
                 ids = None if not id_column else df[id_column] if isinstance(keep, slice) else \
                     df[id_column].filter(pl.Series(keep))
                 positions.add(f.uri, lines[keep] - first, ids, columns[stages.LABEL_FILE])
@@ -143,10 +151,23 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
         positions.close()
         bar.close()
     stages.check_bad_rows(bad_rows, rows, job.config.max_bad_fraction, resumable=False)
+    for c in t.categorical:
+        if c.multi_valued and c.hotness is None:
+            _offsets(out / SCORE_SPLIT, c.name)
     placement = stages.Placement((SCORE_SPLIT,), rows, (0,))
-    spec = _dataset_spec(job, placement, cards, {SCORE_SPLIT: rows}, {SCORE_SPLIT: index0}, {}, bad_rows)
+    spec = _dataset_spec(job, placement, cards, {SCORE_SPLIT: rows}, {SCORE_SPLIT: index0}, {}, bad_rows,
+                         {SCORE_SPLIT: list_stats})
     writer.finish(str(out), spec)
     return Encoded(str(out), str(folder / POSITIONS), rows, bad_rows, has_label, id_column)
+
+
+def _offsets(folder: Path, feature: str) -> None:
+    """A variable-length list's offsets file from the lengths file written beside it (then removed)."""
+    lengths = folder / lists.lengths_file_name(feature)
+    with open(folder / fspec.offsets_file_name(feature), "wb") as f:
+        for chunk in lists.offsets_chunks([lengths] if lengths.exists() else []):
+            f.write(chunk)
+    lengths.unlink(missing_ok=True)
 
 
 def _read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
@@ -166,7 +187,11 @@ def _types(job: Job, vocabs: dict[str, pl.DataFrame], id_column: str | None, has
     types = dict(job.types)
     for c in job.transforms.categorical:
         if c.name in vocabs and c.kind != "hex":
-            types[c.name] = pl.Int64 if vocabs[c.name]["value"].dtype.is_integer() else pl.String
+            kind = pl.Int64 if vocabs[c.name]["value"].dtype.is_integer() else pl.String
+            if not c.multi_valued:
+                types[c.name] = kind
+            elif isinstance(types[c.name], pl.List):   # (a text list is split and typed after the parse)
+                types[c.name] = pl.List(kind)
     if not has_label:
         types.pop(job.transforms.label)
     if id_column and id_column not in types:

@@ -8,7 +8,7 @@ Any other block (a bad row, CRLF, quotes, "1.0", "-0", ...) goes to the general 
 which reports the problem with its file, line and column as before.
 
 Used only for the ``criteo`` chunk type with the standard layout (label, I1..I13 with log1p,
-C1..C26 hex; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``
+C1..C26 hex, one value each; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``
 turns it off; where the extension is not built (no compiler) the polars path is used (debug log).
 """
 
@@ -43,7 +43,7 @@ def block_parser(fmt, t: Transforms, types: dict) -> Callable[[bytes], pl.DataFr
     label, ints, cats = CRITEO_COLUMNS[0], CRITEO_COLUMNS[1:1 + N_INT], CRITEO_COLUMNS[1 + N_INT:]
     if (t.label != label or t.positive is not None or t.positive_if is not None or t.split_column
             or t.numerical != [(n, "log1p") for n in ints]
-            or [c.name for c in t.categorical] != cats or any(c.kind != "hex" for c in t.categorical)
+            or [c.name for c in t.categorical] != cats or any(c.kind != "hex" or c.multi_valued for c in t.categorical)
             or types != {label: pl.Float64, **dict.fromkeys(ints, pl.Float64), **dict.fromkeys(cats, pl.String)}):
         return None
     hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]

@@ -1,4 +1,5 @@
-"""Summary of a preprocessed dataset: rows per split, per-feature cardinality, dtype, share of index 0."""
+"""Summary of a preprocessed dataset: rows per split, per-feature cardinality, dtype, share of index 0 (of the
+rows; of the elements for a list feature, marked '/el'), hotness and mean/max list length."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def summary(dataset: str) -> str:
         lines.append(f"numerical: {len(spec.numerical_features)} features ({dtype})")
     lines.append(f"label: {spec.label_feature}")
     train = "train" if "train" in index0 else next(iter(index0), None)
-    head = f"{'feature':<24} {'cardinality':>12} {'dtype':>6} {'index 0 (' + (train or '-') + ')':>16}"
+    lengths = (meta.get("list_lengths") or {}).get(train) or {}
+    head = f"{'feature':<24} {'cardinality':>12} {'dtype':>6} {'index 0 (' + (train or '-') + ')':>16} " \
+        f"{'hotness':>9} {'mean len':>9} {'max len':>8}"
     lines += ["", head]
     for name in spec.categorical_features:
         f = spec.feature_spec[name]
@@ -41,5 +44,22 @@ def summary(dataset: str) -> str:
         n = rows.get(train) or 0
         share = f"{zero / n:.1%}" if zero is not None and n else "-"
         hashed = " (hashed)" if name in (meta.get("hash_buckets") or {}) else ""
-        lines.append(f"{name:<24} {f.cardinality:>12,} {f.dtype:>6} {share:>16}{hashed}")
+        hotness, mean, longest = _lengths(f, lengths.get(name))
+        if f.multi_valued and lengths.get(name):   # a list's share of index 0 is per element
+            st = lengths[name]
+            share = f"{st['index0'] / st['values']:.1%}/el" if st["values"] else "-"
+        lines.append(f"{name:<24} {f.cardinality:>12,} {f.dtype:>6} {share:>16} {hotness:>9} {mean:>9} "
+                     f"{longest:>8}{hashed}")
     return "\n".join(lines)
+
+
+def _lengths(f: fspec.Feature, stats: dict | None) -> tuple[str, str, str]:
+    """(hotness, mean, max list length) of a categorical as text: from the dataset's ``list_lengths`` metadata,
+    else from its hotness (a variable-length list without metadata: '?')."""
+    if not f.multi_valued:
+        return "1", "1", "1"
+    hotness = "variable" if f.variable_length else str(f.values_per_row)
+    if stats and stats.get("rows"):
+        return hotness, f"{stats['values'] / stats['rows']:.2f}", str(stats["max"])
+    n = f.values_per_row
+    return (hotness, str(n), str(n)) if n else (hotness, "?", "?")

@@ -12,7 +12,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from feature_spec import FeatureSpec
 
-from . import splits
+from . import lists, splits
 from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type, split_mapping
 from .readers import Format, parquet_types
@@ -56,6 +56,7 @@ class Job:
         numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
         transforms = Transforms.from_spec(spec, threshold, rule.column, numeric_cuts)
         fmt = _format(config.spec, spec, inputs)
+        lists.check_input(spec, fmt.kind)
         settings = {**config.output_settings(), "frequency_threshold": threshold, "split": rule.text(),
                            "format_version": FORMAT_VERSION}
         identity = {"inputs": [f.model_dump() for f in inputs], "config": settings,
@@ -95,6 +96,8 @@ def _parse_settings(config: PreprocessConfig, rule: splits.SplitRule, transforms
     t = dataclasses.asdict(transforms)
     for c in t["categorical"]:
         del c["threshold"]
+        if (c["hotness"], c["max_hotness"], c["sep"]) == (1, None, None):
+            del c["hotness"], c["max_hotness"], c["sep"]   # one-hot: the keys its parts had before lists
     return {"parts_version": PARTS_VERSION, "transforms": t, "format": dataclasses.asdict(fmt),
             "types": {c: str(d) for c, d in types.items()}, "on_bad_row": config.on_bad_row,
             "split_column_rule": rule.text() if rule.kind == "column" else None}

@@ -12,9 +12,9 @@ from typing import Callable
 import polars as pl
 
 from common.atomic import atomic_path
-from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name
+from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name, offsets_file_name
 
-from . import stages, vocab, writer
+from . import lists, stages, vocab, writer
 from .config import PreprocessConfig
 from .job import FORMAT_VERSION, Job
 from .parallel import Executor, ThreadExecutor
@@ -80,6 +80,7 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
             cards[c.name] = pl.scan_parquet(path).select(pl.len()).collect().item() + 1
             continue
         dtype = pl.UInt32 if c.kind == "hex" else job.types[c.name]
+        dtype = dtype.inner if isinstance(dtype, pl.List) else pl.Int64 if c.multi_valued and c.kind == "int" else dtype
         todo[c.name] = (counts, c.threshold, dtype)
     if todo:
         for p in counts:
@@ -97,30 +98,41 @@ def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list
     t, names = job.transforms, placement.split_names
     files = [LABEL_FILE] + ([NUMERICAL_FILE] if t.numerical else []) + \
         [categorical_file_name(c.name) for c in t.categorical]
+    variable = [c.name for c in t.categorical if c.multi_valued and c.hotness is None]
+    offsets = {lists.lengths_file_name(f): offsets_file_name(f) for f in variable}
     parts = [job.work.encoded(i) for i in range(len(job.inputs))]
     for p in parts + [job.work.vocab(f) for f in t.vocab_features]:
         job.mirror.pull(p)
-    checksums = writer.write_splits(job.dataset, parts, names, files)
+    checksums = writer.write_splits(job.dataset, parts, names, files, offsets)
     checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
     rows = {s: sum(st[s]["rows"] for st in stats) for s in names}
     index0 = {s: {c.name: sum(st[s]["index0"][c.name] for st in stats) for c in t.categorical} for s in names}
-    spec = _dataset_spec(job, placement, cards, rows, index0, checksums, sum(m["bad_rows"] for m in metas))
+    list_lengths = {s: {f: lists.merge_stats(st[s]["lists"][f] for st in stats) for f in _listed(job)}
+                    for s in names}
+    spec = _dataset_spec(job, placement, cards, rows, index0, checksums, sum(m["bad_rows"] for m in metas),
+                         list_lengths)
     writer.finish(job.dataset, spec)
 
 
-def _dataset_spec(job: Job, placement: Placement, cards, rows, index0, checksums, bad_rows) -> FeatureSpec:
-    t = job.transforms
+def _listed(job: Job) -> list[str]:
+    return [c.name for c in job.transforms.categorical if c.multi_valued]
+
+
+def _dataset_spec(job: Job, placement: Placement, cards, rows, index0, checksums, bad_rows,
+                  list_lengths: dict | None = None) -> FeatureSpec:
+    t, inputs = job.transforms, job.spec.feature_spec
     dtypes = t.categorical_dtypes(cards)
     features = {t.label: Feature(dtype="bool")}
     features |= {n: Feature(dtype=job.config.numerical_dtype) for n, _ in t.numerical}
-    features |= {c.name: Feature(dtype=dtypes[c.name], cardinality=cards[c.name]) for c in t.categorical}
+    features |= {c.name: Feature(dtype=dtypes[c.name], cardinality=cards[c.name], **lists.output_fields(inputs[c.name]))
+                 for c in t.categorical}
     source = {}
     for s in placement.split_names:
         chunks = [Chunk(type="split_binary", features=[t.label], files=[f"{s}/{LABEL_FILE}"])]
         if t.numerical:
             chunks.append(Chunk(type="split_binary", features=[n for n, _ in t.numerical],
                                 files=[f"{s}/{NUMERICAL_FILE}"]))
-        chunks += [Chunk(type="split_binary", features=[c.name], files=[f"{s}/{categorical_file_name(c.name)}"])
+        chunks += [Chunk(type="split_binary", features=[c.name], files=lists.output_files(s, c.name, inputs[c.name]))
                    for c in t.categorical]
         source[s] = chunks
     metadata = {
@@ -130,5 +142,7 @@ def _dataset_spec(job: Job, placement: Placement, cards, rows, index0, checksums
         "hash_buckets": {c.name: c.hash_buckets for c in t.categorical if c.hash_buckets is not None},
         "preprocessing": job.settings(), "checksums": checksums,
     }
+    if _listed(job):
+        metadata["list_lengths"] = list_lengths or {}
     return FeatureSpec(feature_spec=features, source_spec=source, channel_spec=dict(job.spec.channel_spec),
                        metadata=metadata).validate_spec()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from common.atomic import atomic_dir
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
-from . import fastparse, readers, splits, vocab
+from . import fastparse, lists, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
 from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
@@ -38,7 +39,7 @@ from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
 _DICTIONARIES = ".dict.arrow"   # beside a parsed block: the distinct values its coded columns refer to
-_STATS = "stats.json"   # in an encoded part: rows and index-0 rows per split
+_STATS = "stats.json"   # in an encoded part: rows, index-0 rows and list statistics per split
 
 
 @dataclass(frozen=True)
@@ -201,14 +202,17 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
 
 
 def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, progress=None) -> dict:
-    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin; returns rows and index-0 rows per split."""
+    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin (and a variable-length list's lengths,
+    see ``lists``); returns rows, index-0 rows and each list feature's statistics per split."""
     target, mirror = job.work.encoded(i), job.mirror
     if mirror.complete(target):
         return json.loads(mirror.read_text(target / _STATS))
     encode = _encoder(job.work, job.transforms.vocab_features)
     dtypes = job.transforms.categorical_dtypes(cards)
     cat_files = {categorical_file_name(f): f for f in dtypes}
-    stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0)} for s in placement.split_names}
+    listed = [c.name for c in job.transforms.categorical if c.multi_valued]
+    stats = {s: {"rows": 0, "index0": dict.fromkeys(dtypes, 0), "lists": {f: lists.empty_stats() for f in listed}}
+             for s in placement.split_names}
     with atomic_dir(target) as tmp:
         files = {}
         for df, dictionaries, codes in _batches(job, placement, i):
@@ -218,6 +222,11 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
                 stats[split]["rows"] += int(np.count_nonzero(rows)) if isinstance(rows, np.ndarray) \
                     else rows.stop - rows.start
                 for name, values in columns.items():
+                    if cat_files.get(name) in listed:
+                        f = cat_files[name]
+                        stats[split]["index0"][f] += lists.write(values[rows], f, partial(_out, files, tmp, split),
+                                                                 stats[split]["lists"][f])
+                        continue
                     chosen = np.ascontiguousarray(values[rows])
                     if name in cat_files:
                         stats[split]["index0"][cat_files[name]] += int(np.count_nonzero(chosen == 0))
@@ -250,7 +259,7 @@ def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df
                  encode: vocab.Encoder, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Output arrays of a batch of parsed rows by output file name: label (0/1 bytes), numerical [n, k],
     cat_<f> indices (``dictionaries``: of the columns that hold codes, see ``vocab.dictionary_encode``;
-    hash-bucket features are already indices)."""
+    hash-bucket features are already indices); a list feature's: [n, hotness] or a ``lists.Ragged``."""
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
     if t.numerical:
         num = np.empty((len(df), len(t.numerical)), numerical_dtype)
@@ -259,6 +268,12 @@ def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df
         out[NUMERICAL_FILE] = num
     indices = encode(df, dictionaries)
     for c in t.categorical:
+        if c.multi_valued:
+            flat = indices[c.name] if c.name in indices else lists.flatten(df[c.name])
+            idx = flat.values if isinstance(flat.values, np.ndarray) else flat.values.fill_null(0).to_numpy()
+            truncated = df[lists.truncated_column(c.name)].to_numpy() if c.max_hotness is not None else None
+            out[categorical_file_name(c.name)] = lists.layout(idx, flat.lengths, c.hotness, dtypes[c.name], truncated)
+            continue
         idx = indices[c.name] if c.name in indices else df[c.name].to_numpy()
         out[categorical_file_name(c.name)] = idx.astype(dtypes[c.name], copy=False)
     return out

@@ -6,6 +6,12 @@ Bernoulli(sigmoid(logit)) of a planted model, so the best achievable ROC AUC and
 Rows depend only on (seed, rows): they come in fixed blocks of ``BLOCK_ROWS`` rows with one
 random stream per block, so neither ``files`` nor ``workers`` changes the bytes written.
 
+Multi-hot (``multi_hot_sizes``, MLPerf DLRMv2-like): each categorical field holds N ids joined by ``|`` (N per
+column); the first is the one-hot row's id (so the rows are the one-hot rows with more ids), the other N - 1 are
+drawn from the same column's distribution in a stream of their own; a missing field stays empty (a missing
+list). The planted term of a multi-hot column is the mean of its ids' effects (the pair term uses the first
+ids). An input spec for ``dlrmflow preprocess --spec`` is written beside the data (``SPEC_FILE``).
+
 Days (``days``, ``start``, ``rows_per_day``): one folder per date, ``<out>/<YYYY-MM-DD>/``, whose planted
 model drifts with the date's index from ``EPOCH``. Each effect draw is a stationary AR(1) in the day
 index (correlation ``exp(-drift)`` between consecutive days; the epoch's draws are the rows mode's),
@@ -45,7 +51,10 @@ from . import synthetic_columns as sc
 GENERATOR_VERSION = 1
 BLOCK_ROWS = 65_536
 CALIBRATION_ROWS = 200_000
+MULTI_HOT_CALIBRATION_ROWS = 50_000
 METADATA_FILE = "_synth_metadata.json"
+SPEC_FILE = "_synth_spec.yaml"   # multi-hot: the input spec of the rows (a leading ``_``: folder inputs skip it)
+LIST_SEP = "|"
 GZIP_LEVEL = 6
 
 EFFECT_CATEGORICAL = ("C1", "C2", "C4", "C6", "C8", "C10", "C11", "C13", "C15", "C18", "C19", "C24", "C26")
@@ -91,6 +100,22 @@ def _iso_date(value):
         raise ValueError(f"not a date: {value!r}. Fix: write it as YYYY-MM-DD, e.g. 2026-11-01") from None
 
 
+def _sizes(value):
+    """Multi-hot sizes as given on the command line ("3,2,1", or several such values) as a list of ints."""
+    if value is None or isinstance(value, int):
+        return value if value is None else [value]
+    if isinstance(value, str):
+        value = [value]
+    items = []
+    for v in value:
+        items += [p for p in str(v).replace(" ", "").split(",") if p] if isinstance(v, str) else [v]
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        raise ValueError(f"not a list of sizes: {value!r}. Fix: write e.g. 3,2,1,... (26 values, or one for all)") \
+            from None
+
+
 def _mode_error(message: str) -> PydanticCustomError:
     return PydanticCustomError("synth_mode", message)
 
@@ -123,9 +148,20 @@ class SynthConfig(BaseModel):
     drift: float = Field(0.05, ge=0, le=1, description="Day-to-day change with --days: consecutive days' planted "
                                                        "effects correlate by exp(-drift), and ids new each day take "
                                                        "this share of each column's long tail. 0: no drift.")
+    multi_hot_sizes: Annotated[list[int] | None, BeforeValidator(_sizes)] = Field(
+        None, description="Multi-hot rows: the ids per categorical field, C1..C26 (26 values, or one for all), e.g. "
+                          "MLPerf's 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1; fields joined by '|', "
+                          "and an input spec written beside the data (_synth_spec.yaml).")
 
     @model_validator(mode="after")
     def _one_mode(self):
+        if self.multi_hot_sizes is not None:
+            sizes = self.multi_hot_sizes
+            if len(sizes) not in (1, len(CRITEO_CATEGORICAL)) or min(sizes) < 1:
+                raise _mode_error(f"--multi-hot-sizes needs 1 or {len(CRITEO_CATEGORICAL)} sizes >= 1 (got "
+                                  f"{len(sizes)}: {sizes}). Fix: give one size per field C1..C26, or one for all")
+            if self.days is not None:
+                raise _mode_error("--multi-hot-sizes works with --rows only. Fix: drop --days or --multi-hot-sizes")
         if self.days is None:
             if self.rows is None:
                 raise _mode_error("no size given. Fix: pass --rows N (one dataset), or --days D --start YYYY-MM-DD "
@@ -143,12 +179,18 @@ class SynthConfig(BaseModel):
             raise _mode_error("--days needs --rows-per-day. Fix: add e.g. --rows-per-day 100k")
         return self
 
+    @property
+    def hotness(self) -> dict[str, int]:
+        """Ids per categorical field (1 for all without ``multi_hot_sizes``)."""
+        sizes = self.multi_hot_sizes or [1]
+        return dict(zip(CRITEO_CATEGORICAL, sizes * len(CRITEO_CATEGORICAL) if len(sizes) == 1 else sizes))
+
 
 @dataclass
 class Block:
     """Rows of one block: raw column values, missing masks, true probabilities and labels."""
 
-    values: dict[str, np.ndarray]   # categorical: vocabulary ids; numerical: integer counts
+    values: dict[str, np.ndarray]   # categorical: vocabulary ids ([rows, N] when multi-hot); numerical: counts
     missing: dict[str, np.ndarray]
     probability: np.ndarray
     label: np.ndarray
@@ -167,10 +209,10 @@ class PlantedModel:
         """The logit without the bias."""
         logit = np.zeros(next(iter(values.values())).shape[0])
         for name, effects in self.categorical.items():
-            logit += effects[_bucket(values[name], missing[name], effects.shape[0] - 1)]
+            logit += _effect(effects, values[name], missing[name])
         for name, weight in self.numerical.items():
             logit += weight * _log_count(values[name], missing[name])
-        a, b = (_bucket(values[n], missing[n], INTERACTION_K) for n in INTERACTION)
+        a, b = (_bucket(_first(values[n]), missing[n], INTERACTION_K) for n in INTERACTION)
         return logit + self.interaction[a, b]
 
     def probability(self, values: dict[str, np.ndarray], missing: dict[str, np.ndarray]) -> np.ndarray:
@@ -182,7 +224,8 @@ class PlantedModel:
         return {
             "formula": "label ~ Bernoulli(sigmoid(bias + sum_c effect_c[bucket(C_c)] + sum_i w_i*log1p(max(I_i,0))"
                        " + pair[bucket(Ca), bucket(Cb)])); bucket = rank of the value among the top-K generated "
-                       "values, rarer and missing values share the last bucket; missing counts are 0",
+                       "values, rarer and missing values share the last bucket; missing counts are 0; a multi-hot "
+                       "field's effect is the mean of its ids' effects, the pair uses each field's first id",
             "bias": round(self.bias, 6),
             "categorical": {n: {"top_k": int(e.shape[0] - 1), "effect_std": round(float(e.std()), 4)}
                             for n, e in self.categorical.items()},
@@ -194,6 +237,18 @@ class PlantedModel:
 
 def _bucket(ids: np.ndarray, missing: np.ndarray, k: int) -> np.ndarray:
     return np.where(missing | (ids >= k), k, ids)
+
+
+def _effect(effects: np.ndarray, ids: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """A categorical's planted term per row: its id's effect, or the mean of a multi-hot row's ids' effects."""
+    k = effects.shape[0] - 1
+    if ids.ndim == 1:
+        return effects[_bucket(ids, missing, k)]
+    return effects[_bucket(ids, missing[:, None], k)].mean(axis=1)
+
+
+def _first(ids: np.ndarray) -> np.ndarray:
+    return ids if ids.ndim == 1 else ids[:, 0]
 
 
 def _log_count(counts: np.ndarray, missing: np.ndarray) -> np.ndarray:
@@ -214,6 +269,17 @@ def _columns(rng: np.random.Generator, n: int, vocab: dict[str, int],
     return values, missing
 
 
+def _multi_hot(rng: np.random.Generator, values: dict, n: int, vocab: dict[str, int], hotness: dict[str, int],
+               aged: Callable[[str, np.ndarray], np.ndarray] = lambda name, ids: ids) -> dict:
+    """``values`` with each multi-hot column's N - 1 further ids (from ``rng``) after its one-hot id: [n, N]."""
+    out = dict(values)
+    for c, size in hotness.items():
+        if size > 1:
+            more = aged(c, sc.sample_ids(rng, sc.CATEGORICAL[c], vocab[c], n * (size - 1))).reshape(n, size - 1)
+            out[c] = np.column_stack([values[c], more])
+    return out
+
+
 @functools.lru_cache(maxsize=4)
 def _vocabulary(rows: int) -> dict[str, int]:
     """Each categorical column's vocabulary size for ``rows`` rows."""
@@ -221,10 +287,16 @@ def _vocabulary(rows: int) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=1)
-def _calibration(seed: int, rows: int) -> tuple[dict, dict]:
+def _calibration(seed: int, rows: int, hotness: tuple[tuple[str, int], ...] = ()) -> tuple[dict, dict]:
     """The rows that calibrate the planted model: the same for every day of a seed and size (the days' id
-    ageing moves only ids beyond the planted buckets), so made once for all of them."""
-    return _columns(_rng(seed, 2), CALIBRATION_ROWS, _vocabulary(rows))
+    ageing moves only ids beyond the planted buckets), so made once for all of them; ``hotness``: multi-hot
+    columns' sizes (their further ids come from a stream of their own)."""
+    values, missing = _columns(_rng(seed, 2), CALIBRATION_ROWS, _vocabulary(rows))
+    if hotness:   # the first rows only: MLPerf's sizes make ~240 ids a row
+        n = MULTI_HOT_CALIBRATION_ROWS
+        values, missing = {c: v[:n] for c, v in values.items()}, {c: m[:n] for c, m in missing.items()}
+        values = _multi_hot(_rng(seed, 6), values, n, _vocabulary(rows), dict(hotness))
+    return values, missing
 
 
 def day_index(date: dt.date) -> int:
@@ -268,6 +340,9 @@ class SyntheticData:
     def _columns(self, rng: np.random.Generator, n: int) -> tuple[dict, dict]:
         return _columns(rng, n, self.vocab, self._aged)
 
+    def _multi_hot_key(self) -> tuple[tuple[str, int], ...]:
+        return tuple((c, n) for c, n in self.config.hotness.items() if n > 1)
+
     def _draws(self) -> np.ndarray:
         """The planted model's standard-normal draws: the seed's own at the epoch (and in rows mode), moved by
         a stationary AR(1) with correlation exp(-drift) per day for other days (backwards before the epoch)."""
@@ -285,18 +360,18 @@ class SyntheticData:
     def _plant(self, draws: np.ndarray) -> PlantedModel:
         """Effects from ``draws``, each term scaled to its share of ``signal``**2, the bias solved for ``label_rate``."""
         cfg = self.config
-        values, missing = _calibration(cfg.seed, self.rows)
+        values, missing = _calibration(cfg.seed, self.rows, self._multi_hot_key())
         cat_share, num_share, pair_share = (cfg.signal**2 * s for s in VARIANCE_SHARES)
         n_cat, n_num = len(EFFECT_CATEGORICAL) * (cfg.top_k + 1), len(EFFECT_NUMERICAL)
         categorical = {}
         for name, effects in zip(EFFECT_CATEGORICAL, draws[:n_cat].reshape(len(EFFECT_CATEGORICAL), -1)):
-            term = effects[_bucket(values[name], missing[name], cfg.top_k)]
+            term = _effect(effects, values[name], missing[name])
             categorical[name] = effects * math.sqrt(cat_share / len(EFFECT_CATEGORICAL)) / max(term.std(), 1e-9)
         weights = draws[n_cat:n_cat + n_num].copy()
         num_term = sum(w * _log_count(values[n], missing[n]) for w, n in zip(weights, EFFECT_NUMERICAL))
         weights *= math.sqrt(num_share) / num_term.std()
         pair = draws[n_cat + n_num:].reshape(INTERACTION_K + 1, INTERACTION_K + 1).copy()
-        a, b = (_bucket(values[n], missing[n], INTERACTION_K) for n in INTERACTION)
+        a, b = (_bucket(_first(values[n]), missing[n], INTERACTION_K) for n in INTERACTION)
         pair *= math.sqrt(pair_share) / pair[a, b].std()
         model = PlantedModel(0.0, categorical, dict(zip(EFFECT_NUMERICAL, map(float, weights))), pair)
         terms = model.terms(values, missing)
@@ -315,13 +390,17 @@ class SyntheticData:
         rng = _rng(self.config.seed, 0, index) if self.day is None else \
             _rng(self.config.seed, 0, index, *_day_key(self.day))
         values, missing = self._columns(rng, n)
+        if self._multi_hot_key():   # a stream of their own: the one-hot draws (and labels' stream) stay as they are
+            values = _multi_hot(_rng(self.config.seed, 5, index), values, n, self.vocab, self.config.hotness,
+                                self._aged)
         p = self.model.probability(values, missing)
         return Block(values, missing, p, rng.random(n) < p)
 
     def identity(self) -> dict:
         """The config as recorded in the metadata: all of it for rows, ``DAY_IDENTITY`` for a day."""
         if self.date is None:
-            return self.config.model_dump(exclude=set(DAY_FIELDS))
+            one_hot = {"multi_hot_sizes"} if self.config.multi_hot_sizes is None else set()
+            return self.config.model_dump(exclude=set(DAY_FIELDS) | one_hot)
         dump = self.config.model_dump(mode="json")
         return {k: dump[k] for k in DAY_IDENTITY}
 
@@ -359,7 +438,14 @@ _HEX_PAIRS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint8).
 
 
 def _hex_strings(x: np.ndarray, missing: np.ndarray) -> pl.Series:
-    """uint32 values -> 8-digit lowercase hex strings, null where missing."""
+    """uint32 values -> 8-digit lowercase hex strings, null where missing; [rows, N] values -> N hex ids a row
+    joined by ``LIST_SEP``."""
+    if x.ndim == 2:
+        n, size = x.shape
+        buf = np.full((n, size, 9), ord(LIST_SEP), np.uint8)
+        buf[:, :, :8] = _HEX_PAIRS[x.astype(">u4").view(np.uint8)].reshape(n, size, 8)
+        joined = np.ascontiguousarray(buf.reshape(n, size * 9)[:, :-1])
+        return _with_nulls(pl.Series(joined.view(f"S{size * 9 - 1}").ravel()).cast(pl.String), missing)
     chars = _HEX_PAIRS[x.astype(">u4").view(np.uint8)].reshape(-1, 8)
     return _with_nulls(pl.Series(chars.view("S8").ravel()).cast(pl.String), missing)
 
@@ -425,12 +511,13 @@ def _prepare_output(out: str):
     fs, root = fsspec.core.url_to_fs(out)
     fs.makedirs(root, exist_ok=True)
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
-    foreign = [n for n in names if n != METADATA_FILE and not n.startswith("part-")]
+    foreign = [n for n in names if n not in (METADATA_FILE, SPEC_FILE) and not n.startswith("part-")]
     if foreign:
         raise UserError(f"{out}: output folder holds files that synth did not write ({', '.join(foreign[:3])}). "
                         "Fix: pass an empty or new folder as --out.")
-    if METADATA_FILE in names:
-        fs.rm(f"{root}/{METADATA_FILE}")
+    for name in (METADATA_FILE, SPEC_FILE):
+        if name in names:
+            fs.rm(f"{root}/{name}")
     for name in names:
         if name.startswith("part-"):
             fs.rm(f"{root}/{name}")
@@ -466,6 +553,9 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
     prior = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else float("nan")
     metadata = {"generator": "dlrmflow.preprocessing.synthetic", "generator_version": GENERATOR_VERSION,
                 "format": "criteo-tsv"}
+    if cfg.multi_hot_sizes is not None:
+        metadata.update(format="criteo-tsv-multi-hot", multi_hot_sizes=cfg.hotness, spec=SPEC_FILE)
+        write_atomic(f"{root}/{SPEC_FILE}", multi_hot_spec(cfg.hotness), fs)
     if data.date is not None:
         metadata["date"] = data.date.isoformat()
     metadata.update({
@@ -486,6 +576,21 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
     metadata["config"] = data.identity()
     write_atomic(f"{root}/{METADATA_FILE}", json.dumps(metadata, indent=2), fs)
     return metadata
+
+
+def multi_hot_spec(hotness: dict[str, int]) -> str:
+    """The input spec (YAML) of multi-hot rows: the Criteo columns as TSV, a field of N > 1 ids a hex list
+    (``hotness: N``, ``sep: "|"``). No files: pass the data folder as the input."""
+    import yaml
+
+    features = {"label": {}, **{n: {} for n in CRITEO_NUMERICAL}}
+    features |= {c: {"dtype": "hex", **({"hotness": n, "sep": LIST_SEP} if n > 1 else {})} for c, n in hotness.items()}
+    spec = {"feature_spec": features,
+            "channel_spec": {"label": ["label"], "numerical": list(CRITEO_NUMERICAL),
+                             "categorical": list(CRITEO_CATEGORICAL)},
+            "metadata": {"name": "synthetic-multi-hot"}}
+    return "# written by `dlrmflow synth --multi-hot-sizes`: dlrmflow preprocess --input <this folder> --spec " \
+        "<this file>\n" + yaml.safe_dump(spec, sort_keys=False)
 
 
 def write(config: SynthConfig, progress: Callable[[int], None] | None = None) -> dict:

@@ -10,6 +10,7 @@ import polars as pl
 
 from feature_spec import FeatureSpec, categorical_dtype
 
+from . import lists
 from .errors import BadRows
 from .hashing import hash_values
 
@@ -19,12 +20,20 @@ SPLIT_COLUMN = "__split"
 
 @dataclass
 class Categorical:
-    """How one categorical is encoded: raw type (hex/int/str/None), vocabulary threshold or hash buckets."""
+    """How one categorical is encoded: raw type (hex/int/str/None), vocabulary threshold or hash buckets; a list
+    feature's values a row (``hotness``: N, or None for variable length), ``max_hotness`` and element ``sep``."""
 
     name: str
     kind: str | None
     threshold: int = 0
     hash_buckets: int | None = None
+    hotness: int | None = 1
+    max_hotness: int | None = None
+    sep: str | None = None
+
+    @property
+    def multi_valued(self) -> bool:
+        return self.hotness != 1
 
 
 @dataclass
@@ -52,7 +61,8 @@ class Transforms:
             positive_if=label.positive_rule(),
             numerical=[(n, fs[n].transform or "log1p") for n in spec.numerical_features],
             categorical=[Categorical(n, fs[n].dtype, threshold if fs[n].frequency_threshold is None
-                                     else fs[n].frequency_threshold, fs[n].hash_buckets)
+                                     else fs[n].frequency_threshold, fs[n].hash_buckets, fs[n].values_per_row,
+                                     fs[n].max_hotness, fs[n].sep)
                          for n in spec.categorical_features],
             split_column=split_column, split_numeric=split_numeric)
 
@@ -69,7 +79,11 @@ class Transforms:
         types: dict[str, pl.DataType] = {self.label: pl.String if self.positive else pl.Float64}
         types.update({n: pl.Float64 for n, _ in self.numerical})
         for c in self.categorical:
-            if c.kind == "int" or (c.kind is None and native and native.get(c.name, pl.String).is_integer()):
+            own = (native or {}).get(c.name, pl.String)
+            if c.multi_valued:   # a Parquet list column, else text split at ``sep`` after the parse
+                integer = isinstance(own, pl.List) and (c.kind == "int" or (c.kind is None and own.inner.is_integer()))
+                types[c.name] = pl.List(pl.Int64 if integer else pl.String) if isinstance(own, pl.List) else pl.String
+            elif c.kind == "int" or (c.kind is None and own.is_integer()):
                 types[c.name] = pl.Int64
             else:
                 types[c.name] = pl.String
@@ -85,8 +99,12 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
     Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy."""
     cols = [_label(transforms).alias(transforms.label)]
     cols += [_numerical(n, t).alias(n) for n, t in transforms.numerical]
-    cols += [pl.col(c.name).str.to_integer(base=16, dtype=pl.UInt32, strict=False).alias(c.name)
-             if c.kind == "hex" else pl.col(c.name) for c in transforms.categorical]
+    for c in transforms.categorical:
+        if c.multi_valued:
+            cols += lists.parse_exprs(c, df[c.name].dtype)
+        else:
+            cols.append(pl.col(c.name).str.to_integer(base=16, dtype=pl.UInt32, strict=False).alias(c.name)
+                        if c.kind == "hex" else pl.col(c.name))
     if transforms.split_column:
         cols.append(split_names(df[transforms.split_column]).alias(SPLIT_COLUMN))
     out = df.lazy().select(cols).collect()   # lazy: the columns are computed in parallel
@@ -95,7 +113,9 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
         out = out.filter(ok)
     for c in transforms.categorical:
         if c.hash_buckets is not None:
-            out = out.with_columns(hashed_index(out[c.name], c.hash_buckets).alias(c.name))
+            index = lists.hashed(out[c.name], c.hash_buckets, hashed_index) if c.multi_valued \
+                else hashed_index(out[c.name], c.hash_buckets)
+            out = out.with_columns(index.alias(c.name))
     return out
 
 
@@ -127,7 +147,9 @@ def _check(raw: pl.DataFrame, out: pl.DataFrame, transforms: Transforms, lines: 
         checks.append((transforms.label, out[transforms.label].is_null(), "label is missing or not 0/1 (set "
                        "`positive:` or `positive_if:` on the label feature in the spec for other labels)."))
     for c in transforms.categorical:
-        if c.kind == "hex" and out[c.name].null_count() > raw[c.name].null_count():
+        if c.multi_valued:
+            checks += lists.checks(raw, out, c)
+        elif c.kind == "hex" and out[c.name].null_count() > raw[c.name].null_count():
             checks.append((c.name, raw[c.name].is_not_null() & out[c.name].is_null(),
                            "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
     if transforms.split_column and out[SPLIT_COLUMN].null_count():

@@ -2,6 +2,7 @@
 
 Index semantics (NVIDIA's): values with count >= T get 1..K by descending count, ties by
 ascending value; 0 is missing or rare; T=0 and T=1 both keep every seen value; cardinality K+1.
+A list feature's column (a polars List) counts and looks up its elements (see ``lists``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from .lists import Flat, flatten
 
 # re-aggregate pending per-batch counts once they outgrow the running totals by this factor
 _COMPACT_FACTOR = 4
@@ -29,7 +32,7 @@ class Counter:
         dictionaries = dictionaries or {}
         lazy = df.lazy()
         grouped = [f for f in self.pending if f not in dictionaries]
-        queries = [lazy.select(pl.col(f).alias("value")).drop_nulls().group_by("value")
+        queries = [lazy.select(_elements(f, df[f].dtype)).drop_nulls().group_by("value")
                    .agg(pl.len().cast(pl.Int64).alias("count")) for f in grouped]
         found = dict(zip(grouped, pl.collect_all(queries)))
         for f, values in dictionaries.items():
@@ -52,6 +55,12 @@ class Counter:
         """One Arrow IPC file of (value, count) per feature."""
         for f in self.pending:
             self._compact(f).write_ipc(_counts_file(folder, f), compression="uncompressed")
+
+
+def _elements(f: str, dtype: pl.DataType) -> pl.Expr:
+    """A column's values to count: a list column's elements, one a row."""
+    col = pl.col(f)
+    return (col.explode(empty_as_null=False, keep_nulls=False) if isinstance(dtype, pl.List) else col).alias("value")
 
 
 def _counts_file(folder: Path, feature: str) -> Path:
@@ -168,17 +177,21 @@ class Encoder:
             else:
                 self.exprs[f] = pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
 
-    def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``)."""
+    def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> dict:
+        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``);
+        a list column's indices are a ``lists.Flat`` (its elements' indices, its rows' lengths)."""
         dictionaries = dictionaries or {}
-        out = {}
+        listed = [f for f in (*self.lookups, *self.exprs) if isinstance(df[f].dtype, pl.List)]
+        out = {f: self._elements(f, flatten(df[f])) for f in listed}
+        if listed:
+            df = df.drop(listed)
         for f, values in dictionaries.items():
             if f in self.lookups:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
                 out[f] = remap[df[f].to_numpy()]
-        exprs = [e for f, e in self.exprs.items() if f not in dictionaries]
-        lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries}
+        exprs = [e for f, e in self.exprs.items() if f not in dictionaries and f not in out]
+        lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries and f not in out}
         if exprs:
             out |= {f: c.to_numpy() for f, c in df.select(exprs).to_dict().items()}
         nulls = [f for f in lookups if df[f].null_count()]
@@ -193,3 +206,13 @@ class Encoder:
                 idx = lookup(df[f].to_numpy())
             out[f] = idx
         return out
+
+    def _elements(self, f: str, flat: Flat) -> Flat:
+        """A list column's elements looked up (a missing element: index 0)."""
+        if f in self.lookups:
+            idx = self.lookups[f](flat.values.fill_null(0).to_numpy())
+            if flat.values.null_count():
+                idx[flat.values.is_null().to_numpy()] = 0
+        else:
+            idx = pl.DataFrame({f: flat.values}).select(self.exprs[f])[f].fill_null(0).to_numpy()
+        return Flat(idx, flat.lengths)

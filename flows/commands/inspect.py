@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-HELP = "Print a preprocessed dataset's summary (rows per split, cardinalities, dtypes, share of index 0)."
+HELP = "Print a preprocessed dataset's summary (rows per split, cardinalities, dtypes, share of index 0, " \
+    "hotness and mean/max list length)."
 
 
 def add_arguments(parser) -> None:
