@@ -249,3 +249,93 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     predict_split(load_bundle(str(out)), str(ds), "test", bundle_parts, batch_rows=333)
     from_bundle = np.concatenate(list(probabilities(bundle_parts)))
     np.testing.assert_allclose(from_bundle, scored, rtol=0, atol=1e-5)
+
+
+def logistic_regression(dataset: Path, features: list[str], l2: float) -> dict[str, np.ndarray]:
+    """A logistic regression fitted on the dataset's train split (L-BFGS, L2 penalty ``l2``) over the
+    numerical features and the categoricals ``features``, each a bag of its indices pooled as its spec says
+    (a one-hot feature: its index's weight; a list: the sum or mean of its indices' weights).
+    Returns its probabilities of every split."""
+    from torch import nn
+
+    spec = fspec.load(str(dataset))
+    inputs = {}
+    for split in spec.splits:
+        data = SplitBinaryDataset(str(dataset), split)
+        b = data.read(0, data.num_rows)
+        inputs[split] = (b.dense_features, b.labels,
+                         [(b.sparse_features[f].values(), b.sparse_features[f].offsets()[:-1]) for f in features])
+    bags = nn.ModuleList([nn.EmbeddingBag(spec.cardinality(f), 1, mode=spec.feature_spec[f].pooling or "sum")
+                          for f in features])
+    for bag in bags:
+        nn.init.zeros_(bag.weight)
+    linear = nn.Linear(len(spec.numerical_features), 1)
+    params = [*bags.parameters(), *linear.parameters()]
+
+    def logits(split: str) -> torch.Tensor:
+        dense, _, ids = inputs[split]
+        z = linear(dense).squeeze(-1)
+        for bag, (values, offsets) in zip(bags, ids):
+            z = z + bag(values, offsets).squeeze(-1)
+        return z
+
+    opt = torch.optim.LBFGS(params, max_iter=100, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.binary_cross_entropy_with_logits(logits("train"), inputs["train"][1])
+        loss = loss + l2 * sum((p ** 2).sum() for p in params)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        return {s: torch.sigmoid(logits(s)).numpy() for s in inputs}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_real_list_table_preprocess_train_evaluate_score(tmp_path, criteo_10k):
+    """Real Criteo rows with a fixed-hotness pair (mean pooled) and a variable-length bag (tests/list_datasets.py):
+    preprocess -> train -> evaluate -> score the raw rows with the exported bundle.
+
+    The bar: test AUC above a logistic regression computed here on the numerical features and the two list
+    features (bags of indices pooled like the DLRM's tables, L2 picked on val). It leaves out the 16 one-hot
+    columns on purpose: with them a logistic regression reaches 0.747-0.752 on these 8,000 training rows, at or
+    above the DLRM's 0.74 (as for the one-hot rows: training/presets/criteo-sample.yaml), so no DLRM bar holds
+    there; measured: DLRM 0.742-0.744, this baseline 0.720."""
+    from flows.scoring import ScoreConfig, score
+    from list_datasets import real_list_table
+    from preprocessing import PreprocessConfig, run as preprocess
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+    from training.export import export_bundle
+    from training.metrics import roc_auc
+
+    spec_path, data = real_list_table(tmp_path)
+    ds = Path(preprocess(PreprocessConfig(inputs=[str(data)], spec=str(spec_path), out=str(tmp_path / "store"),
+                                          frequency_threshold=12, progress=False)))
+    spec = fspec.load(str(ds))
+    assert spec.feature_spec["pair"].hotness == 2 and spec.feature_spec["bag"].variable_length
+    run = tmp_path / "run"
+    train(ds, run, "--preset", "criteo-sample", "--set", "eval_every=20")
+    ev = evaluate_run(str(run), EvaluateConfig(), env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
+    y = {s: np.fromfile(ds / s / "label.bin", np.bool_) for s in spec.splits}
+    assert ev["rows"] == len(y["test"]) == 1000
+
+    fits = [logistic_regression(ds, ["pair", "bag"], l2) for l2 in (1e-4, 1e-3)]
+    baseline = max(fits, key=lambda p: roc_auc(p["val"], y["val"]))
+    assert ev["auc"] > roc_auc(baseline["test"], y["test"]) + 0.01, (ev["auc"], roc_auc(baseline["test"], y["test"]))
+
+    # the raw rows (lists from Parquet list columns) through the bundle: the test split's rows (the last 1,000
+    # of the ordered split) score the evaluated AUC
+    bundle = tmp_path / "bundle"
+    export_bundle(str(run), ev["step"], str(bundle))
+    out = tmp_path / "scores.parquet"
+    summary = score(ScoreConfig(bundle=str(bundle), inputs=[str(data)], out=str(out), progress=False),
+                    on_line=lambda _: None)
+    assert summary["rows"] == 10_000
+    import polars as pl
+    test = pl.read_parquet(out).sort("row").tail(1000)
+    np.testing.assert_array_equal(test["label"].to_numpy().astype(bool), y["test"])
+    assert roc_auc(test["probability"].to_numpy(), y["test"]) == pytest.approx(ev["auc"], abs=1e-4)
