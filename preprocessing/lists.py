@@ -64,19 +64,21 @@ def _element(kind: str | None, strings: bool) -> pl.Expr:
     e = pl.element()
     if not strings:
         return e
-    if kind == "hex":
-        return e.str.strip_chars().str.to_integer(base=16, dtype=pl.UInt32, strict=False)
+    if kind == "hex":   # as a one-hot hex id: not stripped
+        return e.str.to_integer(base=16, dtype=pl.UInt32, strict=False)
     if kind == "int":
         return e.str.strip_chars().cast(pl.Int64, strict=False)
     return e
 
 
-def _split(name: str, sep: str | None, dtype: pl.DataType) -> pl.Expr:
-    """The raw column as a list of raw elements (empty text elements are missing)."""
+def _split(name: str, sep: str | None, dtype: pl.DataType, empty: bool = True) -> pl.Expr:
+    """The raw column as a list of raw elements (``empty``: an empty text element becomes missing; typed
+    elements need not: an empty one does not convert, so it is missing after the conversion anyway)."""
     col = pl.col(name)
     if dtype == pl.String:
-        col = col.str.split(sep or "\0").list.eval(pl.when(pl.element().str.strip_chars() != "")
-                                                   .then(pl.element()))
+        col = col.str.split(sep or "\0")
+        if empty:
+            col = col.list.eval(pl.when(pl.element().str.strip_chars() != "").then(pl.element()))
     return col
 
 
@@ -84,12 +86,22 @@ def parse_exprs(c, dtype: pl.DataType) -> list[pl.Expr]:
     """Expressions of a list categorical ``c`` (transforms.Categorical) over the raw column of type ``dtype``:
     its typed, truncated list and, with max_hotness, its truncation flag."""
     strings = dtype == pl.String or (isinstance(dtype, pl.List) and dtype.inner == pl.String)
-    listed = _split(c.name, c.sep, dtype)
-    typed = listed.list.eval(_element(c.kind, strings)) if strings and c.kind in ("hex", "int") else listed
+    converted = strings and c.kind in ("hex", "int")
+    listed = _split(c.name, c.sep, dtype, empty=not converted)
+    typed = listed.list.eval(_element(c.kind, strings)) if converted else listed
     if c.max_hotness is None:
         return [typed.alias(c.name)]
     return [typed.list.head(c.max_hotness).alias(c.name),
             (listed.list.len() > c.max_hotness).fill_null(False).alias(truncated_column(c.name))]
+
+
+def element_type(c, parsed: pl.DataType) -> pl.DataType:
+    """The type of a list categorical's elements after the parse (``parsed``: the type its column is read as)."""
+    if c.kind == "hex":
+        return pl.UInt32
+    if isinstance(parsed, pl.List):
+        return parsed.inner
+    return pl.Int64 if c.kind == "int" else pl.String
 
 
 def checks(raw: pl.DataFrame, out: pl.DataFrame, c) -> list[tuple[str, pl.Series, str]]:

@@ -79,8 +79,8 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
         if job.mirror.pull(path):
             cards[c.name] = pl.scan_parquet(path).select(pl.len()).collect().item() + 1
             continue
-        dtype = pl.UInt32 if c.kind == "hex" else job.types[c.name]
-        dtype = dtype.inner if isinstance(dtype, pl.List) else pl.Int64 if c.multi_valued and c.kind == "int" else dtype
+        dtype = lists.element_type(c, job.types[c.name]) if c.multi_valued else \
+            pl.UInt32 if c.kind == "hex" else job.types[c.name]
         todo[c.name] = (counts, c.threshold, dtype)
     if todo:
         for p in counts:

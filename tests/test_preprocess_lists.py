@@ -327,3 +327,20 @@ def test_real_list_table(tmp_path):
                                          progress=False)))
     for path in dataset.glob("*/cat_*.bin"):
         assert path.read_bytes() == (from_csv / path.parent.name / path.name).read_bytes(), path
+
+
+def test_ragged_rows_by_mask_and_slice():
+    """Random and column split rules pick a batch's rows by a mask, ordered ones by a slice."""
+    from preprocessing.lists import Ragged
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 4, 50)
+    values = np.arange(lengths.sum())
+    rows = np.split(values, np.cumsum(lengths)[:-1])
+    r = Ragged(values, lengths, lengths > 2)
+    mask = rng.random(50) < 0.4
+    for picked, want in ((r[mask], [x for x, m in zip(rows, mask) if m]), (r[slice(7, 31)], rows[7:31]),
+                         (r[slice(0, 0)], [])):
+        assert picked.values.tolist() == [v for x in want for v in x]
+        assert picked.lengths.tolist() == [len(x) for x in want]
+    assert r[mask].truncated.tolist() == (lengths > 2)[mask].tolist()

@@ -18,8 +18,12 @@ from day to day (effects move, new ids appear, old ones fade; --drift 0: none). 
 depend only on its date, --seed, --rows-per-day, --files, --gzip and the model options, not on
 --start or --days; a day folder already complete for these settings is kept, not rewritten.
 
+With --multi-hot-sizes (MLPerf DLRMv2-like), each categorical field is a '|'-separated list of N hex
+ids, and _synth_spec.yaml, the input spec for `dlrmflow preprocess --spec`, is written beside the data.
+
 examples:
   dlrmflow synth --rows 1M --files 4 --gzip --out data/synth
+  dlrmflow synth --rows 1M --files 4 --out data/mh --multi-hot-sizes 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1
   dlrmflow synth --days 7 --start 2026-11-01 --rows-per-day 100k --files 2 --out data/days
 """
 
