@@ -85,6 +85,23 @@ def test_loader_two_ranks_equals_the_rows_read_one_by_one(lists, shuffle):
     assert any(len(h) == 0 for h in expected["hist"]) and any(len(h) == 8 for h in expected["hist"])
 
 
+def test_a_remote_list_dataset_reads_through_the_cache_as_the_local_one(lists, tmp_path):
+    """memory:// (any fsspec URI): the values and offsets files are cached locally and read the same."""
+    import fsspec
+
+    fsspec.filesystem("memory").put(str(lists), "/mh-lists", recursive=True)
+    remote = SplitBinaryDataset("memory://mh-lists", "train", cache_dir=str(tmp_path / "cache"))
+    local = SplitBinaryDataset(str(lists), "train")
+    cached = sorted(p.name for p in (tmp_path / "cache").rglob("*.bin"))
+    assert "cat_hist.offsets.bin" in cached and "cat_hist.bin" in cached
+    got, want = list(remote.batches(300, world_size=2, rank=1)), list(local.batches(300, world_size=2, rank=1))
+    assert len(got) == len(want) == 2
+    for a, b in zip(got, want):
+        assert torch.equal(a.sparse_features.values(), b.sparse_features.values())
+        assert torch.equal(a.sparse_features.lengths(), b.sparse_features.lengths())
+        assert torch.equal(a.labels, b.labels)
+
+
 def test_pooling_factors_from_metadata_else_the_files(tmp_path):
     """list_lengths values/rows of the split; without metadata: N for a fixed hotness, values/rows from the
     offsets file for a variable one (the spec alone knows only N)."""
