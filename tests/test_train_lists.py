@@ -102,6 +102,24 @@ def test_a_remote_list_dataset_reads_through_the_cache_as_the_local_one(lists, t
         assert torch.equal(a.labels, b.labels)
 
 
+def test_nvidia_named_dataset_with_a_hotness_loads(tmp_path):
+    """NVIDIA's spec (features named after their files, empty metadata) with `hotness: 3` on one feature and
+    its file rows x 3 (the split_binary extension of their spec): rows read as written, pooling factor 3."""
+    from train_datasets import NVIDIA_YAML, write_nvidia_dataset
+
+    root = write_nvidia_dataset(tmp_path / "nv", {"train": 40, "test": 8})
+    (root / "feature_spec.yaml").write_text(NVIDIA_YAML.replace("cat_1.bin: {cardinality: 11, dtype: int8}",
+                                                                "cat_1.bin: {cardinality: 11, dtype: int8, hotness: 3}"))
+    ids = np.random.default_rng(1).integers(0, 11, (40, 3)).astype(np.int8)
+    ids.tofile(root / "train" / "cat_1.bin")
+    data = SplitBinaryDataset(str(root), "train")
+    assert data.num_rows == 40 and data.pooling_factors() == {"cat_1.bin": 3.0}
+    batch = data.read(5, 9)
+    assert [r.tolist() for r in rows_of(batch.sparse_features, "cat_1.bin")] == ids[5:9].tolist()
+    one_hot = np.fromfile(root / "train" / "cat_0.bin", np.int32)[5:9]
+    assert batch.sparse_features["cat_0.bin"].values().tolist() == one_hot.tolist()
+
+
 def test_pooling_factors_from_metadata_else_the_files(tmp_path):
     """list_lengths values/rows of the split; without metadata: N for a fixed hotness, values/rows from the
     offsets file for a variable one (the spec alone knows only N)."""
