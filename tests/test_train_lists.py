@@ -263,11 +263,10 @@ FAST = ["--set", "data.batch_size=256", "--set", "data.eval_batch_size=256", "--
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_ranks_train_evaluate_score_export(tmp_path):
-    """A real 2-process torchrun trains on lists (fixed tags summed, variable hist averaged): it learns the
-    planted model (test AUC near the true logits', well above what the model could reach without the lists;
-    hist's table capped, so its ids are hashed),
-    the train split's pooling factors are what its planner got; evaluation on
-    2 ranks, scoring on 2 ranks and the exported TorchScript bundle all give the checkpoint's predictions."""
+    """A real 2-process torchrun trains on lists (fixed tags summed, variable hist averaged, hist's table capped
+    so its ids are hashed): it learns the planted model (test AUC near the true logits', well above what a model
+    could reach without the lists); its planner got the train split's pooling factors; evaluation on 2 ranks,
+    scoring on 2 ranks and the exported TorchScript bundle all give the checkpoint's predictions."""
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
     from training.export import export_bundle, load_bundle, predict_split
