@@ -5,8 +5,12 @@ Writes a Criteo-shaped dataset (13 float16 numericals, 26 categoricals: 9 int32,
 for rank 0 of world sizes 1 and 2, with and without the prefetch thread, from local mmap and
 from a ``memory://`` fsspec URI through the local cache. Files sit in the page cache (just
 written), so this measures the reader, not the disk. Prints one JSON line per measurement.
+``--hotness fixed|variable``: the categoricals are lists of MLPerf DLRMv2's sizes (3,2,1,...,100,...; 214
+ids a row): fixed hotness (rows x N), or variable length with N the mean (lengths uniform in 0..2N;
+values file + offsets file); features of size 1 stay one-hot.
 
 usage: python benchmarks/bench_dataloader.py [--rows 2000000] [--batch 4096] [--repeat 3]
+                                             [--hotness one-hot|fixed|variable]
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import numpy as np
 from feature_spec import Chunk, Feature, FeatureSpec, save
 from training.data import SplitBinaryDataset
 
+MLPERF_SIZES = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 CARDINALITIES = [7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11, 2209,
                  10667, 104, 4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35]
 
 
-def write_criteo_like(root: Path, rows: int) -> Path:
-    """A 'train' split of ``rows`` random rows in the split_binary layout."""
+def write_criteo_like(root: Path, rows: int, hotness: str = "one-hot") -> Path:
+    """A 'train' split of ``rows`` random rows in the split_binary layout (``hotness``: see the module doc)."""
     rng = np.random.default_rng(0)
     split = root / "train"
     split.mkdir(parents=True)
@@ -38,11 +43,20 @@ def write_criteo_like(root: Path, rows: int) -> Path:
     features = {"label": Feature(dtype="bool"), **{n: Feature(dtype="float16") for n in num}}
     chunks = [Chunk(type="split_binary", features=["label"], files=["train/label.bin"]),
               Chunk(type="split_binary", features=num, files=["train/numerical.bin"])]
-    for name, card in zip(cats, CARDINALITIES):
+    for name, card, size in zip(cats, CARDINALITIES, MLPERF_SIZES):
         dtype = "int8" if card < 127 else "int16" if card < 32767 else "int32"
-        rng.integers(0, card, rows).astype(dtype).tofile(split / f"{name}.bin")
-        features[name] = Feature(dtype=dtype, cardinality=card)
-        chunks.append(Chunk(type="split_binary", features=[name], files=[f"train/{name}.bin"]))
+        size = 1 if hotness == "one-hot" else size
+        files = [f"train/{name}.bin"]
+        if hotness == "variable" and size > 1:
+            lengths = rng.integers(0, 2 * size + 1, rows)
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tofile(split / f"{name}.offsets.bin")
+            files.append(f"train/{name}.offsets.bin")
+            count, extra = int(lengths.sum()), {"hotness": "variable"}
+        else:
+            count, extra = rows * size, ({"hotness": size} if size > 1 else {})
+        rng.integers(0, card, count).astype(dtype).tofile(split / f"{name}.bin")
+        features[name] = Feature(dtype=dtype, cardinality=card, **extra)
+        chunks.append(Chunk(type="split_binary", features=[name], files=files))
     save(FeatureSpec(feature_spec=features, source_spec={"train": chunks},
                      channel_spec={"label": ["label"], "numerical": num, "categorical": cats}), str(root))
     return root
@@ -64,9 +78,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hotness", choices=["one-hot", "fixed", "variable"], default="one-hot")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        root = write_criteo_like(Path(tmp) / "ds", args.rows)
+        root = write_criteo_like(Path(tmp) / "ds", args.rows, args.hotness)
         fsspec.filesystem("memory").put(str(root), "/bench-ds", recursive=True)
         start = time.perf_counter()
         remote = SplitBinaryDataset("memory://bench-ds", "train", cache_dir=str(Path(tmp) / "cache"))
@@ -78,7 +93,8 @@ def main() -> None:
             for world_size in (1, 2):
                 for prefetch in (0, 2):
                     rate = epoch_rate(ds, args.batch, world_size, prefetch, args.repeat)
-                    print(json.dumps({"what": "epoch", "source": source, "rows": args.rows, "batch": args.batch,
+                    print(json.dumps({"what": "epoch", "hotness": args.hotness, "source": source,
+                                      "rows": args.rows, "batch": args.batch,
                                       "world_size": world_size, "rank": 0, "prefetch": prefetch,
                                       "samples_per_s": round(rate)}))
 

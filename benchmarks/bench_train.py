@@ -27,7 +27,13 @@ and the interaction's 27x64 @ 64x27 product. Prints one JSON line per measuremen
 markdown table of medians over ``--rounds`` (ratios taken within a round, then their median: the
 machine is shared and noisy). One round takes ~2-3 minutes on a 2-core machine.
 
+Multi-hot (``--multi-hot-sizes 3,2,1,...``, MLPerf DLRMv2's sizes by default with a bare flag): instead of the
+above, our trainer on ``dlrmflow synth`` rows twice in each round, the same rows one-hot and multi-hot (the
+multi-hot rows are the one-hot rows with N ids per field, the first the one-hot id), both preprocessed the same
+way (ordered split, train only, frequency threshold ``--multi-hot-threshold``): samples/s and their ratio.
+
 usage: python benchmarks/bench_train.py [--rounds 3] [--steps 20] [--warmup 5] [--skip-2proc]
+       python benchmarks/bench_train.py --multi-hot-sizes [3,2,1,...] [--rounds 3] [--skip-2proc]
 """
 
 from __future__ import annotations
@@ -290,6 +296,70 @@ def run_dlrm_reference(ds: Path, threads: int, warmup: int, steps: int) -> dict:
             "optimizer": "torch.optim.Adagrad, sparse embedding gradients"}
 
 
+# ---- multi-hot vs one-hot --------------------------------------------------------------------------------
+MLPERF_SIZES = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
+
+
+def synth_pair(tmp: Path, rows: int, sizes: list[int], threshold: int) -> dict[str, Path]:
+    """The same ``dlrmflow synth`` rows one-hot and multi-hot, each preprocessed into a train-only dataset."""
+    from preprocessing import PreprocessConfig, run as preprocess
+    from preprocessing.synthetic import SPEC_FILE, generate
+
+    out = {}
+    for name, options in (("one-hot", {}), ("multi-hot", {"multi_hot_sizes": sizes})):
+        raw = tmp / f"raw-{name}"
+        generate(str(raw), rows, seed=0, **options)
+        spec = str(raw / SPEC_FILE) if options else "criteo"
+        out[name] = Path(preprocess(PreprocessConfig(inputs=[str(raw)], spec=spec, out=str(tmp / f"store-{name}"),
+                                                     split="ordered:train=1", frequency_threshold=threshold,
+                                                     progress=False)))
+    return out
+
+
+def multi_hot_main(args) -> None:
+    """Our trainer on one-hot and multi-hot rows of the same synthetic data, back to back in each round."""
+    import feature_spec as fspec
+
+    sizes = [int(x) for x in args.multi_hot_sizes.split(",")]
+    info = {"what": "machine", "cpus": os.cpu_count(), "load_average_before": load_average(), "sizes": sizes}
+    print(json.dumps(info), flush=True)
+    runs = [(1, 2, BATCH)] + ([] if args.skip_2proc else [(2, 1, 2 * BATCH)])
+    rows_needed = max(g for _, _, g in runs) * (args.warmup + args.steps) + BATCH
+    results: dict[tuple, list[int]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-train-mh-") as tmp:
+        tmp = Path(tmp)
+        start = time.perf_counter()
+        datasets = synth_pair(tmp, rows_needed, sizes, args.multi_hot_threshold)
+        for name, ds in datasets.items():
+            spec = fspec.load(str(ds))
+            ids = sum(spec.feature_spec[f].values_per_row for f in spec.categorical_features)
+            rows = sum(spec.cardinality(f) for f in spec.categorical_features)
+            print(json.dumps({"what": "dataset", "name": name, "rows": spec.metadata["rows"]["train"],
+                              "ids_per_row": ids, "embedding_rows": rows,
+                              "synth_and_preprocess_s": round(time.perf_counter() - start, 1)}), flush=True)
+        for index in range(args.rounds):
+            for nproc, threads, global_batch in runs:
+                for name, ds in datasets.items():
+                    r = run_ours(ds, tmp, nproc, threads, global_batch, args.warmup, args.steps, args.log_every,
+                                 f"-{name}-round{index}")
+                    print(json.dumps({**r, "data": name}), flush=True)
+                    results.setdefault((name, nproc, threads, global_batch // nproc), []).append(r["samples_per_s"])
+    after = load_average()
+    print(json.dumps({"what": "machine", "load_average_after": after}), flush=True)
+    print()
+    print(f"medians over {args.rounds} round(s); model: 26 tables (the datasets' vocabularies) x dim {DIM}, "
+          f"bottom MLP {BOTTOM}, top MLP {TOP}")
+    print()
+    print("| data | processes x threads | batch per process | samples/s | multi-hot / one-hot |")
+    print("|---|---|---|---|---|")
+    for (name, nproc, threads, batch), rates in results.items():
+        one = results[("one-hot", nproc, threads, batch)]
+        ratio = float(np.median([m / o for m, o in zip(rates, one)]))
+        print(f"| {name} | {nproc} x {threads} | {batch} | {np.median(rates):,.0f} | {ratio:.2f}x |")
+    print()
+    print(f"load average before: {info['load_average_before']}; after: {after}")
+
+
 # ---- main -------------------------------------------------------------------------------------------
 def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average:")[-1].strip()
@@ -336,12 +406,18 @@ def main() -> None:
     parser.add_argument("--torchrec-reference-worker", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--also-2proc-global-4096", action="store_true",
                         help="also 2 processes x 2048 rows (same global batch as 1 process)")
+    parser.add_argument("--multi-hot-sizes", nargs="?", const=MLPERF_SIZES, metavar="N,N,...",
+                        help="measure one-hot vs multi-hot synthetic rows instead (default sizes: MLPerf DLRMv2's)")
+    parser.add_argument("--multi-hot-threshold", type=int, default=3,
+                        help="frequency threshold of the multi-hot comparison's preprocessing")
     args = parser.parse_args()
     if args.torchrec_reference_worker:
         print(json.dumps(torchrec_reference(*args.torchrec_reference_worker)))
         return
     if (args.warmup % args.log_every) or (args.steps % args.log_every):
         parser.error("--warmup and --steps must be multiples of --log-every")
+    if args.multi_hot_sizes:
+        return multi_hot_main(args)
 
     import torch
     import torchrec

@@ -81,3 +81,67 @@ def write_nvidia_dataset(root: Path, rows: dict[str, int], seed: int = 3) -> Pat
         for i, dt in enumerate(("int32", "int8", "int16")):
             rng.integers(0, 11, n).astype(dt).tofile(root / split / f"cat_{i}.bin")
     return root
+
+
+# list features of write_list_dataset: name -> (cardinality, hotness: N or "variable")
+LIST_CARDS = {"c0": (50, 1), "tags": (100, 3), "hist": (300, "variable")}
+MAX_HIST = 8   # the longest variable-length list written
+
+
+def write_list_dataset(root: Path, rows: dict[str, int] | None = None, *, pooling: dict[str, str] | None = None,
+                       metadata: bool = True, rowid: bool = False, seed: int = 0) -> Path:
+    """A dataset with multi-valued categoricals in feature_spec's layout: one-hot ``c0``, fixed-hotness ``tags``
+    (3 ids a row, row-major) and variable-length ``hist`` (0..8 ids a row: values file + int64 offsets file).
+    The click depends on c0, the sum of the tags' effects, the mean of the hist ids' effects and the first
+    numerical feature; index 0 elements occur in both lists and carry no effect. ``pooling``: feature ->
+    sum|mean written to the spec; ``metadata``: write ``list_lengths``; ``rowid``: a one-hot feature holding
+    each row's index (to identify rows). Returns ``root``; ``root / "logits.npz"`` holds the true logits
+    per split (``np.load(...)[split]``) and those without the lists' terms (``[f"{split}_without_lists"]``)."""
+    rows = rows or {"train": 4096, "val": 1024, "test": 1024}
+    pooling = pooling or {}
+    rng = np.random.default_rng(seed)
+    effect = {c: rng.normal(0, 1.0, card) for c, (card, _) in LIST_CARDS.items()}
+    for e in effect.values():
+        e[0] = 0.0
+    num = ["n0", "n1"]
+    cards = {**{c: card for c, (card, _) in LIST_CARDS.items()}, **({"rowid": max(rows.values())} if rowid else {})}
+    source, lengths_meta, logits = {}, {}, {}
+    for split, n in rows.items():
+        (root / split).mkdir(parents=True)
+        dense = rng.normal(size=(n, len(num))).astype(np.float16)
+        c0 = rng.integers(0, 50, n)
+        tags = rng.integers(0, 100, (n, 3))
+        hist_len = rng.integers(0, MAX_HIST + 1, n)
+        hist = rng.integers(0, 300, hist_len.sum())
+        offsets = np.concatenate([[0], np.cumsum(hist_len)]).astype(np.int64)
+        hist_sum = np.bincount(np.repeat(np.arange(n), hist_len), weights=effect["hist"][hist], minlength=n)
+        hist_mean = hist_sum / np.maximum(hist_len, 1)
+        logit = effect["c0"][c0] + 0.6 * effect["tags"][tags].sum(1) + 1.5 * hist_mean + dense[:, 0] - 0.5
+        logits[split] = logit
+        logits[f"{split}_without_lists"] = effect["c0"][c0] + dense[:, 0] - 0.5
+        (rng.random(n) < 1 / (1 + np.exp(-logit))).tofile(root / split / "label.bin")
+        dense.tofile(root / split / "numerical.bin")
+        ids = {"c0": c0, "tags": tags, "hist": hist, **({"rowid": np.arange(n)} if rowid else {})}
+        for c, card in cards.items():
+            ids[c].astype(categorical_dtype(card)).tofile(root / split / f"cat_{c}.bin")
+        offsets.tofile(root / split / "cat_hist.offsets.bin")
+        source[split] = [Chunk(type="split_binary", features=["click"], files=[f"{split}/label.bin"]),
+                         Chunk(type="split_binary", features=num, files=[f"{split}/numerical.bin"])]
+        source[split] += [Chunk(type="split_binary", features=[c], files=[f"{split}/cat_{c}.bin"] +
+                                ([f"{split}/cat_hist.offsets.bin"] if c == "hist" else [])) for c in cards]
+        lengths_meta[split] = {
+            "tags": {"rows": n, "values": 3 * n, "max": 3, "index0": int((tags == 0).sum()), "truncated": 0},
+            "hist": {"rows": n, "values": int(len(hist)), "max": int(hist_len.max()),
+                     "index0": int((hist == 0).sum()), "truncated": 0}}
+    np.savez(root / "logits.npz", **logits)
+    hotness = {c: h for c, (_, h) in LIST_CARDS.items()}
+    features = {"click": Feature(dtype="bool"), **{n: Feature(dtype="float16") for n in num}}
+    for c, card in cards.items():
+        h = hotness.get(c, 1)
+        extra = {"hotness": h, "pooling": pooling.get(c, "sum")} if h != 1 else {}
+        features[c] = Feature(dtype=categorical_dtype(card), cardinality=card, **extra)
+    spec = FeatureSpec(feature_spec=features, source_spec=source,
+                       channel_spec={"label": ["click"], "numerical": num, "categorical": list(cards)},
+                       metadata={"list_lengths": lengths_meta} if metadata else {})
+    save(spec, str(root))
+    return root

@@ -9,6 +9,11 @@ into ``world_size`` contiguous slices, rank *r* taking slice *r*. The final part
 batch is dropped (``drop_last``) or split as evenly as possible and padded, so that every
 rank yields the same number of rows in every step; padded rows have label -1.0, index 0
 and numerical 0 (consumers mask ``labels >= 0``).
+
+Multi-valued categoricals (``feature_spec``'s layout): a fixed-hotness feature's rows are a
+``rows * N`` slice of its file, a variable-length one's are ``offsets[lo:hi + 1]`` and one slice of
+its values file. The KeyedJaggedTensor then carries the real lengths (N, or the offsets' differences;
+0 for a padded row): no padding to the longest list.
 """
 
 from __future__ import annotations
@@ -61,11 +66,14 @@ class SplitBinaryDataset:
         if not spec.is_dataset:
             raise UserError(f"{dataset_uri}: this feature spec describes raw input, not a split_binary dataset. "
                             "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
-        self._files: dict[str, np.ndarray] = {}
+        self._files: dict[str, np.ndarray] = {}   # the files whose row count is the split's
         self._label = self._open(spec.label_feature, "bool", 1)[:, 0]
         self._numerical = self._open(spec.numerical_features[0], self._numerical_dtype(),
                                      len(spec.numerical_features)) if spec.numerical_features else None
-        self._categorical = [self._open(f, spec.feature_spec[f].dtype, 1)[:, 0] for f in spec.categorical_features]
+        # per categorical: (rows x N array, None), or for a variable-length list (values, offsets [rows + 1])
+        self._categorical: list[tuple[np.ndarray, np.ndarray | None]] = [
+            self._open_categorical(f) for f in spec.categorical_features]
+        self.multi_valued = any(spec.feature_spec[f].multi_valued for f in spec.categorical_features)
         self.num_rows = self._check_rows()
 
     # ---- opening -----------------------------------------------------------------------
@@ -76,8 +84,27 @@ class SplitBinaryDataset:
                             "numerical.bin. Fix: give every numerical feature the dtype the file is written in.")
         return dtypes.pop()
 
-    def _open(self, feature: str, dtype: str | None, width: int) -> np.ndarray:
-        relative, _ = self.spec.file_of(self.split, feature)
+    def _open_categorical(self, feature: str) -> tuple[np.ndarray, np.ndarray | None]:
+        f = self.spec.feature_spec[feature]
+        if not f.variable_length:
+            return self._open(feature, f.dtype, f.values_per_row), None
+        values = self._open(feature, f.dtype, 1, rows_file=False)[:, 0]
+        offsets_file = self.spec.offsets_file_of(self.split, feature)
+        offsets = self._open(feature, "int64", 1, relative=offsets_file, rows_file=False)[:, 0]
+        uri = resolve(self.uri, offsets_file)
+        if not len(offsets) or offsets[0] != 0 or offsets[-1] != len(values):
+            first, last = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (None, None)
+            raise UserError(f"{uri}: row offsets of '{feature}' must start at 0 and end at the number of values "
+                            f"({len(values)}), but start at {first} and end at {last}. Fix: the values or offsets "
+                            "file is truncated or from another run; re-run preprocessing.")
+        self._files[uri] = offsets[1:]   # rows + 1 entries: the split's row count is one less
+        return values, offsets
+
+    def _open(self, feature: str, dtype: str | None, width: int, *, relative: str | None = None,
+              rows_file: bool = True) -> np.ndarray:
+        """Memory-map the feature's file (``relative``: another of its files) as [rows, width]; ``rows_file``:
+        its row count must equal the split's."""
+        relative = relative or self.spec.file_of(self.split, feature)[0]
         uri = resolve(self.uri, relative)
         try:
             path = local_copy(uri, self._cache_dir, self._storage_options)
@@ -93,7 +120,8 @@ class SplitBinaryDataset:
                             "is wrong; re-run preprocessing or correct the dtype.")
         rows = size // row_bytes
         array = np.memmap(path, dtype=dt, mode="r", shape=(rows, width)) if rows else np.empty((0, width), dt)
-        self._files[uri] = array
+        if rows_file:
+            self._files[uri] = array
         return array
 
     def _check_rows(self) -> int:
@@ -145,19 +173,77 @@ class SplitBinaryDataset:
         if self._numerical is not None:
             dense[:n] = self._numerical[lo:hi]
         dense[n:] = 0
-        values = np.empty((len(self._categorical), rows), np.int64)
-        for i, column in enumerate(self._categorical):
-            values[i, :n] = column[lo:hi]
-        values[:, n:] = 0
-        # one id per row and feature, so the per-key lengths and offsets are known here: giving them saves
-        # the model from computing them from `lengths` (a device-to-host read on a GPU); numpy, not torch,
-        # so that this (prefetch) thread never starts an OpenMP team of its own beside the trainer's
-        keys = self.spec.categorical_features
-        sparse = KeyedJaggedTensor(keys=keys, values=torch.from_numpy(values.reshape(-1)),
-                                   lengths=torch.from_numpy(np.ones(values.size, np.int32)), stride=rows,
-                                   length_per_key=[rows] * len(keys),
-                                   offset_per_key=[rows * i for i in range(len(keys) + 1)])
+        sparse = self._jagged(lo, hi, rows) if self.multi_valued else self._one_hot(lo, hi, rows)
         return Batch(dense_features=torch.from_numpy(dense), sparse_features=sparse, labels=torch.from_numpy(labels))
+
+    def _one_hot(self, lo: int, hi: int, rows: int) -> KeyedJaggedTensor:
+        """One id per row and feature (padded rows: id 0), so the per-key lengths and offsets are known here:
+        giving them saves the model from computing them from `lengths` (a device-to-host read on a GPU);
+        numpy, not torch, so that this (prefetch) thread never starts an OpenMP team of its own beside the
+        trainer's."""
+        n = hi - lo
+        values = np.empty((len(self._categorical), rows), np.int64)
+        for i, (column, _) in enumerate(self._categorical):
+            values[i, :n] = column[lo:hi, 0]
+        values[:, n:] = 0
+        keys = self.spec.categorical_features
+        return KeyedJaggedTensor(keys=keys, values=torch.from_numpy(values.reshape(-1)),
+                                 lengths=torch.from_numpy(np.ones(values.size, np.int32)), stride=rows,
+                                 length_per_key=[rows] * len(keys),
+                                 offset_per_key=[rows * i for i in range(len(keys) + 1)])
+
+    def _jagged(self, lo: int, hi: int, rows: int) -> KeyedJaggedTensor:
+        """Every feature's values of rows [lo, hi) with their real lengths (a one-hot feature: 1, its padded
+        rows id 0 as in ``_one_hot``; a list feature: N or the offsets' differences, its padded rows 0)."""
+        n = hi - lo
+        values, lengths = [], np.zeros((len(self._categorical), rows), np.int32)
+        for i, (column, offsets) in enumerate(self._categorical):
+            if offsets is not None:
+                bounds = np.asarray(offsets[lo:hi + 1])
+                lengths[i, :n] = np.diff(bounds)
+                if (lengths[i, :n] < 0).any():
+                    raise UserError(f"{self.uri}: the row offsets of '{self.spec.categorical_features[i]}' in split "
+                                    f"'{self.split}' decrease within rows {lo}..{hi}. Fix: the offsets file is "
+                                    "corrupt; re-run preprocessing.")
+                values.append(column[bounds[0]:bounds[-1]])
+            elif column.shape[1] == 1:   # one-hot: padded rows keep id 0, as in _one_hot
+                lengths[i] = 1
+                values += [column[lo:hi, 0], np.zeros(rows - n, column.dtype)]
+            else:
+                lengths[i, :n] = column.shape[1]
+                values.append(column[lo:hi].reshape(-1))
+        per_key = lengths.sum(axis=1, dtype=np.int64)
+        keys = self.spec.categorical_features
+        return KeyedJaggedTensor(keys=keys, values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
+                                 lengths=torch.from_numpy(lengths.reshape(-1)), stride=rows,
+                                 length_per_key=per_key.tolist(),
+                                 offset_per_key=[0, *np.cumsum(per_key).tolist()])
+
+    def pooling_factors(self) -> dict[str, float]:
+        """``spec_pooling_factors`` of this split, a variable-length list the metadata does not record taken
+        from its files (values / rows)."""
+        out = spec_pooling_factors(self.spec, self.split)
+        for f, (values, offsets) in zip(self.spec.categorical_features, self._categorical):
+            if offsets is not None and f not in out:
+                out[f] = len(values) / max(len(offsets) - 1, 1)
+        return out
+
+
+def spec_pooling_factors(spec: FeatureSpec, split: str) -> dict[str, float]:
+    """Mean values per row of each multi-valued categorical of ``split`` (the planner's pooling factor): the
+    dataset metadata's ``list_lengths`` (values / rows), else a fixed hotness N. One-hot features, and
+    variable-length ones the metadata does not record, are left out (TorchRec's default factor is 1)."""
+    recorded = (spec.metadata.get("list_lengths") or {}).get(split) or {}
+    out = {}
+    for f in spec.categorical_features:
+        feature, stats = spec.feature_spec[f], recorded.get(f) or {}
+        if not feature.multi_valued:
+            continue
+        if stats.get("rows"):
+            out[f] = stats["values"] / stats["rows"]
+        elif feature.values_per_row is not None:
+            out[f] = float(feature.values_per_row)
+    return out
 
 
 _END = object()

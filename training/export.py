@@ -5,7 +5,8 @@
 - ``weights.pt``: the model's unsharded weights, one plain state dict of ``training.inference.DLRMInference``
   (DCP reshards the checkpoint into whole tensors, whatever world size and plan wrote it);
 - ``model.pt``: that module as TorchScript (``torch.jit.load``; Triton's PyTorch backend loads it as is):
-  ``(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]``;
+  ``(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]``, and for list features
+  its method ``forward_lists(values, lengths, numerical)`` (a KeyedJaggedTensor's values and lengths);
 - ``model.json``: the model config, feature order, table sizes and the source (run, step, dataset);
 - ``feature_spec.yaml``, ``vocab/<f>.parquet`` and ``input_spec.yaml``: the dataset's spec, vocabularies and
   the input spec it was preprocessed with (the numerical transforms, hash buckets, label rule), so raw rows
@@ -78,6 +79,7 @@ def model_config(run: RunDir, step: int) -> dict[str, Any]:
             "top_mlp": list(m.top_mlp), "dcn_layers": m.dcn_layers, "dcn_rank": m.dcn_rank,
             "categorical": list(spec.categorical_features), "numerical": list(spec.numerical_features),
             "tables": [table_name(f) for f in spec.categorical_features], "table_rows": rows,
+            "pooling": [spec.feature_spec[f].pooling or "sum" for f in spec.categorical_features],
             "source": {"run": run.uri, "step": step, "dataset": cfg.dataset}}
 
 
@@ -223,9 +225,9 @@ def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, b
     parts.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode(), open(parts / part_name(0), "wb") as f:
         for batch in data.batches(batch_rows):
-            n = batch.labels.numel()
-            categorical = batch.sparse_features.values().view(len(names), n).t()
-            f.write(module(categorical, batch.dense_features).numpy().astype(np.float32).tobytes())
+            kjt = batch.sparse_features
+            probs = module.forward_lists(kjt.values(), kjt.lengths(), batch.dense_features)
+            f.write(probs.numpy().astype(np.float32).tobytes())
     write_atomic(parts / META, json.dumps({"rows": data.num_rows, "world_size": 1, "batch_rows": batch_rows}))
     return data.num_rows
 

@@ -1,11 +1,13 @@
 """The serving model: a plain PyTorch DLRM (no TorchRec, no FBGEMM) that a bundle stores as TorchScript.
 
 ``DLRMInference(cfg)`` computes what ``training.model``'s TorchRec DLRM / DLRM_DCN compute, with the same
-operations: one embedding row per categorical (TorchRec's sum pooling of a single id is that row), ids taken
-modulo the table's rows (``IdHasher``'s ``max_table_size`` rule; a no-op for uncapped tables), the bottom MLP
-(ReLU after every layer), the dot interaction (``bmm`` + upper triangle, dense first) or the low-rank DCN, the
-top MLP (ReLU after all but the last layer) and a sigmoid. ``forward(categorical [B, n_cat] int64,
-numerical [B, n_num] float32) -> probabilities [B]``. This module imports only torch.
+operations: one embedding bag per categorical pooling a row's ids as the table does (``pooling`` sum or mean; a
+single id gives its row), ids taken modulo the table's rows (``IdHasher``'s ``max_table_size`` rule; a no-op
+for uncapped tables), the bottom MLP (ReLU after every layer), the dot interaction (``bmm`` + upper triangle,
+dense first) or the low-rank DCN, the top MLP (ReLU after all but the last layer) and a sigmoid.
+``forward(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]`` takes one id per
+row and feature; ``forward_lists(values, lengths, numerical)`` takes a KeyedJaggedTensor's ``values()`` and
+``lengths()`` (multi-valued features: any number of ids a row). This module imports only torch.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class DLRMInference(nn.Module):
         rows: list[int] = config["table_rows"]
         dim, n_num, n_cat = config["embedding_dim"], len(config["numerical"]), len(rows)
         self.dcn = config["interaction"] == "dcn"
-        self.tables = nn.ModuleList([nn.Embedding(r, dim) for r in rows])
+        pooling = config.get("pooling") or ["sum"] * n_cat   # bundles written before list features: all sum
+        self.tables = nn.ModuleList([nn.EmbeddingBag(r, dim, mode=p) for r, p in zip(rows, pooling)])
         self.register_buffer("rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
         self.bottom = nn.ModuleList(_linears([n_num, *config["bottom_mlp"]]))
         width = (n_cat + 1) * dim if self.dcn else dim + n_cat * (n_cat + 1) // 2   # pairs of [dense, *tables]
@@ -49,13 +52,25 @@ class DLRMInference(nn.Module):
         self.register_buffer("pair_j", pairs[1].contiguous(), persistent=False)
 
     def forward(self, categorical: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
+        lengths = torch.ones(categorical.numel(), dtype=torch.int64, device=categorical.device)
+        return self.forward_lists(categorical.t().reshape(-1), lengths, numerical)
+
+    @torch.jit.export
+    def forward_lists(self, values: torch.Tensor, lengths: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
+        """Probabilities [B] of B rows given as a KeyedJaggedTensor's ``values()`` (every feature's ids, feature
+        by feature) and ``lengths()`` ([n_cat * B]: ids per feature and row, feature-major)."""
         x = numerical
         for linear in self.bottom:
             x = torch.relu(linear(x))
-        ids = categorical % self.rows
+        lengths = lengths.to(torch.int64).view(len(self.tables), -1)
+        starts = torch.cumsum(lengths, dim=1) - lengths   # each row's first id within its feature
+        ends = torch.cumsum(lengths.sum(dim=1), dim=0)
         embedded = [x.unsqueeze(1)]
+        first = 0
         for i, table in enumerate(self.tables):
-            embedded.append(table(ids[:, i]).unsqueeze(1))
+            last = int(ends[i])
+            embedded.append(table(values[first:last] % self.rows[i], starts[i]).unsqueeze(1))
+            first = last
         combined = torch.cat(embedded, dim=1)
         if self.dcn:
             x0 = combined.reshape(combined.shape[0], -1)

@@ -3,6 +3,7 @@
 One ``EmbeddingBagConfig`` per categorical feature, ``num_embeddings`` = its cardinality from
 the feature spec, or ``max_table_size`` with ids hashed (id % cap) by ``IdHasher`` before the
 batch reaches the model (TorchRec's pipeline needs the batch's KJT to feed the tables directly).
+A multi-valued feature's table pools a row's values as its spec says (``pooling``: sum or mean).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchrec.datasets.utils import Batch
 from torchrec.models.dlrm import DLRM, DLRM_DCN
-from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -25,6 +26,7 @@ from feature_spec import FeatureSpec
 from training.config import ModelConfig, PrecisionConfig
 
 INIT_BLOCK_ROWS = 1024
+POOLING_TYPES = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}   # the spec's ``pooling`` -> TorchRec's
 
 
 def table_name(feature: str) -> str:
@@ -36,7 +38,8 @@ def table_name(feature: str) -> str:
 
 
 def embedding_tables(cfg: ModelConfig, spec: FeatureSpec, precision: PrecisionConfig | None = None) -> list[EmbeddingBagConfig]:
-    """One table per categorical feature, sized by the spec's cardinality (capped by max_table_size)."""
+    """One table per categorical feature, sized by the spec's cardinality (capped by max_table_size), pooling
+    as the feature's ``pooling`` says (default sum)."""
     data_type = DataType.FP16 if precision is not None and precision.embeddings == "fp16" else DataType.FP32
     tables = []
     for f in spec.categorical_features:
@@ -44,7 +47,8 @@ def embedding_tables(cfg: ModelConfig, spec: FeatureSpec, precision: PrecisionCo
         if cfg.max_table_size is not None:
             rows = min(rows, cfg.max_table_size)
         tables.append(EmbeddingBagConfig(name=table_name(f), embedding_dim=cfg.embedding_dim, num_embeddings=rows,
-                                         feature_names=[f], data_type=data_type))
+                                         feature_names=[f], data_type=data_type,
+                                         pooling=POOLING_TYPES[spec.feature_spec[f].pooling or "sum"]))
     return tables
 
 

@@ -53,8 +53,9 @@ def sharders() -> list[ModuleSharder]:
 
 
 def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, batch_size: int,
-                 device_type: str) -> EmbeddingShardingPlanner:
-    """A planner for ``world_size`` ranks of the config's profile (whose device type must be ``device_type``)."""
+                 device_type: str, pooling_factors: dict[str, float] | None = None) -> EmbeddingShardingPlanner:
+    """A planner for ``world_size`` ranks of the config's profile (whose device type must be ``device_type``);
+    ``pooling_factors``: table name -> mean ids a row looks up (multi-valued features; others default to 1)."""
     profile = load_profile(cfg.profile)
     if profile.compute_device != device_type:
         raise UserError(f"hardware profile '{profile.name}' is for {profile.compute_device} devices but this run "
@@ -63,6 +64,8 @@ def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, ba
     topology = build_topology(profile, world_size, local_world_size)
     constraints = {name: ParameterConstraints(sharding_types=c.sharding_types, compute_kernels=c.compute_kernels)
                    for name, c in cfg.constraints.items()}
+    for name, factor in (pooling_factors or {}).items():
+        constraints.setdefault(name, ParameterConstraints()).pooling_factors = [float(factor)]
     return EmbeddingShardingPlanner(topology=topology, batch_size=batch_size, constraints=constraints,
                                     storage_reservation=FixedPercentageStorageReservation(cfg.storage_reservation),
                                     debug=False)
@@ -70,13 +73,15 @@ def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, ba
 
 def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_size: int, local_world_size: int,
                 batch_size: int, pg: dist.ProcessGroup | None = None, *, optimizer: str = "rowwise_adagrad",
-                module_path: str = "", device_type: str | None = None) -> ShardingPlan:
+                module_path: str = "", device_type: str | None = None,
+                pooling_factors: dict[str, float] | None = None) -> ShardingPlan:
     """Plan an EmbeddingBagCollection of ``tables`` (per-rank ``batch_size``) on meta tensors.
 
     With ``pg``, rank 0 plans and broadcasts the plan, or its error (raised on every rank, so no
     rank hangs). Without, the plan is made locally: no process group or hardware needed. The plan
     is keyed by ``module_path``, the EmbeddingBagCollection's path inside the model given to DMP.
-    ``device_type`` (default: the profile's) must match the profile's device.
+    ``device_type`` (default: the profile's) must match the profile's device. ``pooling_factors``: table
+    name -> mean ids per row (``SplitBinaryDataset.pooling_factors``), what the planner costs lookups by.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown embedding optimizer '{optimizer}'; use one of {', '.join(OPTIMIZERS)}")
@@ -88,12 +93,12 @@ def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_siz
     local = resolve_local_world_size(profile, world_size, local_world_size)
     device_type = device_type or profile.compute_device
     if pg is None:
-        plan = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type)
+        plan = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type, pooling_factors)
     else:
         box: list = [None]
         if dist.get_rank(pg) == 0:
             try:
-                box[0] = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type)
+                box[0] = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type, pooling_factors)
             except UserError as e:
                 box[0] = e
             except Exception as e:  # noqa: BLE001 - every rank must learn that rank 0 failed
@@ -105,8 +110,9 @@ def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_siz
     return ShardingPlan({module_path: module_plan for module_plan in plan.plan.values()})
 
 
-def _plan(tables, cfg, world_size, local_world_size, batch_size, optimizer, device_type) -> ShardingPlan:
-    planner = make_planner(cfg, world_size, local_world_size, batch_size, device_type)
+def _plan(tables, cfg, world_size, local_world_size, batch_size, optimizer, device_type,
+          pooling_factors=None) -> ShardingPlan:
+    planner = make_planner(cfg, world_size, local_world_size, batch_size, device_type, pooling_factors)
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
     apply_optimizer_in_backward(OPTIMIZERS[optimizer][0], ebc.parameters(), {"lr": 0.01})
     try:
@@ -175,8 +181,9 @@ PLAN_HEADER = "Sharding plan:"  # format_plan's first line starts with it
 
 
 def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
-                optimizer: str = "rowwise_adagrad") -> str:
-    """The plan as text: per table its sharding, kernel and ranks; per rank its memory vs capacity; whether it fits."""
+                optimizer: str = "rowwise_adagrad", pooling_factors: dict[str, float] | None = None) -> str:
+    """The plan as text: per table its sharding, kernel and ranks (and the pooling factors the planner was
+    given); per rank its memory vs capacity; whether it fits."""
     nodes = topology.world_size // topology.local_world_size
     lines = [f"{PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
              f"device {topology.compute_device}",
@@ -187,6 +194,9 @@ def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: 
             t = by_name[name]
             lines.append(f"{name:<24} {t.num_embeddings:>14,} {t.embedding_dim:>5}  {ps.sharding_type:<17} "
                          f"{ps.compute_kernel:<18} {_ranks(ps.ranks or [])}")
+    if pooling_factors:
+        lines.append("Pooling factors (mean ids per row, what the planner costs lookups by; others 1): " +
+                     ", ".join(f"{name} {v:.2f}" for name, v in pooling_factors.items()))
     usage = rank_usage(plan, tables, topology, optimizer)
     lines += ["", f"Memory per rank (embedding weights + {optimizer} state, GiB; equal ranks grouped):",
               f"{'ranks':>7}  {'HBM used / capacity':>21}  {'DDR used / capacity':>21}"]

@@ -32,7 +32,7 @@ from training.checkpoint import Checkpointer
 from training.config import OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
-from training.model import IdHasher, build_model, embedding_tables, init_embeddings
+from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
 from training.rundir import MetricsLog, RunDir, storage_options
 from training.sharding import format_plan, plan_tables, sharders
 from training.topology import build_topology, load_profile
@@ -93,6 +93,10 @@ class Trainer(Stateful):
         """The split validated on during training (``eval_split``, or ``test`` for a missing default)."""
         return self.cfg.check_splits(self.spec.splits)
 
+    def pooling_factors(self) -> dict[str, float]:
+        """Table name -> mean ids per row of the train split, for each multi-valued feature (the planner's input)."""
+        return {table_name(f): v for f, v in self.train_data.pooling_factors().items()}
+
     def _build_model(self) -> tuple[DistributedModelParallel, str]:
         cfg, env = self.cfg, self.env
         torch.manual_seed(cfg.seed)
@@ -101,11 +105,12 @@ class Trainer(Stateful):
         emb = cfg.optimizer.embedding
         kwargs = {"lr": emb.lr} if emb.type == "sgd" else {"lr": emb.lr, "eps": emb.eps}
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
+        factors = self.pooling_factors()
         plan = plan_tables(self.tables, cfg.sharding, env.world_size, env.local_world_size, self.batch_size,
                            pg=dist.GroupMember.WORLD, optimizer=emb.type, module_path=EBC_PATH,
-                           device_type=env.device.type)
+                           device_type=env.device.type, pooling_factors=factors)
         topology = build_topology(load_profile(cfg.sharding.profile), env.world_size, env.local_world_size)
-        text = format_plan(plan, self.tables, topology, emb.type)
+        text = format_plan(plan, self.tables, topology, emb.type, factors)
         dmp = DistributedModelParallel(task, device=env.device, plan=plan, sharders=sharders())
         init_embeddings(dmp.state_dict(), self.tables, cfg.seed)
         return dmp, text
