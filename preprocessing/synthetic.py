@@ -580,11 +580,12 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
 
 def multi_hot_spec(hotness: dict[str, int]) -> str:
     """The input spec (YAML) of multi-hot rows: the Criteo columns as TSV, a field of N > 1 ids a hex list
-    (``hotness: N``, ``sep: "|"``). No files: pass the data folder as the input."""
+    (``hotness: N``, ``sep: "|"``, ``pooling: mean``: the planted term of a list is the mean of its ids' effects).
+    No files: pass the data folder as the input."""
     import yaml
 
     features = {"label": {}, **{n: {} for n in CRITEO_NUMERICAL}}
-    features |= {c: {"dtype": "hex", **({"hotness": n, "sep": LIST_SEP} if n > 1 else {})} for c, n in hotness.items()}
+    features |= {c: {"dtype": "hex", **({"hotness": n, "sep": LIST_SEP, "pooling": "mean"} if n > 1 else {})} for c, n in hotness.items()}
     spec = {"feature_spec": features,
             "channel_spec": {"label": ["label"], "numerical": list(CRITEO_NUMERICAL),
                              "categorical": list(CRITEO_CATEGORICAL)},
