@@ -86,7 +86,7 @@ def test_cardinality_grows_with_rows(tmp_path):
     small = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000))
     large = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000_000))
     prof = sc.CATEGORICAL["C3"]
-    distinct = {n: sc.expected_distinct(prof, d.vocab["C3"], n * (1 - prof.missing))
+    distinct = {n: sc.expected_distinct(d.shapes["C3"][0], d.vocab["C3"], n * (1 - prof.missing))
                 for n, d in ((10_000, small), (10_000_000, large))}
     assert distinct[10_000] == pytest.approx(5520, rel=0.02)
     assert distinct[10_000_000] > 100 * distinct[10_000] and large.vocab["C9"] == 3
