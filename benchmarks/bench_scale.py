@@ -7,6 +7,8 @@ the process tree). Its store is deleted after each size. The table gives the dis
 stage holds (the generator's expected count over all rows) and the values kept (cardinalities - 1 from the
 dataset's feature spec), so that peak RSS per million distinct values can be read off; ``--scaling N`` also
 runs size N with 1 and 2 workers (the parallel scaling), ``--clean`` deletes the work folder at the end.
+``--link 100M=20M`` makes size 100M from size 20M's files, each hard-linked 5 times (no generation, no disk):
+5x the rows with the distinct values of 20M, which separates what grows with rows from what grows with them.
 
     python benchmarks/bench_scale.py --sizes 1M 4M 20M 100M --work /work/bench-data/scale [--scaling 4M] [--clean]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -51,6 +54,21 @@ def _synth(rows: int, files: int, out: Path) -> float | None:
     return m.wall_s
 
 
+def _link(rows: int, source: Path, out: Path) -> None:
+    """Size ``rows`` as hard links to ``source``'s part files, repeated (``rows`` a multiple of its rows)."""
+    meta = json.loads((source / METADATA_FILE).read_text())
+    copies, rest = divmod(rows, meta["rows"])
+    if rest:
+        raise SystemExit(f"--link: {rows:,} rows is not a multiple of {meta['rows']:,}")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    parts = sorted(source.glob("part-*.tsv"))
+    for i in range(copies):
+        for j, part in enumerate(parts):
+            os.link(part, out / f"part-{i * len(parts) + j:05d}.tsv")
+
+
+@functools.lru_cache(maxsize=None)
 def expected_distinct(rows: int) -> int:
     """Distinct categorical values in ``rows`` synthetic rows, all 26 columns (the generator's expectation)."""
     total = 0.0
@@ -95,7 +113,9 @@ def main() -> None:
     ap.add_argument("--rows-per-file", default="2.5M", help="rows per input file (default 2.5M: 100M in 40 files)")
     ap.add_argument("--min-files", type=int, default=4)
     ap.add_argument("--scaling", help="also run this size with --workers 1 and --workers 2")
-    ap.add_argument("--drop-data", action="store_true", help="delete each size's input data after its runs")
+    ap.add_argument("--link", action="append", default=[], metavar="N=M",
+                    help="make size N from size M's files (hard links; M earlier in --sizes)")
+    ap.add_argument("--drop-data", action="store_true", help="delete the input data at the end")
     ap.add_argument("--clean", action="store_true", help="delete the work folder at the end")
     args = ap.parse_args()
     work = Path(args.work)
@@ -103,21 +123,27 @@ def main() -> None:
     per_file = _row_count(args.rows_per_file)
     print(f"# {platform.node()} {os.cpu_count()} cores, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
           flush=True)
+    links = {_row_count(n): _row_count(m) for n, m in (x.split("=") for x in args.link)}
     results = []
     for size in map(_row_count, args.sizes):
         files = max(args.min_files, math.ceil(size / per_file))
         data = work / f"data-{size}"
-        print(f"# {size:,} rows in {files} files; disk: {_disk(work)}", flush=True)
-        synth_s = _synth(size, files, data)
+        print(f"# {size:,} rows; disk: {_disk(work)}", flush=True)
+        if size in links:
+            _link(size, work / f"data-{links[size]}", data)
+            synth_s, files = None, len(list(data.glob("part-*.tsv")))
+        else:
+            synth_s = _synth(size, files, data)
         runs = [None] + ([1, 2] if args.scaling and _row_count(args.scaling) == size else [])
         for workers in runs:
             r = preprocess(data, work / "store", size, workers)
             r.update(files=files, synth_s=None if synth_s is None else round(synth_s, 1),
-                     distinct=expected_distinct(size))
+                     distinct=expected_distinct(links.get(size, size)), linked_from=links.get(size))
             print(json.dumps(r), flush=True)
             results.append(r)
-        if args.drop_data:
-            shutil.rmtree(data, ignore_errors=True)
+    if args.drop_data:
+        for size in map(_row_count, args.sizes):
+            shutil.rmtree(work / f"data-{size}", ignore_errors=True)
     print("\n| rows | files | workers | wall s | CPU s | CPU s / 1M rows | rows/s | peak RSS MB | distinct values "
           "(expected) | kept at T=3 | RSS MB per 1M distinct (vs previous size) |")
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
@@ -128,7 +154,8 @@ def main() -> None:
             if previous and r["distinct"] > previous["distinct"]:
                 slope = f"{(r['peak_rss_mb'] - previous['peak_rss_mb']) / ((r['distinct'] - previous['distinct']) / 1e6):.0f}"
             previous = r
-        print(f"| {r['rows']:,} | {r['files']} | {r['workers']} | {r['wall_s']} | {r['cpu_s']} | "
+        rows = f"{r['rows']:,}" + (f" (= {r['linked_from']:,} x {r['rows'] // r['linked_from']})" if r["linked_from"] else "")
+        print(f"| {rows} | {r['files']} | {r['workers']} | {r['wall_s']} | {r['cpu_s']} | "
               f"{r['cpu_s_per_1m_rows']} | {r['rows_per_s']:,} | {r['peak_rss_mb']:,} | {r['distinct']:,} | "
               f"{r['kept']:,} | {slope} |")
     if args.clean:
