@@ -480,7 +480,7 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
         "best_normalized_entropy": _finite(log_loss(p, y) / prior),
         "expected_label_rate": float(p.mean()),
         "vocabulary_sizes": {c: int(v) for c, v in data.vocab.items()},
-        "fresh_id_shares": {c: p.fresh for c, (p, _) in data.shapes.items() if p.fresh},
+        "fresh_id_shares": {c: prof.fresh for c, (prof, _) in data.shapes.items() if prof.fresh},
         "planted_model": data.model.describe(),
     })
     if data.date is not None:
