@@ -48,7 +48,7 @@ from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_NUMERICAL
 
 from . import synthetic_columns as sc
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: fresh ids give large-N data the real share of values seen once
 BLOCK_ROWS = 65_536
 CALIBRATION_ROWS = 200_000
 MULTI_HOT_CALIBRATION_ROWS = 50_000
@@ -259,31 +259,32 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-def _columns(rng: np.random.Generator, n: int, vocab: dict[str, int],
+def _columns(rng: np.random.Generator, n: int, shapes: dict[str, tuple[sc.CategoricalProfile, int]],
              aged: Callable[[str, np.ndarray], np.ndarray] = lambda name, ids: ids) -> tuple[dict, dict]:
-    """``n`` rows of raw column values (categorical ids from ``vocab``, then ``aged``) and missing masks."""
+    """``n`` rows of raw column values (categorical ids from ``shapes``, then ``aged``) and missing masks."""
     missing = sc.missing_masks(rng, n, [*CRITEO_NUMERICAL, *CRITEO_CATEGORICAL])
     latent = rng.standard_normal(n)
     values = {c: sc.sample_counts(rng, sc.NUMERICAL[c], latent) for c in CRITEO_NUMERICAL}
-    values.update({c: aged(c, sc.sample_ids(rng, sc.CATEGORICAL[c], vocab[c], n)) for c in CRITEO_CATEGORICAL})
+    values.update({c: aged(c, sc.sample_ids(rng, *shapes[c], n)) for c in CRITEO_CATEGORICAL})
     return values, missing
 
 
-def _multi_hot(rng: np.random.Generator, values: dict, n: int, vocab: dict[str, int], hotness: dict[str, int],
+def _multi_hot(rng: np.random.Generator, values: dict, n: int, shapes: dict[str, tuple[sc.CategoricalProfile, int]],
+               hotness: dict[str, int],
                aged: Callable[[str, np.ndarray], np.ndarray] = lambda name, ids: ids) -> dict:
     """``values`` with each multi-hot column's N - 1 further ids (from ``rng``) after its one-hot id: [n, N]."""
     out = dict(values)
     for c, size in hotness.items():
         if size > 1:
-            more = aged(c, sc.sample_ids(rng, sc.CATEGORICAL[c], vocab[c], n * (size - 1))).reshape(n, size - 1)
+            more = aged(c, sc.sample_ids(rng, *shapes[c], n * (size - 1))).reshape(n, size - 1)
             out[c] = np.column_stack([values[c], more])
     return out
 
 
 @functools.lru_cache(maxsize=4)
-def _vocabulary(rows: int) -> dict[str, int]:
-    """Each categorical column's vocabulary size for ``rows`` rows."""
-    return {c: sc.vocabulary_size(sc.CATEGORICAL[c], rows) for c in CRITEO_CATEGORICAL}
+def _shapes(rows: int) -> dict[str, tuple[sc.CategoricalProfile, int]]:
+    """Each categorical column's profile and vocabulary size fitted for ``rows`` rows (``sc.fit``)."""
+    return {c: sc.fit(sc.CATEGORICAL[c], rows) for c in CRITEO_CATEGORICAL}
 
 
 @functools.lru_cache(maxsize=1)
@@ -291,11 +292,11 @@ def _calibration(seed: int, rows: int, hotness: tuple[tuple[str, int], ...] = ()
     """The rows that calibrate the planted model: the same for every day of a seed and size (the days' id
     ageing moves only ids beyond the planted buckets), so made once for all of them; ``hotness``: multi-hot
     columns' sizes (their further ids come from a stream of their own)."""
-    values, missing = _columns(_rng(seed, 2), CALIBRATION_ROWS, _vocabulary(rows))
+    values, missing = _columns(_rng(seed, 2), CALIBRATION_ROWS, _shapes(rows))
     if hotness:   # the first rows only: MLPerf's sizes make ~240 ids a row
         n = MULTI_HOT_CALIBRATION_ROWS
         values, missing = {c: v[:n] for c, v in values.items()}, {c: m[:n] for c, m in missing.items()}
-        values = _multi_hot(_rng(seed, 6), values, n, _vocabulary(rows), dict(hotness))
+        values = _multi_hot(_rng(seed, 6), values, n, _shapes(rows), dict(hotness))
     return values, missing
 
 
@@ -320,12 +321,13 @@ class SyntheticData:
         if self.rows is None:
             raise ValueError("a days config (days, start, rows_per_day) makes one day's data: pass its date")
         self.day = None if date is None else day_index(date)
-        self.vocab = _vocabulary(self.rows)
+        self.shapes = _shapes(self.rows)
+        self.vocab = {c: v for c, (_, v) in self.shapes.items()}
         salts = np.random.SeedSequence(config.seed, spawn_key=(3,)).generate_state(len(CRITEO_CATEGORICAL))
         self.salt = dict(zip(CRITEO_CATEGORICAL, salts.astype(np.uint32)))
         self.head = max(config.top_k, INTERACTION_K)  # ranks with their own planted effect keep their ids
         drift = 0.0 if date is None else config.drift
-        self.tail_step = {c: sc.tail_step(sc.CATEGORICAL[c], v, self.head, drift) for c, v in self.vocab.items()}
+        self.tail_step = {c: sc.tail_step(p, v, self.head, drift) for c, (p, v) in self.shapes.items()}
         self.model = self._plant(self._draws())
 
     def _aged(self, name: str, ids: np.ndarray) -> np.ndarray:
@@ -338,7 +340,7 @@ class SyntheticData:
         return np.where(ids >= self.head, shifted, ids)
 
     def _columns(self, rng: np.random.Generator, n: int) -> tuple[dict, dict]:
-        return _columns(rng, n, self.vocab, self._aged)
+        return _columns(rng, n, self.shapes, self._aged)
 
     def _multi_hot_key(self) -> tuple[tuple[str, int], ...]:
         return tuple((c, n) for c, n in self.config.hotness.items() if n > 1)
@@ -391,7 +393,7 @@ class SyntheticData:
             _rng(self.config.seed, 0, index, *_day_key(self.day))
         values, missing = self._columns(rng, n)
         if self._multi_hot_key():   # a stream of their own: the one-hot draws (and labels' stream) stay as they are
-            values = _multi_hot(_rng(self.config.seed, 5, index), values, n, self.vocab, self.config.hotness,
+            values = _multi_hot(_rng(self.config.seed, 5, index), values, n, self.shapes, self.config.hotness,
                                 self._aged)
         p = self.model.probability(values, missing)
         return Block(values, missing, p, rng.random(n) < p)
@@ -569,6 +571,7 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
         "best_normalized_entropy": _finite(log_loss(p, y) / prior),
         "expected_label_rate": float(p.mean()),
         "vocabulary_sizes": {c: int(v) for c, v in data.vocab.items()},
+        "fresh_id_shares": {c: prof.fresh for c, (prof, _) in data.shapes.items() if prof.fresh},
         "planted_model": data.model.describe(),
     })
     if data.date is not None:

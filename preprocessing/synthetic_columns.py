@@ -6,10 +6,19 @@ shares, distinct counts, count distributions) and from the full file's per-colum
 plus a discretised bounded Pareto (Zipf-like, exponent ``s``) over ``V - 1`` further ids, where
 the vocabulary size ``V`` is solved per row count so that the expected number of distinct values
 follows ``distinct_10k * (rows / 10k) ** b``, reaching the full-Kaggle cardinality at 45.8M rows.
+
+A distinct count that follows ``n ** b`` has a share ``b`` of values seen once (Poisson sampling:
+singletons = n * dD/dn), and the real first 10k rows agree for the big columns (C3: 0.87 seen once,
+b = 0.89). A bounded Pareto solved for the distinct count alone has too few singletons at large N
+(C3 at 20M rows: 0.81; C10: none, its vocabulary is used up), so ``fit`` tops the tail up with
+"fresh" ids (a share ``fresh`` of the tail draws, uniform over the unused 32-bit ids: nearly all
+seen once) until the singleton share is ``b`` too, from ``FRESH_MIN_ROWS`` rows on. Where the Pareto
+alone has enough, and beyond 45.8M rows (the distinct count stays at Kaggle's), ``fresh`` is 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -18,6 +27,8 @@ import numpy as np
 KAGGLE_ROWS = 45_840_617
 REFERENCE_ROWS = 10_000
 MAX_VOCAB = 2**32
+FRESH_MIN_ROWS = 1_000_000  # fresh ids from this size on: below it the Pareto is close to the real share seen
+# once, and topping up a small gap would take a large fresh share (small data keeps its calibrated shape)
 
 
 @dataclass(frozen=True)
@@ -30,12 +41,22 @@ class CategoricalProfile:
     q: float             # Zipf-Mandelbrot shift: flattens the head of the remaining values
     distinct_10k: int    # distinct values in the real first 10k rows
     kaggle: int          # distinct values in the full Kaggle train.txt
+    fresh: float = 0.0   # share of the tail draws that are fresh ids (set per row count by ``fit``)
+
+    @property
+    def exponent(self) -> float:
+        """``b`` of the power law through both real distinct counts (also its share of values seen once)."""
+        return math.log(self.kaggle / self.distinct_10k) / math.log(KAGGLE_ROWS / REFERENCE_ROWS)
 
     def target_distinct(self, rows: int) -> float:
         """Expected distinct values in ``rows`` rows: a power law through both real counts."""
-        b = math.log(self.kaggle / self.distinct_10k) / math.log(KAGGLE_ROWS / REFERENCE_ROWS)
-        d = self.distinct_10k * (rows / REFERENCE_ROWS) ** b
+        d = self.distinct_10k * (rows / REFERENCE_ROWS) ** self.exponent
         return min(d, self.kaggle, 0.9 * rows * (1 - self.missing) + 1)
+
+    def target_singletons(self, rows: int) -> float:
+        """Expected values seen once in ``rows`` rows: ``exponent`` times the distinct count (0 once capped)."""
+        d = self.distinct_10k * (rows / REFERENCE_ROWS) ** self.exponent
+        return self.exponent * d if d <= self.target_distinct(rows) else 0.0
 
 
 @dataclass(frozen=True)
@@ -136,17 +157,41 @@ def tail_cdf(prof: CategoricalProfile, x: np.ndarray | float, vocab: float) -> n
     return (a**e - np.power(x + prof.q, e)) / (a**e - (vocab + prof.q) ** e)
 
 
-def expected_distinct(prof: CategoricalProfile, vocab: float, n: float) -> float:
-    """Expected number of distinct ids among ``n`` non-missing draws from a vocabulary of ``vocab``."""
-    if vocab <= 1:
-        return float(n > 0)
+def _bins(prof: CategoricalProfile, vocab: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto ids 1..vocab-1 in bins (exact below 2000, geometric above): ids per bin and each id's mass."""
     exact = np.arange(1, min(vocab, 2000), dtype=np.float64)
     binned = np.geomspace(2000, vocab, 2000) if vocab > 2000 else np.empty(0)
     edges = np.unique(np.floor(np.concatenate([exact, binned, [vocab]])))
     counts = np.diff(edges)
-    mass = (1 - prof.top1) * np.diff(tail_cdf(prof, edges, vocab))
-    seen = -np.expm1(n * np.log1p(-mass / counts))
-    return float(-np.expm1(n * math.log1p(-prof.top1)) + (counts * seen).sum())
+    return counts, (1 - prof.top1) * (1 - prof.fresh) * np.diff(tail_cdf(prof, edges, vocab)) / counts
+
+
+def _fresh_draws(prof: CategoricalProfile, vocab: float, n: float) -> tuple[float, float]:
+    """Expected fresh draws among ``n`` and the number of fresh ids they may take."""
+    return n * (1 - prof.top1) * prof.fresh, max(float(MAX_VOCAB - vocab), 1.0)
+
+
+def expected_distinct(prof: CategoricalProfile, vocab: float, n: float) -> float:
+    """Expected number of distinct ids among ``n`` non-missing draws from a vocabulary of ``vocab``
+    (plus the fresh ids, see ``fit``)."""
+    fresh, space = _fresh_draws(prof, vocab, n)
+    fresh_distinct = -space * np.expm1(-fresh / space) if fresh else 0.0
+    if vocab <= 1:
+        return float(n > 0) + fresh_distinct
+    counts, p = _bins(prof, vocab)
+    seen = -np.expm1(n * np.log1p(-p))
+    return float(-np.expm1(n * math.log1p(-prof.top1)) + (counts * seen).sum() + fresh_distinct)
+
+
+def expected_singletons(prof: CategoricalProfile, vocab: float, n: float) -> float:
+    """Expected number of ids seen exactly once among ``n`` non-missing draws (fresh ids included)."""
+    fresh, space = _fresh_draws(prof, vocab, n)
+    total = fresh * math.exp(-fresh / space) if fresh else 0.0
+    total += n * prof.top1 * math.exp((n - 1) * math.log1p(-prof.top1)) if prof.top1 < 1 else 0.0
+    if vocab <= 1:
+        return total
+    counts, p = _bins(prof, vocab)
+    return float(total + (counts * n * p * np.exp((n - 1) * np.log1p(-p))).sum())
 
 
 def vocabulary_size(prof: CategoricalProfile, rows: int) -> int:
@@ -165,15 +210,39 @@ def vocabulary_size(prof: CategoricalProfile, rows: int) -> int:
     return max(1, round(math.exp(hi)))
 
 
+def fit(prof: CategoricalProfile, rows: int) -> tuple[CategoricalProfile, int]:
+    """The profile and vocabulary size for ``rows`` rows: the distinct count of ``target_distinct`` and, with
+    the smallest ``fresh`` share that does it, at least the singletons of ``target_singletons``."""
+    n = rows * (1 - prof.missing)
+    vocab = vocabulary_size(prof, rows)
+    target = prof.target_singletons(rows)
+    if rows < FRESH_MIN_ROWS or expected_singletons(prof, vocab, n) >= target:
+        return prof, vocab
+    lo, hi = 0.0, min(1.0, prof.target_distinct(rows) / (n * (1 - prof.top1)))
+    for _ in range(30):  # more fresh ids: a smaller vocabulary for the same distinct count, more singletons
+        mid = dataclasses.replace(prof, fresh=(lo + hi) / 2)
+        if expected_singletons(mid, vocabulary_size(mid, rows), n) < target:
+            lo = mid.fresh
+        else:
+            hi = mid.fresh
+    fitted = dataclasses.replace(prof, fresh=hi)
+    return fitted, vocabulary_size(fitted, rows)
+
+
 def sample_ids(rng: np.random.Generator, prof: CategoricalProfile, vocab: int, n: int) -> np.ndarray:
-    """``n`` vocabulary ids (0 = the top value) with the profile's skew."""
+    """``n`` vocabulary ids (0 = the top value) with the profile's skew; fresh ids are ``vocab`` and above."""
     u = rng.random(n)
-    if vocab <= 1:
-        return np.zeros(n, np.int64)
-    a, e = 1 + prof.q, 1 - prof.s
     v = np.maximum(u - prof.top1, 0) / (1 - prof.top1)
-    x = np.power(a**e - v * (a**e - (vocab + prof.q) ** e), 1 / e) - prof.q
-    tail = np.clip(np.floor(x), 1, vocab - 1).astype(np.int64)
+    if vocab <= 1:
+        tail = np.zeros(n, np.int64)
+    else:
+        a, e = 1 + prof.q, 1 - prof.s
+        w = np.maximum(v - prof.fresh, 0) / (1 - prof.fresh)
+        x = np.power(a**e - w * (a**e - (vocab + prof.q) ** e), 1 / e) - prof.q
+        tail = np.clip(np.floor(x), 1, vocab - 1).astype(np.int64)
+    if prof.fresh:  # the same uniform draw, rescaled: no extra random numbers
+        fresh = vocab + np.floor(v / prof.fresh * (MAX_VOCAB - vocab)).astype(np.int64)
+        tail = np.where(v < prof.fresh, np.minimum(fresh, MAX_VOCAB - 1), tail)
     return np.where(u < prof.top1, 0, tail)
 
 

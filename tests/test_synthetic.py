@@ -86,7 +86,7 @@ def test_cardinality_grows_with_rows(tmp_path):
     small = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000))
     large = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000_000))
     prof = sc.CATEGORICAL["C3"]
-    distinct = {n: sc.expected_distinct(prof, d.vocab["C3"], n * (1 - prof.missing))
+    distinct = {n: sc.expected_distinct(d.shapes["C3"][0], d.vocab["C3"], n * (1 - prof.missing))
                 for n, d in ((10_000, small), (10_000_000, large))}
     assert distinct[10_000] == pytest.approx(5520, rel=0.02)
     assert distinct[10_000_000] > 100 * distinct[10_000] and large.vocab["C9"] == 3
@@ -111,6 +111,43 @@ def test_deterministic_bytes_whatever_the_split(tmp_path):
     again = generate(str(tmp_path / "split"), rows, files=3, gzip=True, seed=11, workers=1)
     assert {**again, "config": None} == {**split, "config": None}
     assert [(tmp_path / "split" / f["name"]).read_bytes() for f in split["files"]] == gz
+
+
+def test_large_data_has_the_real_share_of_values_seen_once():
+    """From FRESH_MIN_ROWS rows on, a column's distinct count follows the real power law and the share of its
+    values seen once is the power law's exponent (the Pareto alone leaves C10 with none seen once)."""
+    rows, rng = 2_000_000, np.random.default_rng(0)
+    for c in ("C3", "C10", "C26"):
+        prof = sc.CATEGORICAL[c]
+        fitted, vocab = sc.fit(prof, rows)
+        assert fitted.fresh > 0, c
+        _, counts = np.unique(sc.sample_ids(rng, fitted, vocab, round(rows * (1 - prof.missing))), return_counts=True)
+        assert len(counts) == pytest.approx(prof.target_distinct(rows), rel=0.02), c
+        assert (counts == 1).mean() == pytest.approx(prof.exponent, abs=0.015), c
+        assert sc.fit(prof, sc.FRESH_MIN_ROWS - 1) == (prof, sc.vocabulary_size(prof, sc.FRESH_MIN_ROWS - 1))
+
+
+@pytest.fixture
+def fresh_from_10k(monkeypatch):
+    """Fresh ids already at 10k rows (the generator's caches cleared around the change)."""
+    from preprocessing import synthetic
+    monkeypatch.setattr(sc, "FRESH_MIN_ROWS", 10_000)
+    for cached in (synthetic._shapes, synthetic._calibration):
+        cached.cache_clear()
+    yield
+    monkeypatch.undo()
+    for cached in (synthetic._shapes, synthetic._calibration):
+        cached.cache_clear()
+
+
+def test_fresh_ids_keep_the_bytes_whatever_the_split(tmp_path, fresh_from_10k):
+    rows = BLOCK_ROWS + 3_000
+    one = generate(str(tmp_path / "one"), rows, seed=11)
+    split = generate(str(tmp_path / "split"), rows, files=3, seed=11, workers=2)
+    assert one["fresh_id_shares"]["C3"] > 0 and one["fresh_id_shares"] == split["fresh_id_shares"]
+    whole = (tmp_path / "one" / "part-00000.tsv").read_bytes()
+    assert b"".join((tmp_path / "split" / f["name"]).read_bytes() for f in split["files"]) == whole
+    assert one["best_auc"] == split["best_auc"]
 
 
 def test_best_auc_matches_true_probabilities(tmp_path):
