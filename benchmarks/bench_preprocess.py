@@ -30,26 +30,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from preprocessing.synthetic import METADATA_FILE  # noqa: E402
-from measure import run_measured  # noqa: E402
+from measure import checked, load_average, run_measured  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
 
-def _check(m, what: str):
-    if m.returncode != 0:
-        raise SystemExit(f"{what} failed ({m.returncode}):\n{m.output[-3000:]}")
-    return m
-
-
-def _load() -> str:
-    """The 1-minute load average after a measurement (above the core count, timings are provisional)."""
-    return f"{os.getloadavg()[0]:.2f}"
 
 
 def _synth(rows: int, files: int, gz: bool, out: Path) -> None:
     if (out / METADATA_FILE).exists():
         return
-    _check(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files),
+    checked(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files),
                          "--seed", "0", "--out", str(out)] + (["--gzip"] if gz else [])), "synth")
 
 
@@ -74,7 +65,7 @@ def _from_dir(source: Path, rows: int, files: int, gz: bool, out: Path) -> None:
 
 def _ours(data: Path, store: Path, workers: int | None, rows: int) -> dict:
     shutil.rmtree(store, ignore_errors=True)
-    m = _check(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data / "part-*.tsv*"), "--spec",
+    m = checked(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data / "part-*.tsv*"), "--spec",
                              "criteo", "--split", "ordered:train=0.8,val=0.1,test=0.1", "--frequency-threshold", "3",
                              "--no-progress", "--out", str(store)]
                             + (["--workers", str(workers)] if workers else [])),
@@ -83,7 +74,7 @@ def _ours(data: Path, store: Path, workers: int | None, rows: int) -> dict:
             "workers": workers or "default", "wall_s": round(m.wall_s, 2),
             "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
             "rows_per_s": round(rows / m.wall_s),
-            "peak_rss_mb": round(m.peak_rss_mb), "load": _load()}
+            "peak_rss_mb": round(m.peak_rss_mb), "load": load_average()}
 
 
 def _reference(data: Path, work: Path, rows: int) -> dict:
@@ -96,12 +87,12 @@ def _reference(data: Path, work: Path, rows: int) -> dict:
     out_dir = work / "reference_out"
     shutil.rmtree(out_dir, ignore_errors=True)
     script = Path(__file__).resolve().parent / "torchrec_criteo_reference.py"
-    m = _check(run_measured([sys.executable, str(script), str(one), str(out_dir), "3"]), "torchrec reference")
+    m = checked(run_measured([sys.executable, str(script), str(one), str(out_dir), "3"]), "torchrec reference")
     shutil.rmtree(out_dir, ignore_errors=True)
     return {"tool": "torchrec BinaryCriteoUtils", "rows": rows, "files": 1, "workers": 1, "wall_s": round(m.wall_s, 2),
             "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
             "rows_per_s": round(rows / m.wall_s),
-            "peak_rss_mb": round(m.peak_rss_mb), "load": _load(),
+            "peak_rss_mb": round(m.peak_rss_mb), "load": load_average(),
             "detail": m.output.strip().splitlines()[-1]}
 
 

@@ -22,41 +22,33 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import run_measured  # noqa: E402
+from measure import checked, load_average, run_measured  # noqa: E402
 from preprocessing.synthetic import METADATA_FILE, SPEC_FILE  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MLPERF = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
 
 
-def _check(m, what: str):
-    if m.returncode != 0:
-        raise SystemExit(f"{what} failed ({m.returncode}):\n{m.output[-3000:]}")
-    return m
-
-
-def _load() -> str:
-    return f"{os.getloadavg()[0]:.2f}"
 
 
 def _synth(rows: int, files: int, out: Path, sizes: str | None) -> dict:
     if not (out / METADATA_FILE).exists():
         extra = ["--multi-hot-sizes", sizes] if sizes else []
-        _check(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files), "--seed",
+        checked(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files), "--seed",
                              "0", "--quiet", "--out", str(out), *extra]), "synth")
     return json.loads((out / METADATA_FILE).read_text())
 
 
 def _preprocess(data: Path, spec: str, store: Path, workers: int, rows: int, kind: str) -> dict:
     shutil.rmtree(store, ignore_errors=True)
-    m = _check(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data), "--spec", spec,
+    m = checked(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data), "--spec", spec,
                              "--split", "ordered:train=0.8,val=0.1,test=0.1", "--frequency-threshold", "3",
                              "--workers", str(workers), "--no-progress", "--out", str(store)]), "dlrmflow preprocess")
     ids = sum(f.stat().st_size for f in data.glob("part-*"))
     shutil.rmtree(store, ignore_errors=True)
     return {"data": kind, "rows": rows, "input_mb": round(ids / 2**20), "workers": workers,
             "wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
-            "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb), "load": _load()}
+            "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb), "load": load_average()}
 
 
 def main() -> None:

@@ -31,17 +31,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from measure import run_measured  # noqa: E402
+from measure import checked, run_measured  # noqa: E402
 from preprocessing import synthetic_columns as sc  # noqa: E402
 from preprocessing.synthetic import METADATA_FILE, _row_count  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
-
-def _check(m, what: str):
-    if m.returncode != 0:
-        raise SystemExit(f"{what} failed ({m.returncode}):\n{m.output[-3000:]}")
-    return m
 
 
 def _synth(rows: int, files: int, out: Path) -> float | None:
@@ -49,7 +44,7 @@ def _synth(rows: int, files: int, out: Path) -> float | None:
     if (out / METADATA_FILE).exists() and json.loads((out / METADATA_FILE).read_text())["rows"] == rows:
         return None
     shutil.rmtree(out, ignore_errors=True)
-    m = _check(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files),
+    m = checked(run_measured([str(BIN / "dlrmflow"), "synth", "--rows", str(rows), "--files", str(files),
                              "--seed", "0", "--quiet", "--out", str(out)]), "synth")
     return m.wall_s
 
@@ -93,7 +88,7 @@ def preprocess(data: Path, store: Path, rows: int, workers: int | None) -> dict:
            "--out", str(store)]
     if workers:
         cmd += ["--workers", str(workers)]
-    m = _check(run_measured(cmd), "dlrmflow preprocess")
+    m = checked(run_measured(cmd), "dlrmflow preprocess")
     result = {"rows": rows, "workers": workers or "default", "wall_s": round(m.wall_s, 1),
               "cpu_s": round(m.cpu_s, 1), "cpu_s_per_1m_rows": round(m.cpu_s / rows * 1e6, 2),
               "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb),

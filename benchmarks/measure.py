@@ -78,3 +78,15 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: str | None = None
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Measurement(wall, cpu, peak / 1024, proc.returncode, output)
+
+
+def checked(m: Measurement, what: str) -> Measurement:
+    """``m`` if its command succeeded, else exit with ``what`` and the end of its output."""
+    if m.returncode != 0:
+        raise SystemExit(f"{what} failed ({m.returncode}):\n{m.output[-3000:]}")
+    return m
+
+
+def load_average() -> str:
+    """The 1-minute load average after a measurement (above the core count, timings are provisional)."""
+    return f"{os.getloadavg()[0]:.2f}"
