@@ -6,13 +6,12 @@ Threads, not processes: a spawned worker pays ~0.4 s of CPU importing numpy/pola
 doing any work, and polars already spreads each file's work over all cores; a second file in flight
 only fills the gaps (reads, Python glue) that one file leaves.
 
-Within a file, ``ordered`` processes its blocks a few at a time (results in block order) and ``prefetch`` reads
-(decompresses) the next blocks of a stream in a thread of their own.
+Within a file, ``ordered`` processes its blocks a few at a time (results in block order); a compressed stream's
+next blocks are read (decompressed) ahead in a thread of their own (``common.prefetch.Prefetcher``).
 """
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 from collections import deque
@@ -88,44 +87,3 @@ def ordered(fn: Callable[..., T], items: Iterable, workers: int) -> Iterator[T]:
             yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """The items of ``items``, produced in a thread of their own up to ``depth`` ahead of the consumer (e.g. a
-    compressed stream decompressed while the blocks before it are parsed); an error is raised at its turn.
-    Closing this generator stops the thread before it returns."""
-    q: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-
-    def put(entry) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-            put((False, None))
-        except BaseException as e:   # handed to the consumer
-            put((False, e))
-
-    thread = threading.Thread(target=produce, name="dlrmflow-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, item = q.get()
-            if not more:
-                if item is not None:
-                    raise item
-                return
-            yield item
-            del item
-    finally:
-        stop.set()
-        thread.join()

@@ -20,8 +20,10 @@ import fsspec
 import numpy as np
 import polars as pl
 
+from common.prefetch import Prefetcher
+
 from .errors import BadRows, InputError
-from .parallel import ordered, prefetch
+from .parallel import ordered
 
 EXTRA = "__extra"
 BLOCK_BYTES = 32 << 20   # ~130k Criteo rows: bounds the parse memory (the raw strings of a block dominate)
@@ -167,7 +169,7 @@ def _read_text(uri, fmt: Format, types, bad, block_bytes, fast=None, then=None, 
         return
     gz = re.search(r"\.gz$", uri, re.IGNORECASE) is not None
     with fsspec.open(uri, "rb", compression=None if gz else "infer") as f:   # decompressed ahead of the parse
-        blocks = prefetch(_blocks(_Gunzip(f) if gz else f, block_bytes))
+        blocks = Prefetcher(_blocks(_Gunzip(f) if gz else f, block_bytes))
         try:
             yield from _read_lines(uri, blocks, fmt, types, bad, fast, then, workers)
         finally:

@@ -14,7 +14,8 @@ import torch
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, save
 from train_datasets import write_nvidia_dataset
-from training.data import Prefetcher, SplitBinaryDataset
+from common.prefetch import Prefetcher
+from training.data import SplitBinaryDataset
 
 CATS = {"a": ("int8", 100), "b": ("int16", 3000), "rowid": ("int32", 2**20), "d": ("int64", 2**40)}
 
