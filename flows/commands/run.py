@@ -78,12 +78,17 @@ def run(args) -> int:
     if not config.credentials_block:
         store.check()
     from training.report import format_table
+    from training.rundir import RunDir
 
     out = pipeline(config, date)
+    run_dir, evaluation = RunDir(out["run"]), out["evaluation"]
+    where = {**{key: out[key] for key in ("date", "store", "dataset") if key in out}, "run": run_dir.uri,
+             "checkpoint": run_dir.join(RunDir.CHECKPOINTS, str(out["metrics"].get("step"))),
+             "metrics": f"{evaluation}/{RunDir.EVAL_METRICS}",
+             "plots": f"{evaluation}/{RunDir.ROC}, {RunDir.CALIBRATION}"}
     print(f"\ndlrmflow run finished in {time.monotonic() - start:.0f} s")
-    for key in ("date", "store", "dataset", "run", "evaluation"):
-        if key in out:
-            print(f"  {key:<11} {out[key]}")
+    for key, location in where.items():
+        print(f"  {key:<11} {location}")
     print(f"{config.evaluate.split} metrics (checkpoint step {out['metrics'].get('step')}):")
     print(format_table(out["metrics"]))
     if decision := out.get("decision"):
