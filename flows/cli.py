@@ -63,6 +63,8 @@ PREFECT_COMMANDS = {"run", "serve"}
 
 def _prefect_logging(debug: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect's 20 s for the ephemeral server to start is too short on a busy machine
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     from prefect.logging.configuration import setup_logging
 
     from flows.errors import LOGGED
