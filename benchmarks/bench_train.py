@@ -126,7 +126,7 @@ def write_dataset(root: Path, rows: int) -> Path:
 
 # ---- our trainer ------------------------------------------------------------------------------------
 def train_config(batch: int, steps: int, log_every: int) -> dict:
-    return {"model": {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP},
+    return {"arch": {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP},
             "optimizer": {"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
                           "dense": {"type": "adagrad", "lr": 0.02}},
             "data": {"batch_size": batch, "shuffle": True}, "max_steps": steps, "log_every": log_every,

@@ -21,7 +21,7 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     (["run", "--store", "s3://bucket/x"], {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                                            "AWS_CONFIG_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"},
      "no AWS credentials"),
-    (["run", "--set", "train.model.no_such_field=1"], {}, "train.model.no_such_field: Extra inputs are not permitted"),
+    (["run", "--set", "train.arch.no_such_field=1"], {}, "train.arch.no_such_field: Extra inputs are not permitted"),
     (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
     (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
     (["serve"], {}, "serve needs a Prefect server"),
@@ -96,14 +96,14 @@ def test_every_config_field_is_a_command_line_option():
     assert {f"@config:{f}" for f in leaves(ServeConfig)} - {f"@config:{f}" for f in served} <= dests["serve"]
     assert {f"@pipeline:{f}" for f in leaves(PipelineConfig)} - {f"@pipeline:{f}" for f in filled_in} <= dests["run"]
     args = sub["train"].parse_args(["--run", "r", "--optimizer.dense.lr", "0.3", "--launcher", "slurm",
-                                     "--launcher.nodes", "4", "--data.no-shuffle", "--model.bottom-mlp", "32", "16"])
-    assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "model.bottom_mlp": [32, 16]}
+                                     "--launcher.nodes", "4", "--data.no-shuffle", "--arch.bottom-mlp", "32", "16"])
+    assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "arch.bottom_mlp": [32, 16]}
     assert collect(args, "launch") == {"launcher.kind": "slurm", "launcher.nodes": 4}
 
 
 @pytest.mark.parametrize("flag, value, yaml_text", [
     ("--optimizer.dense.lr", "-1", "optimizer: {dense: {lr: -1}}"),
-    ("--model.interaction", "attention", "model: {interaction: attention}"),
+    ("--arch.interaction", "attention", "arch: {interaction: attention}"),
     ("--epochs", "two", "epochs: two"),
 ])
 def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, value, yaml_text, tmp_path):
