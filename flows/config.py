@@ -24,7 +24,7 @@ from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
 from training.config import EvaluateConfig, TrainConfig, preset_names
-from training.launchers import LauncherConfig, LocalSettings
+from training.launchers import LauncherConfig, LocalLauncherConfig
 
 
 class _Model(BaseModel):
@@ -36,7 +36,7 @@ def _store_field():
                  "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
 
 
-class SyntheticOptions(_Model):
+class PipelineSyntheticConfig(_Model):
     """The synthetic Criteo logs used when no inputs are given (generated once per store, then reused)."""
 
     rows: int = Field(60_000, ge=1000, description="Rows of synthetic Criteo-format logs.")
@@ -62,7 +62,7 @@ class FlowPreprocessConfig(PreprocessConfig):
                                      "task_runner=dask. Default: a temporary local Dask cluster.")
 
 
-class PipelinePreprocess(FlowPreprocessConfig):
+class PipelinePreprocessConfig(FlowPreprocessConfig):
     """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
 
     inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
@@ -71,7 +71,7 @@ class PipelinePreprocess(FlowPreprocessConfig):
     progress: SkipJsonSchema[bool] = _filled_in(False)
 
 
-class TrainSettings(TrainConfig):
+class FlowTrainConfig(TrainConfig):
     """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
 
     dataset: SkipJsonSchema[str | None] = _filled_in(None)
@@ -81,9 +81,9 @@ class TrainSettings(TrainConfig):
         return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
 
 
-def default_train() -> TrainSettings:
+def default_train() -> FlowTrainConfig:
     """The default preset's training settings."""
-    return TrainSettings.model_validate(TrainConfig.preset("default").model_dump())
+    return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
@@ -102,11 +102,12 @@ class PipelineConfig(_Model):
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
     run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: "
                                  "derived from the dataset and the training config, so a re-run resumes the same run.")
-    synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions, description="Synthetic data settings.")
-    preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
-    train: TrainSettings = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
+    synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
+                                               description="Synthetic data settings.")
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
+    train: FlowTrainConfig = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
     nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
-    launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
+    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
     window: WindowConfig = Field(default_factory=WindowConfig, description="Dated runs: the days a run for a date "
@@ -200,7 +201,7 @@ def config_hash(train: TrainConfig) -> str:
 class PipelinePreset(_Model):
     """A training preset with the preprocessing it was tuned on (flows/presets.yaml)."""
 
-    preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess,
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig,
                                            description="Preprocessing settings the training preset was tuned with.")
     train: str = Field(description="Name of the training preset (training/presets/<name>.yaml).")
 

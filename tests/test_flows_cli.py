@@ -68,7 +68,7 @@ def test_every_config_field_is_a_command_line_option():
     from preprocessing.config import PreprocessConfig
     from preprocessing.synthetic import SynthConfig
     from training.config import EvaluateConfig, TrainConfig
-    from training.launchers import LaunchConfig
+    from training.launchers import RanksConfig
 
     def leaves(model, prefix=""):
         for name, field in model.model_fields.items():
@@ -85,7 +85,7 @@ def test_every_config_field_is_a_command_line_option():
     sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "synth", "serve")}
     dests = {cmd: {a.dest for a in p._actions} for cmd, p in sub.items()}
     assert {f"@train:{f}" for f in leaves(TrainConfig)} <= dests["train"]
-    assert {f"@launch:{f}" for f in leaves(LaunchConfig)} <= dests["train"]
+    assert {f"@launch:{f}" for f in leaves(RanksConfig)} <= dests["train"]
     assert {"@launch:launcher.kind", "@launch:launcher.partition", "@launch:launcher.image",
             "@launch:launcher.nnodes"} <= dests["train"]
     assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]

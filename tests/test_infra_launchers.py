@@ -20,8 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 from common.errors import UserError
 from train_datasets import write_dataset
 from training.config import TrainConfig
-from training.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
-                                SlurmLauncher, SlurmSettings, build_launcher, infra_dir, launcher_config, read_env_file)
+from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
+                                LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
+                                launcher_config, read_env_file)
 from training.launchers.base import LaunchError, render
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
@@ -36,13 +37,13 @@ def _exe(path: Path, body: str) -> Path:
 def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
     cfg = launcher_config({"kind": "slurm", "nodes": 4, "partition": "mi300x", "env": {"A": "1"}})
     data = json.loads(cfg.model_dump_json())
-    assert launcher_config(data) == cfg and isinstance(cfg, SlurmSettings)
+    assert launcher_config(data) == cfg and isinstance(cfg, SlurmLauncherConfig)
     schema = TypeAdapter(LauncherConfig).json_schema()  # what Prefect renders as the parameter form
     assert schema["discriminator"]["propertyName"] == "kind"  # the form shows only the chosen kind's fields
     assert sorted(schema["discriminator"]["mapping"]) == ["kubernetes", "local", "slurm"]
-    for model in (LocalSettings, SlurmSettings, KubernetesSettings):
+    for model in (LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig):
         assert all(f.description for n, f in model.model_fields.items() if n != "kind"), model
-    assert "partition" not in LocalSettings.model_fields and "nnodes" not in SlurmSettings.model_fields
+    assert "partition" not in LocalLauncherConfig.model_fields and "nnodes" not in SlurmLauncherConfig.model_fields
     assert isinstance(build_launcher(None), LocalLauncher)
     assert isinstance(build_launcher(data), SlurmLauncher) and build_launcher(data).settings.nodes == 4
     assert isinstance(build_launcher({"kind": "kubernetes"}), KubernetesLauncher)

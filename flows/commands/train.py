@@ -29,7 +29,7 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options, add_set_option
     from training.config import TrainConfig
-    from training.launchers import LaunchConfig
+    from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder or URI (s3://bucket/prefix) for config, plan, metrics, "
                    "checkpoints")
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--config", help="training config YAML (see training/presets/ for examples)")
     src.add_argument("--preset", help="built-in training preset (training/presets/<name>.yaml; default: default)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
-    add_options(p, LaunchConfig, root="launch", title="where the ranks run")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run")
     add_options(p, TrainConfig, root="train", defaults=TrainConfig.preset("default"), title="training config "
                 "(defaults: the 'default' preset)")
     add_set_option(p, "train")
@@ -64,12 +64,12 @@ def resolve_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
     from training.checkpoint import Checkpointer
-    from training.launchers import LaunchConfig, build_launcher
+    from training.launchers import RanksConfig, build_launcher
     from training.rundir import RunDir
 
     from flows.models import champion_init
 
-    launch = build(LaunchConfig, args, root="launch")
+    launch = build(RanksConfig, args, root="launch")
     cfg = resolve_config(args)
     cfg = cfg.model_copy(update={"init_from": champion_init(cfg.init_from)})
     run_dir = RunDir(args.run)

@@ -91,9 +91,10 @@ class Launcher(ABC):
     kind: str
 
     def __init__(self, settings=None):
-        from training.launchers.config import KubernetesSettings, LocalSettings, SlurmSettings
+        from training.launchers.config import KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig
 
-        default = {"local": LocalSettings, "slurm": SlurmSettings, "kubernetes": KubernetesSettings}[self.kind]
+        default = {"local": LocalLauncherConfig, "slurm": SlurmLauncherConfig,
+                   "kubernetes": KubernetesLauncherConfig}[self.kind]
         self.settings = settings or default()
 
     def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
