@@ -62,7 +62,7 @@ def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(mo
     (args, kw), = calls
     assert args[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--nnodes", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
-                           "-m", "training.worker", str(run), "--resume"]
+                           "-m", "training.train_worker", str(run), "--resume"]
     assert kw == {"env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
     assert TrainConfig.from_yaml(str(run / "config.yaml")) == cfg
 
@@ -179,7 +179,7 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     expected = lambda host: ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--nnodes", "2",
                              "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
                              "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
-                             "-m", "training.worker", str(run), "--resume"]
+                             "-m", "training.train_worker", str(run), "--resume"]
     assert argv == {"node 0": expected(1), "node 1": expected(0)}
     assert 'node 1 env {"NCCL_IB_GID_INDEX": "3", "PET_TEE": "3", "X": "2"}' in lines
     assert lines[0].startswith("dlrmflow: submitting") and "Slurm job 4242 submitted" in lines[1]
@@ -288,7 +288,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
                             f'exec python -m torch.distributed.run --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
                             f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
                             f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
-                            f'--max-restarts 0 -m training.worker {run}']
+                            f'--max-restarts 0 -m training.train_worker {run}']
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
     assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls

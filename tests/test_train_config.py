@@ -82,7 +82,7 @@ def test_unknown_preset_lists_the_known_ones():
 def test_torchrun_command_standalone_and_multinode():
     one = torchrun_command("runs/r", nproc=2)
     assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                       "-m", "training.worker", "runs/r"]
+                       "-m", "training.train_worker", "runs/r"]
     multi = torchrun_command("s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500", resume=True)
     assert multi[multi.index("--rdzv-backend") + 1] == "c10d" and "--standalone" not in multi
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h0:29500" and multi[-1] == "--resume"

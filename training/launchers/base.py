@@ -80,7 +80,7 @@ def render(template: str, values: dict[str, object], source: str = "template") -
 
 
 class Launcher(ABC):
-    """Runs ``training.worker`` on every rank of a run and waits for it.
+    """Runs ``training.train_worker`` on every rank of a run and waits for it.
 
     ``launch`` checks the dataset and writes the resolved config to ``<run>/config.yaml`` first (the
     ranks read it from there, so the run folder must be reachable from wherever they run: s3:// or a
