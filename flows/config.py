@@ -87,13 +87,14 @@ def default_train() -> FlowTrainConfig:
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
-PresetName = Literal[tuple(yaml.safe_load(PRESETS_FILE.read_text()))]
+PresetName = Literal[tuple(preset_names())]
 
 
 class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
-    preset: PresetName | None = Field(None, description="A training preset with the preprocessing it was tuned with "
+    preset: PresetName | None = Field(None, description="A preset shipped with dlrmflow: its training settings "
+                                      "(training/presets/NAME.yaml) and the preprocessing they were tuned with "
                                       "(flows/presets.yaml), applied under the settings you give (in a form: those "
                                       "changed from their defaults).")
     store: str = _store_field()
@@ -172,11 +173,11 @@ class PipelineConfig(_Model):
         given = _changed(data, PipelineConfig().model_dump(mode="json")) if given is None else given
         preset = PipelinePreset.named(self.preset)
         train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
-        data["train"] = apply_overrides(TrainConfig.preset(preset.train).model_dump(mode="json"), train, strict=False)
+        data["train"] = apply_overrides(TrainConfig.preset(self.preset).model_dump(mode="json"), train, strict=False)
         applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
                                                                                 if k.startswith("preprocess."))})
         data["preprocess"].update(applied)
-        notes = [f"preset {self.preset}: training preset {preset.train}"]
+        notes = [f"preset {self.preset}: training settings of training/presets/{self.preset}.yaml"]
         notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
         notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
         return validate(PipelineConfig, {**data, "preset": None}, f"preset {self.preset}"), notes
@@ -199,26 +200,17 @@ def config_hash(train: TrainConfig) -> str:
 
 
 class PipelinePreset(_Model):
-    """A training preset with the preprocessing it was tuned on (flows/presets.yaml)."""
+    """The preprocessing half of a preset (flows/presets.yaml); its training half is training/presets/NAME.yaml."""
 
     preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig,
-                                           description="Preprocessing settings the training preset was tuned with.")
-    train: str = Field(description="Name of the training preset (training/presets/<name>.yaml).")
-
-    @field_validator("train")
-    @classmethod
-    def _known(cls, name: str) -> str:
-        if name not in preset_names():
-            raise ValueError(f"unknown training preset '{name}' (known: {', '.join(preset_names())})")
-        return name
+                                                 description="Preprocessing settings the preset was tuned with.")
 
     @classmethod
     def named(cls, name: str) -> "PipelinePreset":
-        """The preset called ``name``."""
-        presets = yaml.safe_load(PRESETS_FILE.read_text())
-        if name not in presets:
-            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(presets)}.")
-        return validate(cls, presets[name], f"{PRESETS_FILE}: {name}")
+        """The preprocessing of the preset called ``name`` (none listed: no preprocessing settings)."""
+        if name not in preset_names():
+            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
+        return validate(cls, yaml.safe_load(PRESETS_FILE.read_text()).get(name) or {}, f"{PRESETS_FILE}: {name}")
 
     def hints(self, given: dict) -> tuple[dict, dict]:
         """(applied, skipped): the preset's preprocessing settings that apply where ``given`` (the

@@ -23,7 +23,7 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
      "no AWS credentials"),
     (["run", "--set", "train.arch.no_such_field=1"], {}, "train.arch.no_such_field: Extra inputs are not permitted"),
     (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
-    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])

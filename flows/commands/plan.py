@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from training.config import TrainConfig
 
     add_options(parser, PlanConfig, root="plan")
-    parser.add_argument("--config", metavar="TRAIN.yaml", help="training config: its arch, optimizer, precision and "
-                        "sharding sections are used")
+    parser.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours: its arch, "
+                        "optimizer, precision and sharding sections are used")
     add_options(parser, TrainConfig, root="train", defaults=TrainConfig.preset("default"),
                 skip={f for f in TrainConfig.model_fields if f not in _TABLE_SECTIONS})
 

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
-    p.add_argument("--config", metavar="LAUNCHER.yaml", help="launcher settings YAML (kind: slurm|kubernetes, ...)")
+    p.add_argument("--config", metavar="LAUNCHER.yaml", help="a launcher config YAML file of yours (kind: slurm|kubernetes, ...)")
     p.add_argument("--resume", action="store_true", help="render the --resume variant")
     add_options(p, RanksConfig, root="launch", skip={"nproc"})
 

@@ -9,8 +9,8 @@ from common.errors import UserError
 HELP = "train a sharded TorchRec DLRM on a dataset (torchrun, Slurm or Kubernetes; checkpoints; resume)"
 DESCRIPTION = """Train a TorchRec DLRM (dot or DCN-v2 interaction) on a split_binary dataset.
 
-The config comes from --config TRAIN.yaml or --preset NAME (default preset: 'default'); every
-field of it has a flag below (--optimizer.dense.lr 0.1; or --set optimizer.dense.lr=0.1).
+The config comes from --config TRAIN.yaml (a file of yours) or --preset NAME (shipped with dlrmflow;
+default: 'default'); every field of it has a flag (--optimizer.dense.lr 0.1; or --set optimizer.dense.lr=0.1).
 data.batch_size is the GLOBAL batch: each of the N ranks reads batch_size/N rows per step.
 
 The run folder (local path or s3://...) receives config.yaml, plan.txt, metrics.jsonl,
@@ -28,14 +28,16 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options, add_set_option
-    from training.config import TrainConfig
+    from training.config import TrainConfig, preset_names
     from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder or URI (s3://bucket/prefix) for config, plan, metrics, "
                    "checkpoints")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--config", help="training config YAML (see training/presets/ for examples)")
-    src.add_argument("--preset", help="built-in training preset (training/presets/<name>.yaml; default: default)")
+    src.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
+                     "optimizer, data, ...; training/presets/ has examples)")
+    src.add_argument("--preset", metavar="NAME", help=f"a preset shipped with dlrmflow ({', '.join(preset_names())}): "
+                     "its training settings (default: default)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
     add_options(p, RanksConfig, root="launch", title="where the ranks run")
     add_options(p, TrainConfig, root="train", defaults=TrainConfig.preset("default"), title="training config "
