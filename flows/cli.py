@@ -1,8 +1,10 @@
 """`dlrmflow`: one console script, one module per subcommand under ``flows/commands/``.
 
 Each command module defines ``HELP`` (one line), ``DESCRIPTION`` (optional, shown by
-``--help``), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
-when their command runs, so ``dlrmflow preprocess`` never pays for importing torch or Prefect.
+``--help``), ``add_arguments(parser)``, ``run(args) -> int`` and, when it has many options,
+``EVERYDAY``: the flags ``--help`` shows (``--help-all`` shows all; every option parses either way).
+Modules are imported only when their command runs, so ``dlrmflow preprocess`` never pays for
+importing torch or Prefect.
 """
 
 from __future__ import annotations
@@ -53,7 +55,32 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None:  # the full listing needs each command's one-line help only
             mod.add_arguments(p)
             p.set_defaults(_run=mod.run)
+            _everyday_help(p, getattr(mod, "EVERYDAY", None))
     return parser
+
+
+def _everyday_help(p: argparse.ArgumentParser, everyday: tuple[str, ...] | None) -> None:
+    """``--help`` lists only the options named in ``everyday`` (None: all), ``--help-all`` every option."""
+    options = [a for a in p._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    hidden = [a for a in options if everyday is not None and not set(a.option_strings) & set(everyday)]
+    for action in hidden:
+        action.full_help, action.help = action.help, argparse.SUPPRESS  # still parsed, just not listed
+    p.add_argument("--help-all", action=_HelpAll, hidden=hidden,  # listed where --help leaves options out
+                   help=f"show all {len(options)} options and exit" if hidden else argparse.SUPPRESS)
+    p.epilog = f"--help-all shows all {len(options)} options." if hidden else None
+
+
+class _HelpAll(argparse.Action):
+    def __init__(self, option_strings, dest, hidden, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.hidden = hidden
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for action in self.hidden:
+            action.help = action.full_help
+        parser.epilog = None
+        parser.print_help()
+        parser.exit()
 
 
 # commands that run Prefect flows in this process: Prefect's logging is set up before anything imports torch

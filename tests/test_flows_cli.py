@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -99,6 +101,44 @@ def test_every_config_field_is_a_command_line_option():
                                      "--launcher.nodes", "4", "--data.no-shuffle", "--arch.bottom-mlp", "32", "16"])
     assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "arch.bottom_mlp": [32, 16]}
     assert collect(args, "launch") == {"launcher.kind": "slurm", "launcher.nodes": 4}
+
+
+def _help(capsys, *argv: str) -> str:
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as end:
+        main(list(argv))
+    assert end.value.code == 0
+    return capsys.readouterr().out
+
+
+def _listed(help_text: str) -> list[str]:
+    """The options a help text lists (the first name of each; -h left out)."""
+    return re.findall(r"^  (--[\w.-]+)", help_text, re.M)
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "train", "plan", "render"])
+def test_help_lists_the_everyday_options_and_help_all_every_option(command, capsys):
+    """`--help` lists the command's EVERYDAY options (about 15) and ends saying `--help-all` shows all N."""
+    everyday = importlib.import_module(f"flows.commands.{command}").EVERYDAY
+    short, full = _help(capsys, command, "--help"), _help(capsys, command, "--help-all")
+    total = len(_listed(full)) - 1  # --help-all itself left out
+    assert sorted(_listed(short)) == sorted([*everyday, "--help-all"])  # each EVERYDAY name is an option
+    assert len(everyday) <= 15 and total > 2 * len(everyday)
+    assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
+    assert "--help-all shows" not in full and set(_listed(short)) < set(_listed(full))
+    if command == "run":
+        assert total == 116
+
+
+def test_a_hidden_option_still_parses_and_takes_effect(capsys):
+    from flows.cli import build_parser
+    from flows.commands import run
+
+    hidden = ["--optimizer.dense.eps", "1e-6", "--evaluate.split", "val", "--synthetic.rows", "5000"]
+    assert not set(hidden[::2]) & set(_listed(_help(capsys, "run", "--help")))
+    config = run.build_config(build_parser(only="run").parse_args(["run", *hidden]))
+    assert (config.train.optimizer.dense.eps, config.evaluate.split, config.synthetic.rows) == (1e-6, "val", 5000)
 
 
 @pytest.mark.parametrize("flag, value, yaml_text", [
