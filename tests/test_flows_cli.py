@@ -51,7 +51,7 @@ def test_run_takes_the_presets_preprocessing_unless_given(capsys):
     user gives wins, and files mapped to splits keep their splits (the preset's split rule is not applied)."""
     config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample")
     assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 12)
-    assert config.train.early_stopping_patience == 6  # the criteo-sample training preset
+    assert config.train.early_stopping_patience == 6  # the criteo-sample preset's training settings
     config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample", "--frequency-threshold", "3")
     assert config.preprocess.frequency_threshold == 3
     capsys.readouterr()

@@ -18,7 +18,7 @@ yet), runs TorchRec's planner on meta tensors against the profile's topology, an
 each table's sharding and each rank's memory. Exits 2 when the tables do not fit.
 
 The tables' settings come from --config TRAIN.yaml (arch, optimizer, precision and sharding
-sections) or the flags below (default: the 'default' training preset).
+sections) or the flags below (default: the 'default' preset's).
 
 examples:
   dlrmflow plan --dataset runs/datasets/criteo-ab12 --sharding.profile mi300x --world-size 64
