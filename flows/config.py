@@ -195,7 +195,9 @@ class PipelineConfig(_Model):
 
 def config_hash(train: TrainConfig) -> str:
     """A short hash of a training config (dataset included): the suffix of the default run names."""
-    text = json.dumps(train.model_dump(mode="json"), sort_keys=True)
+    data = train.model_dump(mode="json")
+    data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
+    text = json.dumps(data, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 
 
