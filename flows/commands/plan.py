@@ -25,7 +25,6 @@ examples:
   dlrmflow plan --cardinalities 40000000 39060 17295 7424 --sharding.profile h100 --world-size 8 --arch.embedding-dim 128 --arch.bottom-mlp 512 256 128
 """
 
-# what `dlrmflow plan --help` lists; --help-all lists every option (all of them parse either way)
 EVERYDAY = ("--dataset", "--cardinalities", "--world-size", "--local-world-size", "--batch-size", "--out", "--config",
             "--sharding.profile", "--arch.embedding-dim", "--precision.embeddings")
 

@@ -14,7 +14,6 @@ examples:
   dlrmflow render --run s3://bucket/runs/r1 --config launcher.yaml > job.yaml
 """
 
-# what `dlrmflow render --help` lists; --help-all lists every option (all of them parse either way)
 EVERYDAY = ("--run", "--config", "--resume", "--launcher", "--launcher.nodes", "--launcher.gpus-per-node",
             "--launcher.partition", "--launcher.image", "--launcher.namespace")
 

@@ -23,7 +23,6 @@ Prefect runs in ephemeral mode unless PREFECT_API_URL points at a server (then t
 S3 settings come from the AWS_* variables or --credentials-block.
 """
 
-# what `dlrmflow run --help` lists; --help-all lists every option (all of them parse either way)
 EVERYDAY = ("--inputs", "--spec", "--split", "--frequency-threshold", "--preset", "--config", "--store", "--epochs",
             "--data.batch-size", "--nproc", "--launcher", "--date", "--train-days", "--model", "--set")
 

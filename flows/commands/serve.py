@@ -19,7 +19,6 @@ SIGTERM: all five deployments are paused and the pipeline's upcoming scheduled r
 serve runs again. If the server stops answering, serve ends with an error.
 """
 
-# what `dlrmflow serve --help` lists; --help-all lists every option (all of them parse either way)
 EVERYDAY = ("--store", "--cron", "--timezone", "--inputs", "--spec", "--split", "--preset", "--train-days", "--model",
             "--nproc", "--launcher")
 

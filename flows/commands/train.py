@@ -25,7 +25,6 @@ examples:
   dlrmflow train --dataset s3://b/ds --run s3://b/runs/r3 --launcher slurm --launcher.nodes 4 --launcher.partition mi300x
 """
 
-# what `dlrmflow train --help` lists; --help-all lists every option (all of them parse either way)
 EVERYDAY = ("--run", "--dataset", "--config", "--preset", "--resume", "--nproc", "--launcher", "--epochs",
             "--max-steps", "--data.batch-size", "--optimizer.embedding.lr", "--optimizer.dense.lr",
             "--arch.embedding-dim", "--init-from.run", "--set")
