@@ -73,7 +73,7 @@ def test_forms_and_sigterm(server, tmp_path):
         defs = pipeline["parameter_openapi_schema"]["definitions"]
         assert "dataset" not in defs["FlowTrainConfig"]["properties"]
         assert not {"out", "progress"} & set(defs["PipelinePreprocessConfig"]["properties"])
-        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["default", "criteo-sample",
+        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
                                                                                       "synthetic"]
         assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
 
