@@ -6,7 +6,7 @@ Model (Criteo-like): 26 tables x 100,000 rows x dim 64, 13 numericals, bottom ML
 dot interaction, top MLP 512-256-1, batch 4096 per process.
 
 - ours: a generated split_binary dataset (26 int32 categoricals of cardinality 100k, 13 float16
-  numericals), then the real ``python -m flows.cli train`` -> torchrun -> ``training.worker`` ->
+  numericals), then the real ``python -m flows.cli train`` -> torchrun -> ``training.train_worker`` ->
   ``Trainer`` (TrainPipelineSparseDist, fused row-wise Adagrad tables, dense Adagrad MLPs).
   Steady-state samples/s = all samples / all time of the metrics.jsonl windows after the warmup
   steps (the trainer's own timing: wall clock between log lines, data loading included).
@@ -126,7 +126,7 @@ def write_dataset(root: Path, rows: int) -> Path:
 
 # ---- our trainer ------------------------------------------------------------------------------------
 def train_config(batch: int, steps: int, log_every: int) -> dict:
-    return {"model": {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP},
+    return {"arch": {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP},
             "optimizer": {"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
                           "dense": {"type": "adagrad", "lr": 0.02}},
             "data": {"batch_size": batch, "shuffle": True}, "max_steps": steps, "log_every": log_every,

@@ -64,10 +64,10 @@ def _dataset(root: Path, rows: int, offset: int, n: int = 4096) -> Path:
 
 
 def cost(rows: int, tmp: Path) -> dict:
-    model = {"embedding_dim": DIM, "bottom_mlp": [512, 256, DIM], "top_mlp": [512, 256, 1]}
+    arch = {"embedding_dim": DIM, "bottom_mlp": [512, 256, DIM], "top_mlp": [512, 256, 1]}
     old_ds, new_ds = _dataset(tmp / "old-ds", rows, 0), _dataset(tmp / "new-ds", rows, rows // 10)
     env = init(600)
-    cfg = TrainConfig.from_dict({"dataset": str(old_ds), "model": model, "eval_split": None})
+    cfg = TrainConfig.from_dict({"dataset": str(old_ds), "arch": arch, "eval_split": None})
     run = RunDir(str(tmp / "old-run"))
     run.save_config(cfg)
     old = Trainer(cfg, env)

@@ -1,8 +1,10 @@
 """`dlrmflow`: one console script, one module per subcommand under ``flows/commands/``.
 
 Each command module defines ``HELP`` (one line), ``DESCRIPTION`` (optional, shown by
-``--help``), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
-when their command runs, so ``dlrmflow preprocess`` never pays for importing torch or Prefect.
+``--help``), ``add_arguments(parser)``, ``run(args) -> int`` and, when it has many options,
+``EVERYDAY``: the flags ``--help`` shows (``--help-all`` shows all; every option parses either way).
+Modules are imported only when their command runs, so ``dlrmflow preprocess`` never pays for
+importing torch or Prefect.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ def _available() -> dict[str, str]:
     return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod) is not None}
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command list; with ``only``, that command's options too."""
+def build_parser(only: str | None = None, help_all: bool = False) -> argparse.ArgumentParser:
+    """The command list; with ``only``, that command's options too (all listed by --help with ``help_all``)."""
     parser = argparse.ArgumentParser(
         prog="dlrmflow",
         description="Raw click logs in, a trained and evaluated TorchRec DLRM out.",
@@ -53,7 +55,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None:  # the full listing needs each command's one-line help only
             mod.add_arguments(p)
             p.set_defaults(_run=mod.run)
+            _everyday_help(p, None if help_all else getattr(mod, "EVERYDAY", None))
     return parser
+
+
+def _everyday_help(p: argparse.ArgumentParser, everyday: tuple[str, ...] | None) -> None:
+    """``--help`` lists only the options named in ``everyday`` (None: all) and says how many ``--help-all`` lists."""
+    options = [a for a in p._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    hidden = [a for a in options if everyday is not None and not set(a.option_strings) & set(everyday)]
+    for action in hidden:
+        action.help = argparse.SUPPRESS  # still parsed, just not listed
+    p.add_argument("--help-all", action="help", help=f"show all {len(options)} options and exit" if hidden
+                   else argparse.SUPPRESS)  # main() turns it into --help of a parser that hides nothing
+    p.epilog = f"--help-all shows all {len(options)} options." if hidden else None
 
 
 # commands that run Prefect flows in this process: Prefect's logging is set up before anything imports torch
@@ -82,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv[:argv.index(command)] if command in argv else "--debug" in argv
     if command in PREFECT_COMMANDS:
         _prefect_logging(debug)
-    parser = build_parser(only=command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+    parser = build_parser(only=command if command in COMMANDS else None, help_all="--help-all" in argv)
+    args = parser.parse_args(["--help" if a == "--help-all" else a for a in argv])
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0 if not argv else 2

@@ -24,7 +24,7 @@ from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
 from training.config import EvaluateConfig, TrainConfig, preset_names
-from training.launchers import LauncherConfig, LocalSettings
+from training.launchers import LauncherConfig, LocalLauncherConfig
 
 
 class _Model(BaseModel):
@@ -36,7 +36,7 @@ def _store_field():
                  "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
 
 
-class SyntheticOptions(_Model):
+class PipelineSyntheticConfig(_Model):
     """The synthetic Criteo logs used when no inputs are given (generated once per store, then reused)."""
 
     rows: int = Field(60_000, ge=1000, description="Rows of synthetic Criteo-format logs.")
@@ -62,7 +62,7 @@ class FlowPreprocessConfig(PreprocessConfig):
                                      "task_runner=dask. Default: a temporary local Dask cluster.")
 
 
-class PipelinePreprocess(FlowPreprocessConfig):
+class PipelinePreprocessConfig(FlowPreprocessConfig):
     """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
 
     inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
@@ -71,7 +71,7 @@ class PipelinePreprocess(FlowPreprocessConfig):
     progress: SkipJsonSchema[bool] = _filled_in(False)
 
 
-class TrainSettings(TrainConfig):
+class FlowTrainConfig(TrainConfig):
     """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
 
     dataset: SkipJsonSchema[str | None] = _filled_in(None)
@@ -81,19 +81,20 @@ class TrainSettings(TrainConfig):
         return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
 
 
-def default_train() -> TrainSettings:
+def default_train() -> FlowTrainConfig:
     """The default preset's training settings."""
-    return TrainSettings.model_validate(TrainConfig.preset("default").model_dump())
+    return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
-PresetName = Literal[tuple(yaml.safe_load(PRESETS_FILE.read_text()))]
+PresetName = Literal[tuple(preset_names())]
 
 
 class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
-    preset: PresetName | None = Field(None, description="A training preset with the preprocessing it was tuned with "
+    preset: PresetName | None = Field(None, description="A preset shipped with dlrmflow: its training settings "
+                                      "(training/presets/NAME.yaml) and the preprocessing they were tuned with "
                                       "(flows/presets.yaml), applied under the settings you give (in a form: those "
                                       "changed from their defaults).")
     store: str = _store_field()
@@ -102,11 +103,12 @@ class PipelineConfig(_Model):
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
     run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: "
                                  "derived from the dataset and the training config, so a re-run resumes the same run.")
-    synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions, description="Synthetic data settings.")
-    preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess, description="Preprocessing.")
-    train: TrainSettings = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
+    synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
+                                               description="Synthetic data settings.")
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
+    train: FlowTrainConfig = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
     nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
-    launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
+    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
     window: WindowConfig = Field(default_factory=WindowConfig, description="Dated runs: the days a run for a date "
@@ -171,11 +173,11 @@ class PipelineConfig(_Model):
         given = _changed(data, PipelineConfig().model_dump(mode="json")) if given is None else given
         preset = PipelinePreset.named(self.preset)
         train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
-        data["train"] = apply_overrides(TrainConfig.preset(preset.train).model_dump(mode="json"), train, strict=False)
+        data["train"] = apply_overrides(TrainConfig.preset(self.preset).model_dump(mode="json"), train, strict=False)
         applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
                                                                                 if k.startswith("preprocess."))})
         data["preprocess"].update(applied)
-        notes = [f"preset {self.preset}: training preset {preset.train}"]
+        notes = [f"preset {self.preset}: training settings of training/presets/{self.preset}.yaml"]
         notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
         notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
         return validate(PipelineConfig, {**data, "preset": None}, f"preset {self.preset}"), notes
@@ -193,31 +195,24 @@ class PipelineConfig(_Model):
 
 def config_hash(train: TrainConfig) -> str:
     """A short hash of a training config (dataset included): the suffix of the default run names."""
-    text = json.dumps(train.model_dump(mode="json"), sort_keys=True)
+    data = train.model_dump(mode="json")
+    data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
+    text = json.dumps(data, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 
 
 class PipelinePreset(_Model):
-    """A training preset with the preprocessing it was tuned on (flows/presets.yaml)."""
+    """The preprocessing half of a preset (flows/presets.yaml); its training half is training/presets/NAME.yaml."""
 
-    preprocess: PipelinePreprocess = Field(default_factory=PipelinePreprocess,
-                                           description="Preprocessing settings the training preset was tuned with.")
-    train: str = Field(description="Name of the training preset (training/presets/<name>.yaml).")
-
-    @field_validator("train")
-    @classmethod
-    def _known(cls, name: str) -> str:
-        if name not in preset_names():
-            raise ValueError(f"unknown training preset '{name}' (known: {', '.join(preset_names())})")
-        return name
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig,
+                                                 description="Preprocessing settings the preset was tuned with.")
 
     @classmethod
     def named(cls, name: str) -> "PipelinePreset":
-        """The preset called ``name``."""
-        presets = yaml.safe_load(PRESETS_FILE.read_text())
-        if name not in presets:
-            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(presets)}.")
-        return validate(cls, presets[name], f"{PRESETS_FILE}: {name}")
+        """The preprocessing of the preset called ``name`` (none listed: no preprocessing settings)."""
+        if name not in preset_names():
+            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
+        return validate(cls, yaml.safe_load(PRESETS_FILE.read_text()).get(name) or {}, f"{PRESETS_FILE}: {name}")
 
     def hints(self, given: dict) -> tuple[dict, dict]:
         """(applied, skipped): the preset's preprocessing settings that apply where ``given`` (the

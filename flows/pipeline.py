@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from flows import artifacts
-from flows.config import PipelineConfig, SyntheticOptions, TrainSettings
+from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfig
 from flows.models import load_champion, model_uri
 from flows.errors import user_errors
 from flows.evaluate import evaluate
@@ -34,7 +34,7 @@ from training.rundir import RunDir
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
 @user_errors
-def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...] | None = None) -> None:
+def synthesize(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.date, ...] | None = None) -> None:
     """Synthetic Criteo logs in ``synthetic_inputs``' folder (reused when complete); with ``days``, those
     days of drifting synthetic logs, one folder per day."""
     if days:
@@ -55,7 +55,7 @@ def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...
     get_run_logger().info("synthetic data written: %d rows in %s", options.rows, folder)
 
 
-def _synthesize_days(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...]) -> None:
+def _synthesize_days(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.date, ...]) -> None:
     from preprocessing.synthetic import SynthConfig, write_days
 
     folder = store.synthetic_days_uri(options.rows, options.seed)
@@ -64,7 +64,7 @@ def _synthesize_days(store: Store, options: SyntheticOptions, days: tuple[dt.dat
     get_run_logger().info("synthetic days %s..%s in %s (%d rows a day)", days[0], days[-1], folder, options.rows)
 
 
-def synthetic_inputs(store: Store, options: SyntheticOptions, dated: bool = False) -> list[str]:
+def synthetic_inputs(store: Store, options: PipelineSyntheticConfig, dated: bool = False) -> list[str]:
     """The input glob of the synthetic logs (written by ``synthesize``); a template with {date} for dated runs."""
     if dated:
         return [f"{store.synthetic_days_uri(options.rows, options.seed)}/{{date}}/part-*"]
@@ -87,7 +87,7 @@ def checked_preprocess_config(config: PipelineConfig, store: Store,
     return preprocess_config, days
 
 
-def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> TrainSettings:
+def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> FlowTrainConfig:
     """The training settings of a dated run: with a model and ``warm_start``, initialised from the champion (of an
     earlier day; the run's name does not depend on it, so a re-run of the date finds the same run)."""
     if not (config.model and config.warm_start) or config.train.init_from:

@@ -14,13 +14,13 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from flows import artifacts
-from flows.config import TrainSettings, default_train
+from flows.config import FlowTrainConfig, default_train
 from flows.errors import user_errors
 from flows.models import champion_init
 from flows.store import redact
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
-from training.launchers import LauncherConfig, LocalSettings, build_launcher
+from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
 from training.rundir import RunDir
 from training.sharding import PLAN_HEADER
 
@@ -100,7 +100,7 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                     launcher: LauncherConfig | None = None) -> None:
     """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
     raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
-    launcher = launcher or LocalSettings()
+    launcher = launcher or LocalLauncherConfig()
     runner = build_launcher(launcher)
     logger = get_run_logger()
     logger.info("launching training: %s", runner.describe())
@@ -121,8 +121,8 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 @flow(name="train", log_prints=True)
 @user_errors
-def train(run_uri: str, dataset: str, config: TrainSettings = default_train(), nproc: int = 2,
-          launcher: LauncherConfig = LocalSettings()) -> str:
+def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(), nproc: int = 2,
+          launcher: LauncherConfig = LocalLauncherConfig()) -> str:
     """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:

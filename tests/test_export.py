@@ -150,7 +150,7 @@ def test_a_two_rank_checkpoint_exports_as_the_same_weights_resaved_by_one_rank(t
     another world size), its tensors are the checkpoint's, and it predicts what the 2-rank model predicts."""
     dataset = write_dataset(tmp_path / "ds", {"train": 2048, "val": 256, "test": 300})
     run = tmp_path / "run2"
-    train(dataset, run, "--set", "model.interaction=dcn", "--set", "model.max_table_size=120",
+    train(dataset, run, "--set", "arch.interaction=dcn", "--set", "arch.max_table_size=120",
           "--set", "data.batch_size=256", "--set", "max_steps=6",
           "--set", "sharding.constraints={t_c1: {sharding_types: [row_wise]}, t_c3: {sharding_types: [row_wise]}}",
           nproc=2)

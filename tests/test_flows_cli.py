@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -21,9 +23,9 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     (["run", "--store", "s3://bucket/x"], {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                                            "AWS_CONFIG_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"},
      "no AWS credentials"),
-    (["run", "--set", "train.model.no_such_field=1"], {}, "train.model.no_such_field: Extra inputs are not permitted"),
+    (["run", "--set", "train.arch.no_such_field=1"], {}, "train.arch.no_such_field: Extra inputs are not permitted"),
     (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
-    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])
@@ -49,7 +51,7 @@ def test_run_takes_the_presets_preprocessing_unless_given(capsys):
     user gives wins, and files mapped to splits keep their splits (the preset's split rule is not applied)."""
     config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample")
     assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 12)
-    assert config.train.early_stopping_patience == 6  # the criteo-sample training preset
+    assert config.train.early_stopping_patience == 6  # the criteo-sample preset's training settings
     config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample", "--frequency-threshold", "3")
     assert config.preprocess.frequency_threshold == 3
     capsys.readouterr()
@@ -68,7 +70,7 @@ def test_every_config_field_is_a_command_line_option():
     from preprocessing.config import PreprocessConfig
     from preprocessing.synthetic import SynthConfig
     from training.config import EvaluateConfig, TrainConfig
-    from training.launchers import LaunchConfig
+    from training.launchers import RanksConfig
 
     def leaves(model, prefix=""):
         for name, field in model.model_fields.items():
@@ -85,7 +87,7 @@ def test_every_config_field_is_a_command_line_option():
     sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "synth", "serve")}
     dests = {cmd: {a.dest for a in p._actions} for cmd, p in sub.items()}
     assert {f"@train:{f}" for f in leaves(TrainConfig)} <= dests["train"]
-    assert {f"@launch:{f}" for f in leaves(LaunchConfig)} <= dests["train"]
+    assert {f"@launch:{f}" for f in leaves(RanksConfig)} <= dests["train"]
     assert {"@launch:launcher.kind", "@launch:launcher.partition", "@launch:launcher.image",
             "@launch:launcher.nnodes"} <= dests["train"]
     assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]
@@ -96,14 +98,52 @@ def test_every_config_field_is_a_command_line_option():
     assert {f"@config:{f}" for f in leaves(ServeConfig)} - {f"@config:{f}" for f in served} <= dests["serve"]
     assert {f"@pipeline:{f}" for f in leaves(PipelineConfig)} - {f"@pipeline:{f}" for f in filled_in} <= dests["run"]
     args = sub["train"].parse_args(["--run", "r", "--optimizer.dense.lr", "0.3", "--launcher", "slurm",
-                                     "--launcher.nodes", "4", "--data.no-shuffle", "--model.bottom-mlp", "32", "16"])
-    assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "model.bottom_mlp": [32, 16]}
+                                     "--launcher.nodes", "4", "--data.no-shuffle", "--arch.bottom-mlp", "32", "16"])
+    assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "arch.bottom_mlp": [32, 16]}
     assert collect(args, "launch") == {"launcher.kind": "slurm", "launcher.nodes": 4}
+
+
+def _help(capsys, *argv: str) -> str:
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as end:
+        main(list(argv))
+    assert end.value.code == 0
+    return capsys.readouterr().out
+
+
+def _listed(help_text: str) -> list[str]:
+    """The options a help text lists (the first name of each; -h left out)."""
+    return re.findall(r"^  (--[\w.-]+)", help_text, re.M)
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "train", "plan", "render"])
+def test_help_lists_the_everyday_options_and_help_all_every_option(command, capsys):
+    """`--help` lists the command's EVERYDAY options (about 15) and ends saying `--help-all` shows all N."""
+    everyday = importlib.import_module(f"flows.commands.{command}").EVERYDAY
+    short, full = _help(capsys, command, "--help"), _help(capsys, command, "--help-all")
+    total = len(_listed(full))
+    assert sorted(_listed(short)) == sorted([*everyday, "--help-all"])  # each EVERYDAY name is an option
+    assert len(everyday) <= 15 and total > 2 * len(everyday)
+    assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
+    assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
+    if command == "run":
+        assert total == 116
+
+
+def test_a_hidden_option_still_parses_and_takes_effect(capsys):
+    from flows.cli import build_parser
+    from flows.commands import run
+
+    hidden = ["--optimizer.dense.eps", "1e-6", "--evaluate.split", "val", "--synthetic.rows", "5000"]
+    assert not set(hidden[::2]) & set(_listed(_help(capsys, "run", "--help")))
+    config = run.build_config(build_parser(only="run").parse_args(["run", *hidden]))
+    assert (config.train.optimizer.dense.eps, config.evaluate.split, config.synthetic.rows) == (1e-6, "val", 5000)
 
 
 @pytest.mark.parametrize("flag, value, yaml_text", [
     ("--optimizer.dense.lr", "-1", "optimizer: {dense: {lr: -1}}"),
-    ("--model.interaction", "attention", "model: {interaction: attention}"),
+    ("--arch.interaction", "attention", "arch: {interaction: attention}"),
     ("--epochs", "two", "epochs: two"),
 ])
 def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, value, yaml_text, tmp_path):
@@ -154,3 +194,12 @@ def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
     assert (config.train.early_stopping_patience, config.train.epochs) == (6, 2)
     assert config.preset is None and config.with_preset() == (config, [])
     assert "preset criteo-sample: preprocess.frequency_threshold not applied (given: 3)" in notes
+
+
+def test_default_run_names_survive_the_arch_rename():
+    """The hash in a run's default name is the one from before `model` became `arch`, so `dlrmflow run` again
+    finds (and resumes) the runs made before it."""
+    from flows.config import config_hash
+    from training.config import TrainConfig
+
+    assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"

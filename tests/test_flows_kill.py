@@ -23,7 +23,7 @@ def _rank_pids(run: str) -> list[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"training.worker" in cmd and run.encode() in cmd:
+        if b"training.train_worker" in cmd and run.encode() in cmd:
             pids.append(int(entry.name))
     return sorted(pids)
 

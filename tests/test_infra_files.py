@@ -236,7 +236,7 @@ def test_slurm_script_template_renders_to_valid_bash(tmp_path):
     assert subprocess.run(["bash", "-n", str(tmp_path / "s.sh")]).returncode == 0
     assert re.search(r"^srun .*bash -c \"\$node_command\"$", script, re.M)
     node_command = shlex.split(re.search(r"^node_command=(.+)$", script, re.M).group(1))[0]
-    assert node_command.endswith("-m training.worker 's3://b/runs/r 1' --resume")  # quoted for the node's shell
+    assert node_command.endswith("-m training.train_worker 's3://b/runs/r 1' --resume")  # quoted for the node's shell
 
 
 def test_deploy_docs_commands_match_the_cli():

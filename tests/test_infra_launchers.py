@@ -20,8 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 from common.errors import UserError
 from train_datasets import write_dataset
 from training.config import TrainConfig
-from training.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
-                                SlurmLauncher, SlurmSettings, build_launcher, infra_dir, launcher_config, read_env_file)
+from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
+                                LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
+                                launcher_config, read_env_file)
 from training.launchers.base import LaunchError, render
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
@@ -36,13 +37,13 @@ def _exe(path: Path, body: str) -> Path:
 def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
     cfg = launcher_config({"kind": "slurm", "nodes": 4, "partition": "mi300x", "env": {"A": "1"}})
     data = json.loads(cfg.model_dump_json())
-    assert launcher_config(data) == cfg and isinstance(cfg, SlurmSettings)
+    assert launcher_config(data) == cfg and isinstance(cfg, SlurmLauncherConfig)
     schema = TypeAdapter(LauncherConfig).json_schema()  # what Prefect renders as the parameter form
     assert schema["discriminator"]["propertyName"] == "kind"  # the form shows only the chosen kind's fields
     assert sorted(schema["discriminator"]["mapping"]) == ["kubernetes", "local", "slurm"]
-    for model in (LocalSettings, SlurmSettings, KubernetesSettings):
+    for model in (LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig):
         assert all(f.description for n, f in model.model_fields.items() if n != "kind"), model
-    assert "partition" not in LocalSettings.model_fields and "nnodes" not in SlurmSettings.model_fields
+    assert "partition" not in LocalLauncherConfig.model_fields and "nnodes" not in SlurmLauncherConfig.model_fields
     assert isinstance(build_launcher(None), LocalLauncher)
     assert isinstance(build_launcher(data), SlurmLauncher) and build_launcher(data).settings.nodes == 4
     assert isinstance(build_launcher({"kind": "kubernetes"}), KubernetesLauncher)
@@ -61,7 +62,7 @@ def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(mo
     (args, kw), = calls
     assert args[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--nnodes", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
-                           "-m", "training.worker", str(run), "--resume"]
+                           "-m", "training.train_worker", str(run), "--resume"]
     assert kw == {"env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
     assert TrainConfig.from_yaml(str(run / "config.yaml")) == cfg
 
@@ -178,7 +179,7 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     expected = lambda host: ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--nnodes", "2",
                              "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
                              "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
-                             "-m", "training.worker", str(run), "--resume"]
+                             "-m", "training.train_worker", str(run), "--resume"]
     assert argv == {"node 0": expected(1), "node 1": expected(0)}
     assert 'node 1 env {"NCCL_IB_GID_INDEX": "3", "PET_TEE": "3", "X": "2"}' in lines
     assert lines[0].startswith("dlrmflow: submitting") and "Slurm job 4242 submitted" in lines[1]
@@ -287,7 +288,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
                             f'exec python -m torch.distributed.run --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
                             f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
                             f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
-                            f'--max-restarts 0 -m training.worker {run}']
+                            f'--max-restarts 0 -m training.train_worker {run}']
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
     assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls

@@ -124,12 +124,12 @@ def test_plan_command_for_a_dataset_and_for_cardinalities(tmp_path, capsys):
     save(spec, str(tmp_path / "ds"))
     out = tmp_path / "plan.txt"
     assert main(["plan", "--dataset", str(tmp_path / "ds"), "--sharding.profile", "mi325x", "--world-size", "16",
-                 "--model.embedding-dim", "64", "--model.bottom-mlp", "64", "--out", str(out)]) == 0
+                 "--arch.embedding-dim", "64", "--arch.bottom-mlp", "64", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "16 ranks (2 node(s) x 8)" in printed and "t_c0" in printed and "FITS" in printed
     assert out.read_text().strip() in printed
     assert main(["plan", "--cardinalities", *map(str, CRITEO_1TB), "--sharding.profile", "h100", "--world-size", "1",
-                 "--model.embedding-dim", "512", "--model.bottom-mlp", "512"]) == 2
+                 "--arch.embedding-dim", "512", "--arch.bottom-mlp", "512"]) == 2
     assert "does not fit" in capsys.readouterr().err
 
 

@@ -40,21 +40,31 @@ def test_presets_load_and_round_trip_through_yaml(tmp_path):
 
 
 def test_overrides_are_typed_and_validated():
-    cfg = TrainConfig().with_overrides({"optimizer.dense.lr": 0.1, "model.interaction": "dcn", "seed": 7})
-    assert (cfg.optimizer.dense.lr, cfg.model.interaction, cfg.seed) == (0.1, "dcn", 7)
+    cfg = TrainConfig().with_overrides({"optimizer.dense.lr": 0.1, "arch.interaction": "dcn", "seed": 7})
+    assert (cfg.optimizer.dense.lr, cfg.arch.interaction, cfg.seed) == (0.1, "dcn", 7)
     with pytest.raises(UserError, match="unknown field 'lrr'"):
         TrainConfig().with_overrides({"optimizer.dense.lrr": 0.1})
-    with pytest.raises(UserError, match="model.interaction"):
-        TrainConfig().with_overrides({"model.interaction": "attention"})
+    with pytest.raises(UserError, match="arch.interaction"):
+        TrainConfig().with_overrides({"arch.interaction": "attention"})
+
+
+def test_a_run_saved_with_the_old_model_section_still_loads(tmp_path):
+    """Runs written before `model` became `arch` keep loading (and resuming): the old key is read as `arch`."""
+    from training.rundir import RunDir
+
+    (tmp_path / "config.yaml").write_text("model: {embedding_dim: 8, bottom_mlp: [32, 8]}\nseed: 3\n")
+    cfg = RunDir(str(tmp_path)).load_config()
+    assert (cfg.arch.embedding_dim, cfg.arch.bottom_mlp, cfg.seed) == (8, [32, 8], 3)
+    assert "model" not in cfg.model_dump() and TrainConfig.from_dict(cfg.model_dump()) == cfg
 
 
 @pytest.mark.parametrize("text, match", [
-    ("model: {embedding_dim: 8, bottom_mlp: [32, 16]}", "last size 8"),
-    ("model: {top_mlp: [64, 2]}", "top_mlp must end with 1"),
+    ("arch: {embedding_dim: 8, bottom_mlp: [32, 16]}", "last size 8"),
+    ("arch: {top_mlp: [64, 2]}", "top_mlp must end with 1"),
     ("optimizer: {embedding: {type: lamb}}", "optimizer.embedding.type"),
     ("epochs: 0", "epochs"),
     ("batchsize: 3", "batchsize"),
-    ("model: [1", "not valid YAML"),
+    ("arch: [1", "not valid YAML"),
 ])
 def test_bad_configs_name_the_file_and_field(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
@@ -72,7 +82,7 @@ def test_unknown_preset_lists_the_known_ones():
 def test_torchrun_command_standalone_and_multinode():
     one = torchrun_command("runs/r", nproc=2)
     assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                       "-m", "training.worker", "runs/r"]
+                       "-m", "training.train_worker", "runs/r"]
     multi = torchrun_command("s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500", resume=True)
     assert multi[multi.index("--rdzv-backend") + 1] == "c10d" and "--standalone" not in multi
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h0:29500" and multi[-1] == "--resume"

@@ -117,7 +117,7 @@ def test_one_rank_killed_ends_the_whole_job_promptly_naming_the_rank(dataset, tm
         wait_for(lambda: (run / "plan.txt").exists(), proc, 90, "the ranks to start")
         time.sleep(1.0)  # into the training loop (gloo all-to-alls every step)
         workers = {int(env["RANK"]): pid for pid, env in processes_of(run).items()
-                   if "training.worker" in env["_cmd"] and "RANK" in env}
+                   if "training.train_worker" in env["_cmd"] and "RANK" in env}
         assert sorted(workers) == [0, 1], workers
         killed_at = time.monotonic()
         os.kill(workers[1], signal.SIGKILL)

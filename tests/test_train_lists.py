@@ -15,7 +15,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from train_datasets import write_list_dataset
 from train_runs import train
-from training.config import ModelConfig, ShardingConfig
+from training.config import ArchConfig, ShardingConfig
 from training.data import SplitBinaryDataset, spec_pooling_factors
 
 
@@ -183,7 +183,7 @@ def test_tables_pool_as_the_spec_says_and_the_bundle_model_agrees(lists):
 
     spec = fspec.load(str(lists))
     torch.manual_seed(0)
-    cfg = ModelConfig(embedding_dim=8, bottom_mlp=[16, 8], top_mlp=[16, 1])
+    cfg = ArchConfig(embedding_dim=8, bottom_mlp=[16, 8], top_mlp=[16, 1])
     ebc = EmbeddingBagCollection(tables=embedding_tables(cfg, spec), device=torch.device("cpu"))
     batch = SplitBinaryDataset(str(lists), "val").read(0, 60, 64)   # 4 padded rows
     pooled = ebc(batch.sparse_features)
@@ -256,8 +256,8 @@ def test_resumed_list_run_ends_with_identical_parameters(tmp_path):
 
 
 FAST = ["--set", "data.batch_size=256", "--set", "data.eval_batch_size=256", "--set", "epochs=2",
-        "--set", "eval_every=8", "--set", "log_every=8", "--set", "model.embedding_dim=8",
-        "--set", "model.bottom_mlp=[16,8]", "--set", "model.top_mlp=[16,1]"]
+        "--set", "eval_every=8", "--set", "log_every=8", "--set", "arch.embedding_dim=8",
+        "--set", "arch.bottom_mlp=[16,8]", "--set", "arch.top_mlp=[16,1]"]
 
 
 @pytest.mark.slow
@@ -275,7 +275,7 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
 
     ds = write_list_dataset(tmp_path / "ds", {"train": 8192, "val": 1024, "test": 1500}, pooling={"hist": "mean"})
     run = tmp_path / "run"
-    train(ds, run, *FAST, "--set", "model.max_table_size=250", nproc=2)   # hist's 300 ids hashed into 250 rows
+    train(ds, run, *FAST, "--set", "arch.max_table_size=250", nproc=2)   # hist's 300 ids hashed into 250 rows
     env = {"OMP_NUM_THREADS": "1"}
     ev = evaluate_run(str(run), EvaluateConfig(nproc=2), env=env, on_line=lambda _: None)
     y = np.fromfile(ds / "test" / "label.bin", np.bool_).astype(np.float32)

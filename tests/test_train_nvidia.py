@@ -40,7 +40,7 @@ def test_nvidia_dataset_trains_on_one_rank_then_evaluates(tmp_path):
     run = tmp_path / "run"
     # cat_0.bin's 7.9M rows are capped: the ids are below 11 anyway
     proc = train(ds, run, "--max-steps", "4", "--set", "data.batch_size=64", "--set", "eval_every=2",
-                 "--set", "model.max_table_size=1000")
+                 "--set", "arch.max_table_size=1000")
     assert "the dataset has no split 'val': validating on 'test'" in proc.stdout
     assert "t_cat_0_bin_cef3a484" in (run / RunDir.PLAN).read_text()
     assert json.loads((run / RunDir.DONE).read_text()) == {"latest_step": 4, "world_size": 1}  # `dlrmflow train` marks it complete

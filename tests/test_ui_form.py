@@ -68,12 +68,12 @@ def test_forms_and_sigterm(server, tmp_path):
         deployments = {d["name"]: d for d in _post(f"{api}/deployments/filter", {})}
         schema = deployments["dlrmflow-train"]["parameter_openapi_schema"]
         assert {"run_uri", "dataset"} <= set(schema["required"])
-        assert "dataset" not in schema["definitions"]["TrainSettings"]["properties"]
+        assert "dataset" not in schema["definitions"]["FlowTrainConfig"]["properties"]
         pipeline = deployments["dlrmflow-pipeline"]
         defs = pipeline["parameter_openapi_schema"]["definitions"]
-        assert "dataset" not in defs["TrainSettings"]["properties"]
-        assert not {"out", "progress"} & set(defs["PipelinePreprocess"]["properties"])
-        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["default", "criteo-sample",
+        assert "dataset" not in defs["FlowTrainConfig"]["properties"]
+        assert not {"out", "progress"} & set(defs["PipelinePreprocessConfig"]["properties"])
+        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
                                                                                       "synthetic"]
         assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
 

@@ -17,7 +17,7 @@ from train_runs import REPO, checkpoint_tensors, metrics, python, train
 from training.config import InitFrom, TrainConfig
 from training.warmstart import index_map
 
-SMALL = ["--model.embedding-dim", "8", "--model.bottom-mlp", "16", "8", "--model.top-mlp", "16", "1",
+SMALL = ["--arch.embedding-dim", "8", "--arch.bottom-mlp", "16", "8", "--arch.top-mlp", "16", "1",
          "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "1"]
 EMB = "model.model.sparse_arch.embedding_bag_collection.embedding_bags"
 WORKER = REPO / "tests" / "warm_worker.py"
@@ -44,11 +44,11 @@ def days(tmp_path_factory):
     return {"root": root, "a": a, "b": b, "old": old}
 
 
-def _warm(run: Path, dataset: Path, init_from: str, nproc: int, seed: int = 7, **model) -> subprocess.CompletedProcess:
+def _warm(run: Path, dataset: Path, init_from: str, nproc: int, seed: int = 7, **arch) -> subprocess.CompletedProcess:
     """tests/warm_worker.py under torchrun: warm start (no training step) saved as checkpoint 0 of ``run``."""
     cfg = TrainConfig.from_dict({"dataset": str(dataset), "seed": seed, "init_from": init_from, "pg_timeout_s": 120,
                                  "data": {"eval_batch_size": 1024},
-                                 "model": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1], **model}})
+                                 "arch": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1], **arch}})
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(cfg.to_yaml())  # a run folder: the next warm start can start from it
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),

@@ -31,4 +31,4 @@ if __name__ == "__main__":
     code = distributed.run_rank(lambda: main(sys.argv[1], sys.argv[2]))
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)   # as training.eval_worker: a rank was seen to abort (SIGABRT) in interpreter teardown
+    os._exit(code)   # as training.evaluate_worker: a rank was seen to abort (SIGABRT) in interpreter teardown

@@ -85,7 +85,7 @@ class _Section(BaseModel):
         return validate(cls, data, source)
 
 
-class ModelConfig(_Section):
+class ArchConfig(_Section):
     """The DLRM: dot interaction (DLRM) or DCN-v2 cross layers (DLRM-DCNv2, MLPerf DLRMv2)."""
 
     interaction: Literal["dot", "dcn"] = Field("dot", description="Feature interaction: 'dot' (DLRM) or 'dcn' (DCN-v2).")
@@ -97,7 +97,7 @@ class ModelConfig(_Section):
     max_table_size: int | None = Field(None, ge=2, description="Cap on rows per table: larger features are hashed (id % cap). None keeps the feature spec's cardinality.")
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "ModelConfig":
+    def _check_shapes(self) -> "ArchConfig":
         if self.bottom_mlp[-1] != self.embedding_dim:
             raise ValueError(f"bottom_mlp must end with embedding_dim={self.embedding_dim} (got {self.bottom_mlp}); "
                              f"fix: make its last size {self.embedding_dim}")
@@ -182,7 +182,7 @@ class TrainConfig(_Section):
     """Everything that decides a training run (the resolved copy is saved as ``<run>/config.yaml``)."""
 
     dataset: str | None = Field(None, description="Dataset folder or URI (written by `dlrmflow preprocess`).")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The DLRM.")
+    arch: ArchConfig = Field(default_factory=ArchConfig, description="The DLRM's architecture.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizers and learning-rate schedule.")
     data: DataConfig = Field(default_factory=DataConfig, description="Batches.")
     sharding: ShardingConfig = Field(default_factory=ShardingConfig, description="Embedding sharding planner: hardware profile and per-table constraints.")
@@ -205,6 +205,14 @@ class TrainConfig(_Section):
                                        "matched by raw value through both vocabularies: RUN, RUN@best|latest|STEP, "
                                        "{run, checkpoint}, or a named model's folder STORE/models/NAME (its champion). "
                                        "None: random initialisation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_arch_key(cls, data: Any) -> Any:
+        """Runs saved before the rename hold the ``arch`` section as ``model``: accept that key too."""
+        if isinstance(data, dict) and "model" in data and "arch" not in data:
+            data = {("arch" if k == "model" else k): v for k, v in data.items()}
+        return data
 
     def check_splits(self, splits: list[str], where: str | None = None) -> str | None:
         """The split to validate on among ``splits`` (the dataset's, or those a split rule will make):

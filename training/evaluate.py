@@ -1,7 +1,7 @@
 """Evaluate a checkpoint of a run on a held-out split, from the launcher's side.
 
 ``evaluate_run(run, EvaluateConfig(...))`` checks the inputs (``check_inputs``), runs
-``training.eval_worker`` on ``nproc`` ranks under torchrun and returns the metrics that rank 0 wrote
+``training.evaluate_worker`` on ``nproc`` ranks under torchrun and returns the metrics that rank 0 wrote
 to ``<run>/eval/<split>/metrics.json`` (``training.report``). What ``dlrmflow evaluate`` and the
 Prefect flow call.
 """
@@ -65,7 +65,7 @@ def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, env: dict[str, st
 
     if warning := check_inputs(run, config)["warning"]:
         keep(f"warning: {warning}")
-    cmd = torchrun_command(run.uri, nproc=config.nproc, module="training.eval_worker",
+    cmd = torchrun_command(run.uri, nproc=config.nproc, module="training.evaluate_worker",
                            args=["--config", config.model_dump_json()])
     rc = run_command(cmd, env=env, on_line=keep)
     if rc != 0:

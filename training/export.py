@@ -65,14 +65,14 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
 
 
 def model_config(run: RunDir, step: int) -> dict[str, Any]:
-    """What ``DLRMInference`` and the scorer need: the run's model config, its dataset's feature order and
+    """What ``DLRMInference`` and the scorer need: the run's arch config, its dataset's feature order and
     table sizes (``max_table_size`` applied), and where the model came from."""
     import feature_spec as fspec
     from training.model import table_name
 
     cfg = run.load_config()
     spec = fspec.load(cfg.dataset, **storage_options(cfg.dataset))
-    m = cfg.model
+    m = cfg.arch
     cap = m.max_table_size
     rows = [spec.cardinality(f) if cap is None else min(spec.cardinality(f), cap) for f in spec.categorical_features]
     return {"interaction": m.interaction, "embedding_dim": m.embedding_dim, "bottom_mlp": list(m.bottom_mlp),

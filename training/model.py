@@ -1,4 +1,4 @@
-"""The DLRM built from a FeatureSpec and a ModelConfig (TorchRec's DLRM / DLRM_DCN).
+"""The DLRM built from a FeatureSpec and an ArchConfig (TorchRec's DLRM / DLRM_DCN).
 
 One ``EmbeddingBagConfig`` per categorical feature, ``num_embeddings`` = its cardinality from
 the feature spec, or ``max_table_size`` with ids hashed (id % cap) by ``IdHasher`` before the
@@ -23,7 +23,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from feature_spec import FeatureSpec
-from training.config import ModelConfig, PrecisionConfig
+from training.config import ArchConfig, PrecisionConfig
 
 INIT_BLOCK_ROWS = 1024
 POOLING_TYPES = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}   # the spec's ``pooling`` -> TorchRec's
@@ -37,7 +37,7 @@ def table_name(feature: str) -> str:
     return name if name == f"t_{feature}" else f"{name}_{zlib.crc32(feature.encode()):08x}"
 
 
-def embedding_tables(cfg: ModelConfig, spec: FeatureSpec, precision: PrecisionConfig | None = None) -> list[EmbeddingBagConfig]:
+def embedding_tables(cfg: ArchConfig, spec: FeatureSpec, precision: PrecisionConfig | None = None) -> list[EmbeddingBagConfig]:
     """One table per categorical feature, sized by the spec's cardinality (capped by max_table_size), pooling
     as the feature's ``pooling`` says (default sum)."""
     data_type = DataType.FP16 if precision is not None and precision.embeddings == "fp16" else DataType.FP32
@@ -78,7 +78,7 @@ class DLRMTask(nn.Module):
         return loss, (loss.detach(), logits.detach(), batch.labels)
 
 
-def build_model(cfg: ModelConfig, spec: FeatureSpec, *, device: torch.device,
+def build_model(cfg: ArchConfig, spec: FeatureSpec, *, device: torch.device,
                 precision: PrecisionConfig | None = None) -> DLRMTask:
     """The unsharded model: tables on the meta device (DMP materialises its shards), MLPs on ``device``."""
     ebc = EmbeddingBagCollection(tables=embedding_tables(cfg, spec, precision), device=torch.device("meta"))

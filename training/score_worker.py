@@ -58,4 +58,4 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)   # as training.eval_worker: skip the interpreter teardown
+    os._exit(code)   # as training.evaluate_worker: skip the interpreter teardown

@@ -142,7 +142,7 @@ def does_not_fit(tables, cfg: ShardingConfig, topology: Topology, optimizer: str
         f"{total / topology.world_size / GiB:.1f} GiB {tier} per rank on {topology.world_size} ranks, but profile "
         f"'{cfg.profile}' has {per_rank / GiB:.1f} GiB per rank ({usable / GiB:.1f} GiB after the "
         f"{cfg.storage_reservation:.0%} reservation). Fix: use more ranks (at least {need_ranks}), a bigger "
-        "frequency threshold or hash_buckets when preprocessing, model.max_table_size, or fp16 embeddings.\n"
+        "frequency threshold or hash_buckets when preprocessing, arch.max_table_size, or fp16 embeddings.\n"
         f"TorchRec planner: {detail.strip().splitlines()[0]}")
 
 

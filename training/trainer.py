@@ -71,7 +71,7 @@ class Trainer(Stateful):
         self.spec = self.train_data.spec
         self.batch_size = per_rank(cfg.data.batch_size, env.world_size)
         self.eval_batch_size = per_rank(cfg.data.eval_batch_size, env.world_size, "data.eval_batch_size")
-        self.tables = embedding_tables(cfg.model, self.spec, cfg.precision)
+        self.tables = embedding_tables(cfg.arch, self.spec, cfg.precision)
         self.hasher = IdHasher(self.tables, self.spec)
         self.dmp, self.plan_text = self._build_model()
         self.optimizer = self._build_optimizer()
@@ -100,7 +100,7 @@ class Trainer(Stateful):
     def _build_model(self) -> tuple[DistributedModelParallel, str]:
         cfg, env = self.cfg, self.env
         torch.manual_seed(cfg.seed)
-        task = build_model(cfg.model, self.spec, device=env.device,
+        task = build_model(cfg.arch, self.spec, device=env.device,
                            precision=cfg.precision)
         emb = cfg.optimizer.embedding
         kwargs = {"lr": emb.lr} if emb.type == "sgd" else {"lr": emb.lr, "eps": emb.eps}

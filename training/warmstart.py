@@ -187,13 +187,13 @@ def _copy_dense(flat: dict, keys: list[str], reader: _Reader, where: str) -> Non
         layer = key.split(".", 2)[-1]  # without "model.model."
         if key not in reader.shapes:
             raise UserError(f"{where}: layer '{layer}' of this model is not in the checkpoint. Fix: use the "
-                            "old run's model settings (model.interaction, model.bottom_mlp, model.top_mlp, "
-                            "model.dcn_*), or set init_from to null.")
+                            "old run's arch settings (arch.interaction, arch.bottom_mlp, arch.top_mlp, "
+                            "arch.dcn_*), or set init_from to null.")
         new, old = tuple(flat[key].shape), reader.shapes[key][0]
         if new != old:
             raise UserError(f"{where}: layer '{layer}' has shape {list(old)} in the checkpoint but {list(new)} in "
-                            "this model. Fix: use the old run's model settings (model.bottom_mlp, model.top_mlp, "
-                            "model.dcn_*) and the same numerical and categorical features, or set init_from to null.")
+                            "this model. Fix: use the old run's arch settings (arch.bottom_mlp, arch.top_mlp, "
+                            "arch.dcn_*) and the same numerical and categorical features, or set init_from to null.")
     for key, value in reader.read(keys).items():
         _write_rows(flat[key], value, None)
 
@@ -219,7 +219,7 @@ def _copy_table(flat: dict, keys: list[str], table, trainer, old_spec: FeatureSp
     if old_dim != new_dim:
         raise UserError(f"{where}: embedding table '{table.name}' has shape [{old_rows}, {old_dim}] in the "
                         f"checkpoint but [{table.num_embeddings}, {new_dim}] in this model. Fix: set "
-                        f"model.embedding_dim={old_dim} (the old run's), or set init_from to null.")
+                        f"arch.embedding_dim={old_dim} (the old run's), or set init_from to null.")
     rows = _row_map(feature, old_rows, table.num_embeddings, old_spec, old_dataset, trainer.spec,
                     trainer.cfg.dataset, warnings)
     if rows is None:

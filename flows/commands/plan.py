@@ -17,13 +17,16 @@ categorical feature (the dataset's cardinalities, or --cardinalities for a datas
 yet), runs TorchRec's planner on meta tensors against the profile's topology, and prints
 each table's sharding and each rank's memory. Exits 2 when the tables do not fit.
 
-The tables' settings come from --config TRAIN.yaml (model, optimizer, precision and sharding
-sections) or the flags below (default: the 'default' training preset).
+The tables' settings come from --config TRAIN.yaml (arch, optimizer, precision and sharding
+sections) or the flags below (default: the 'default' preset's).
 
 examples:
   dlrmflow plan --dataset runs/datasets/criteo-ab12 --sharding.profile mi300x --world-size 64
-  dlrmflow plan --cardinalities 40000000 39060 17295 7424 --sharding.profile h100 --world-size 8 --model.embedding-dim 128 --model.bottom-mlp 512 256 128
+  dlrmflow plan --cardinalities 40000000 39060 17295 7424 --sharding.profile h100 --world-size 8 --arch.embedding-dim 128 --arch.bottom-mlp 512 256 128
 """
+
+EVERYDAY = ("--dataset", "--cardinalities", "--world-size", "--local-world-size", "--batch-size", "--out", "--config",
+            "--sharding.profile", "--arch.embedding-dim", "--precision.embeddings")
 
 
 class PlanConfig(BaseModel):
@@ -40,7 +43,7 @@ class PlanConfig(BaseModel):
     out: str | None = Field(None, description="Also write the plan text to this path or URI.")
 
 
-_TABLE_SECTIONS = ("model", "optimizer", "precision", "sharding")
+_TABLE_SECTIONS = ("arch", "optimizer", "precision", "sharding")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from training.config import TrainConfig
 
     add_options(parser, PlanConfig, root="plan")
-    parser.add_argument("--config", metavar="TRAIN.yaml", help="training config: its model, optimizer, precision and "
-                        "sharding sections are used")
+    parser.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours: its arch, "
+                        "optimizer, precision and sharding sections are used")
     add_options(parser, TrainConfig, root="train", defaults=TrainConfig.preset("default"),
                 skip={f for f in TrainConfig.model_fields if f not in _TABLE_SECTIONS})
 
@@ -90,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.ERROR)  # TorchRec warns about data-parallel tables having no shard spec
     request, cfg, batch = _config(args)
     spec = _spec(request)
-    tables = embedding_tables(cfg.model, spec, cfg.precision)
+    tables = embedding_tables(cfg.arch, spec, cfg.precision)
     factors = {table_name(f): v for f, v in spec_pooling_factors(spec, cfg.data.train_split).items()}
     profile = load_profile(cfg.sharding.profile)
     optimizer = cfg.optimizer.embedding.type
     world, local = request.world_size, request.local_world_size
-    print(f"Planning {len(tables)} tables (dim {cfg.model.embedding_dim}) for {world} x {profile.name}, "
+    print(f"Planning {len(tables)} tables (dim {cfg.arch.embedding_dim}) for {world} x {profile.name}, "
           f"batch {batch} per rank, {optimizer} ...", flush=True)
     plan = plan_tables(tables, cfg.sharding, world, local, batch, optimizer=optimizer, pooling_factors=factors)
     text = format_plan(plan, tables, build_topology(profile, world, local), optimizer, factors)

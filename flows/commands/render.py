@@ -14,15 +14,18 @@ examples:
   dlrmflow render --run s3://bucket/runs/r1 --config launcher.yaml > job.yaml
 """
 
+EVERYDAY = ("--run", "--config", "--resume", "--launcher", "--launcher.nodes", "--launcher.gpus-per-node",
+            "--launcher.partition", "--launcher.image", "--launcher.namespace")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from training.launchers import LaunchConfig
+    from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
-    p.add_argument("--config", metavar="LAUNCHER.yaml", help="launcher settings YAML (kind: slurm|kubernetes, ...)")
+    p.add_argument("--config", metavar="LAUNCHER.yaml", help="a launcher config YAML file of yours (kind: slurm|kubernetes, ...)")
     p.add_argument("--resume", action="store_true", help="render the --resume variant")
-    add_options(p, LaunchConfig, root="launch", skip={"nproc"})
+    add_options(p, RanksConfig, root="launch", skip={"nproc"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
 
     from common.errors import UserError
     from flows.options import build
-    from training.launchers import LaunchConfig, build_launcher
+    from training.launchers import RanksConfig, build_launcher
 
     launcher = yaml.safe_load(open(args.config)) if args.config else {"kind": "slurm"}
-    config = build(LaunchConfig, args, {"launcher": launcher}, root="launch")
+    config = build(RanksConfig, args, {"launcher": launcher}, root="launch")
     if config.launcher.kind == "local":
         raise UserError("the local launcher submits nothing to render. Fix: --launcher slurm or --launcher kubernetes.")
     sys.stdout.write(build_launcher(config.launcher).render(args.run, resume=args.resume))

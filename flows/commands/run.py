@@ -23,12 +23,16 @@ Prefect runs in ephemeral mode unless PREFECT_API_URL points at a server (then t
 S3 settings come from the AWS_* variables or --credentials-block.
 """
 
+EVERYDAY = ("--inputs", "--spec", "--split", "--frequency-threshold", "--preset", "--config", "--store", "--epochs",
+            "--data.batch-size", "--nproc", "--launcher", "--date", "--train-days", "--model", "--set")
+
 
 def add_arguments(p) -> None:
     from flows.config import PipelineConfig
     from flows.options import add_options, add_set_option
 
-    p.add_argument("--config", help="training config YAML (instead of a preset)")
+    p.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
+                   "optimizer, data, ...; instead of a preset's training settings)")
     p.add_argument("--date", help="the day a dated run tests on, YYYY-MM-DD (default: today minus --lag-days)")
     add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"})
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")

@@ -19,6 +19,9 @@ SIGTERM: all five deployments are paused and the pipeline's upcoming scheduled r
 serve runs again. If the server stops answering, serve ends with an error.
 """
 
+EVERYDAY = ("--store", "--cron", "--timezone", "--inputs", "--spec", "--split", "--preset", "--train-days", "--model",
+            "--nproc", "--launcher")
+
 
 def add_arguments(parser) -> None:
     from flows.config import ServeConfig

@@ -9,8 +9,8 @@ from common.errors import UserError
 HELP = "train a sharded TorchRec DLRM on a dataset (torchrun, Slurm or Kubernetes; checkpoints; resume)"
 DESCRIPTION = """Train a TorchRec DLRM (dot or DCN-v2 interaction) on a split_binary dataset.
 
-The config comes from --config TRAIN.yaml or --preset NAME (default preset: 'default'); every
-field of it has a flag below (--optimizer.dense.lr 0.1; or --set optimizer.dense.lr=0.1).
+The config comes from --config TRAIN.yaml (a file of yours) or --preset NAME (shipped with dlrmflow;
+default: 'default'); every field of it has a flag (--optimizer.dense.lr 0.1; or --set optimizer.dense.lr=0.1).
 data.batch_size is the GLOBAL batch: each of the N ranks reads batch_size/N rows per step.
 
 The run folder (local path or s3://...) receives config.yaml, plan.txt, metrics.jsonl,
@@ -25,19 +25,25 @@ examples:
   dlrmflow train --dataset s3://b/ds --run s3://b/runs/r3 --launcher slurm --launcher.nodes 4 --launcher.partition mi300x
 """
 
+EVERYDAY = ("--run", "--dataset", "--config", "--preset", "--resume", "--nproc", "--launcher", "--epochs",
+            "--max-steps", "--data.batch-size", "--optimizer.embedding.lr", "--optimizer.dense.lr",
+            "--arch.embedding-dim", "--init-from.run", "--set")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options, add_set_option
-    from training.config import TrainConfig
-    from training.launchers import LaunchConfig
+    from training.config import TrainConfig, preset_names
+    from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder or URI (s3://bucket/prefix) for config, plan, metrics, "
                    "checkpoints")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--config", help="training config YAML (see training/presets/ for examples)")
-    src.add_argument("--preset", help="built-in training preset (training/presets/<name>.yaml; default: default)")
+    src.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
+                     "optimizer, data, ...; training/presets/ has examples)")
+    src.add_argument("--preset", metavar="NAME", help=f"a preset shipped with dlrmflow ({', '.join(preset_names())}): "
+                     "its training settings (default: default)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
-    add_options(p, LaunchConfig, root="launch", title="where the ranks run")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run")
     add_options(p, TrainConfig, root="train", defaults=TrainConfig.preset("default"), title="training config "
                 "(defaults: the 'default' preset)")
     add_set_option(p, "train")
@@ -64,12 +70,12 @@ def resolve_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
     from training.checkpoint import Checkpointer
-    from training.launchers import LaunchConfig, build_launcher
+    from training.launchers import RanksConfig, build_launcher
     from training.rundir import RunDir
 
     from flows.models import champion_init
 
-    launch = build(LaunchConfig, args, root="launch")
+    launch = build(RanksConfig, args, root="launch")
     cfg = resolve_config(args)
     cfg = cfg.model_copy(update={"init_from": champion_init(cfg.init_from)})
     run_dir = RunDir(args.run)

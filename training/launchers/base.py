@@ -80,7 +80,7 @@ def render(template: str, values: dict[str, object], source: str = "template") -
 
 
 class Launcher(ABC):
-    """Runs ``training.worker`` on every rank of a run and waits for it.
+    """Runs ``training.train_worker`` on every rank of a run and waits for it.
 
     ``launch`` checks the dataset and writes the resolved config to ``<run>/config.yaml`` first (the
     ranks read it from there, so the run folder must be reachable from wherever they run: s3:// or a
@@ -91,9 +91,10 @@ class Launcher(ABC):
     kind: str
 
     def __init__(self, settings=None):
-        from training.launchers.config import KubernetesSettings, LocalSettings, SlurmSettings
+        from training.launchers.config import KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig
 
-        default = {"local": LocalSettings, "slurm": SlurmSettings, "kubernetes": KubernetesSettings}[self.kind]
+        default = {"local": LocalLauncherConfig, "slurm": SlurmLauncherConfig,
+                   "kubernetes": KubernetesLauncherConfig}[self.kind]
         self.settings = settings or default()
 
     def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """LauncherConfig: where `torchrun` runs (this machine, a Slurm allocation, a Kubernetes Job).
 
-One settings model per kind, told apart by ``kind`` (a discriminated union): a Prefect form shows
+One config model per kind, told apart by ``kind`` (a discriminated union): a Prefect form shows
 only the chosen launcher's fields and the command line takes ``--launcher KIND``. Plain pydantic
 (JSON-serialisable, with descriptions); ``build_launcher(cfg)`` turns it into a ``Launcher``.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Settings(BaseModel):
+class _BaseLauncherConfig(BaseModel):
     """What every launcher takes."""
 
     model_config = ConfigDict(extra="forbid")
@@ -21,7 +21,7 @@ class _Settings(BaseModel):
                                 "(after the RCCL profiles, so it overrides them). Never put secrets here.")
 
 
-class LocalSettings(_Settings):
+class LocalLauncherConfig(_BaseLauncherConfig):
     """torchrun as a subprocess of this process (the default; also one node of a hand-started multi-node run)."""
 
     kind: Literal["local"] = Field("local", description="Launcher: 'local' runs torchrun here; 'slurm' submits "
@@ -35,7 +35,7 @@ class LocalSettings(_Settings):
                                      "(`infra/rccl/NAME.env`, or a path) exported to the ranks. Default: none.")
 
 
-class _ClusterSettings(_Settings):
+class _ClusterLauncherConfig(_BaseLauncherConfig):
     """What the Slurm and Kubernetes launchers share: nodes (pods) of ranks meeting at a c10d rendezvous."""
 
     nodes: int = Field(1, ge=1, description="Nodes to allocate (Slurm: #SBATCH --nodes; Kubernetes: pods of the "
@@ -57,7 +57,7 @@ class _ClusterSettings(_Settings):
         return self.nproc_per_node or self.gpus_per_node or 1
 
 
-class SlurmSettings(_ClusterSettings):
+class SlurmLauncherConfig(_ClusterLauncherConfig):
     """`sbatch --wait` of infra/slurm/train.sbatch: one torchrun per node via srun, c10d rendezvous on the first node."""
 
     kind: Literal["slurm"] = "slurm"
@@ -81,7 +81,7 @@ class SlurmSettings(_ClusterSettings):
     scancel: str = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
 
 
-class KubernetesSettings(_ClusterSettings):
+class KubernetesLauncherConfig(_ClusterLauncherConfig):
     """An indexed Job (one pod per node) + a headless Service for the rendezvous, applied with kubectl."""
 
     kind: Literal["kubernetes"] = "kubernetes"
@@ -105,16 +105,17 @@ class KubernetesSettings(_ClusterSettings):
     context: str | None = Field(None, description="kubectl --context (None: the current one / in-cluster config).")
 
 
-LauncherConfig = Annotated[Union[LocalSettings, SlurmSettings, KubernetesSettings], Field(discriminator="kind")]
+LauncherConfig = Annotated[Union[LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig],
+                           Field(discriminator="kind")]
 """Where training runs: `local` (torchrun subprocess, default), `slurm` (sbatch) or `kubernetes` (Job)."""
 
 
-class LaunchConfig(BaseModel):
+class RanksConfig(BaseModel):
     """Where a training run's ranks start, and how many on this machine."""
 
     model_config = ConfigDict(extra="forbid")
 
     nproc: int = Field(1, ge=1, description="Processes (ranks) on this machine (local launcher; Slurm and "
                        "Kubernetes take theirs from their settings).")
-    launcher: LauncherConfig = Field(default_factory=LocalSettings, description="Where training runs: local "
+    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description="Where training runs: local "
                                      "torchrun (default), a Slurm allocation or a Kubernetes Job.")

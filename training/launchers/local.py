@@ -16,9 +16,9 @@ from training.rundir import RunDir
 
 def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
                      node_rank: int | None = None, resume: bool = False, run_id: str | None = None,
-                     module: str = "training.worker", args: list[str] | None = None) -> list[str]:
+                     module: str = "training.train_worker", args: list[str] | None = None) -> list[str]:
     """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]``
-    on each (``training.worker`` trains; ``training.eval_worker`` evaluates)."""
+    on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
     if nnodes > 1:
         if not rdzv_endpoint:

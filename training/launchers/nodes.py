@@ -2,7 +2,7 @@
 
 Every node runs the same line (the launchers differ only in how it gets there): torchrun with c10d
 rendezvous at ``$DLRMFLOW_RDZV_ENDPOINT``, node 0 hosting the rendezvous store (``is_host``, so no
-hostname matching is needed), running ``python -m training.worker RUN [--resume]``.
+hostname matching is needed), running ``python -m training.train_worker RUN [--resume]``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class Shell(str):
 
 def node_command(run_uri: str, *, python: str, nproc: int, nnodes: int, resume: bool, run_id: str,
                  is_host: str, rdzv_timeout_s: int) -> str:
-    """``exec PYTHON -m torch.distributed.run ... -m training.worker RUN``; ``is_host`` is a shell
+    """``exec PYTHON -m torch.distributed.run ... -m training.train_worker RUN``; ``is_host`` is a shell
     expression that is 1 on the node hosting the rendezvous and 0 elsewhere."""
     from training.launchers.local import torchrun_command
 

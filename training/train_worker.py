@@ -1,4 +1,4 @@
-"""Per-rank entry point that torchrun starts: ``python -m training.worker RUN [--resume]``.
+"""Per-rank entry point that torchrun starts: ``python -m training.train_worker RUN [--resume]``.
 
 Reads the run's config (saved by the launcher before the ranks start), joins the process group,
 builds the Trainer, resumes from the latest complete checkpoint if asked, trains, marks the run
@@ -60,7 +60,7 @@ def train(run: RunDir, resume: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
-    parser = argparse.ArgumentParser(prog="python -m training.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m training.train_worker", description=__doc__)
     parser.add_argument("run", help="run folder or URI holding the config")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
     args = parser.parse_args(argv)

@@ -1,5 +1,5 @@
 """Per-rank entry point of an evaluation that torchrun starts:
-``python -m training.eval_worker RUN [--config EVALUATE_CONFIG_JSON]`` (``training.evaluate`` launches it).
+``python -m training.evaluate_worker RUN [--config EVALUATE_CONFIG_JSON]`` (``training.evaluate`` launches it).
 
 Every rank loads the checkpoint (DCP reshards it to this world size) and predicts its share of the
 split; the predictions are gathered and rank 0 writes the report (``training.report``).
@@ -37,7 +37,7 @@ def evaluate(run: RunDir, config: EvaluateConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.eval_worker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m training.evaluate_worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="run folder or URI (holds config.yaml and checkpoints/)")
     parser.add_argument("--config", default="{}", help="the EvaluateConfig as JSON (default: its defaults)")
