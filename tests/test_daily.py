@@ -14,8 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from prefect_fixtures import BIN, free_port, process_group, wait_for_port
-from same_dataset import assert_same_files
+from helpers.paths import BIN
+from helpers.processes import free_port, process_group, wait_for_port
+from helpers.datasets import assert_same_files
 from test_ui_serve import _artifacts, _get, _post, _time, _until
 from training.rundir import RunDir
 
