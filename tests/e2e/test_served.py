@@ -1,139 +1,162 @@
-"""End to end through the UI: a real Prefect server (SQLite, a free loopback port), `dlrmflow serve`,
-headless Chromium on the deployments page, the pipeline triggered as the UI's Run button does
-(POST /deployments/{id}/create_flow_run): the training curve published and updated while it trains, every
-evaluation in the train run's logs, the plots on the pipeline run's Artifacts tab and the metrics table."""
+"""The served nightly pipeline end to end, one served run of the session's real Prefect server: `dlrmflow serve`
+with a dated input template, a window, a model name and a cron schedule; headless Chromium on the deployments
+page; three nights triggered as the UI's Run button does (POST /deployments/{id}/create_flow_run) over drifting
+synthetic days, the last two at once (overlapping triggers).
+
+Night 1 (the UI's view of a run): the training curve published and updated while it trains, every evaluation in
+the train run's logs, the plots on the pipeline run's Artifacts tab and the metrics table. The nights: each
+parses only its new day, its dataset equals preprocessing from scratch, the champion is promoted on night 1 and
+then kept or replaced by the rule, the history and its artifact grow."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import time
-import urllib.request
-from datetime import datetime
+from pathlib import Path
 
-import pytest
+import yaml
 
 from flows import artifacts
-from helpers.prefect import BIN, free_port, process_group, small_pipeline, wait_for_port
+from helpers.browser import needs_chromium, page
+from helpers.datasets import assert_same_files
+from helpers.prefect import answer, get, post, stamp
+from helpers.processes import until
+from training.rundir import RunDir
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+NIGHTS = ("2026-11-04", "2026-11-05", "2026-11-06")
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 CRON = "0 2 * * *"
 
 
-def _page(url: str, tmp_path, name: str) -> str:
-    """The DOM of ``url`` as headless Chromium renders it (the UI is a single-page app)."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900",
-             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / ('chrome-' + name)}"]
-    return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
+def _parsed(store: Path) -> dict[str, float]:
+    """Input URI -> when its stored parse was finished (the per-file parts under the store)."""
+    return {json.loads((p.parent / "entry.json").read_text())["uri"]: p.stat().st_mtime
+            for p in store.glob("_files/*/parsed.json")}
 
 
-def _get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read() or "null")
+def _check_the_ui_view_of_a_run(server, run_id: str, store: Path, tmp_path) -> None:
+    """While training ran, the curve was published and then updated; every evaluation reached the logs at INFO,
+    library warnings at WARNING; the pipeline run's Artifacts tab, a plot's page and the metrics table."""
+    api, ui = server.api, server.ui
+    [train_run] = post(f"{api}/flow_runs/filter", {"flows": {"name": {"any_": ["train"]}}})
+    [torchrun] = post(f"{api}/task_runs/filter", {"flow_runs": {"id": {"any_": [train_run["id"]]}},
+                                                 "task_runs": {"name": {"like_": "launch_torchrun"}}})
+    for key in ("training-curve", "training-evaluations"):  # one card per run, rewritten at each evaluation
+        [art] = server.artifacts(key, train_run["id"])
+        assert stamp(art["created"]) < stamp(art["updated"]) <= stamp(torchrun["end_time"]), art
+    [metrics_file] = store.glob("runs/*/metrics.jsonl")
+    evaluations = [r for r in map(json.loads, metrics_file.open()) if "eval_split" in r]
+    assert len(evaluations) >= 2
+    assert [row["step"] for row in json.loads(art["data"])] == [r["step"] for r in evaluations]
+    logs = server.logs(train_run["id"])
+    for r in evaluations:
+        assert (20, f"[rank 0] step {r['step']}: val auc {r['auc']:.4f} logloss {r['logloss']:.4f}") in logs
+    assert any(level == 30 and "Warning" in message for level, message in logs)  # library warnings
+    assert not [m for level, m in logs if level < 30 and ("Warning: " in m or "Memory per rank" in m)]
+
+    # the pipeline run's Artifacts tab (the V2 UI honours ?tab=): its own plots; then a plot's page
+    dom = page(f"{ui}/v2/runs/flow-run/{run_id}?tab=Artifacts", tmp_path, "flow-run")
+    assert "pipeline-metrics" in dom and "Metrics on split 'test'" in dom and "pipeline-outputs" in dom
+    for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
+        assert key in dom, key
+    [roc] = server.artifacts("roc-curve", run_id)
+    dom = page(f"{ui}/artifacts/artifact/{roc['id']}", tmp_path, "roc")
+    assert re.search(r'<img [^>]*src="data:image/png;base64,iVBOR', dom) and "Image URL" not in dom
+    [table] = server.artifacts("pipeline-metrics", run_id)
+    dom = page(f"{ui}/artifacts/artifact/{table['id']}", tmp_path, "metrics-table")
+    assert "ROC AUC" in dom and "normalized entropy" in dom
 
 
-def _post(url: str, body: dict):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
+@needs_chromium
+def test_three_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, tmp_path):
+    from preprocessing import PreprocessConfig, Preprocessing
+    from preprocessing.synthetic import SynthConfig, write_days
 
+    server, api = prefect_server, prefect_server.api
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=5))
+    serve_args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "3", "--model", "demo",
+                  "--cron", CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
+                  "--eval-every", "8", "--checkpoint-every", "none"]
+    with server.serve(*serve_args, name="serve-nights") as serve:
+        def pipeline_deployment():
+            found = server.deployments()
+            return found.get("dlrmflow-pipeline") if len(found) == 5 and not any(
+                d["paused"] for d in found.values()) else None
 
-def _until(check, timeout: float, what: str, *procs):
-    deadline = time.time() + timeout
-    while not (value := check()):
-        for p in procs:
-            assert p.poll() is None, f"{p.args[0]} exited with {p.returncode} while waiting for {what}"
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
-    return value
+        pipeline = until(pipeline_deployment, 120, "five active deployments", server.proc, serve)
+        assert set(server.deployments()) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train",
+                                             "dlrmflow-evaluate", "dlrmflow-score"}
+        assert [s["schedule"]["cron"] for s in pipeline["schedules"]] == [CRON]
+        dom = page(f"{server.ui}/deployments", tmp_path, "deployments")
+        for name in server.deployments():
+            assert name in dom
+        assert "At 02:00 AM every day" in dom
 
+        defaults = pipeline["parameters"]["config"]   # the form's defaults are serve's options
+        assert defaults["preprocess"]["inputs"] == [f"{logs}/{{date}}/part-*"]
+        assert (defaults["window"]["train_days"], defaults["model"]) == (3, "demo")
+        assert pipeline["global_concurrency_limit"]["limit"] == 1
+        assert pipeline["concurrency_options"]["collision_strategy"] == "ENQUEUE"
 
-def _artifacts(api: str, key: str, flow_run_id: str) -> list[dict]:
-    """Every version of artifact ``key`` on a flow run."""
-    return _post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": [key]},
-                                                          "flow_run_id": {"any_": [flow_run_id]}}})
+        def trigger(date: str) -> str:   # as the UI's Run button with only the date filled in
+            return until(lambda: answer(post, f"{api}/deployments/{pipeline['id']}/create_flow_run",
+                                        {"parameters": {"date": date}}), 60, "a new run", server.proc)["id"]
 
+        def finish(run_id: str) -> dict:
+            run = until(lambda: (r := get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
+                        480, "a night's run", server.proc, serve)
+            assert run["state"]["type"] == "COMPLETED", server.log("serve-nights")[-4000:]
+            return run
 
-def _logs(api: str, flow_run_id: str) -> list[tuple[int, str]]:
-    """(level, message) of a flow run's logs (its tasks' included)."""
-    found: list[tuple[int, str]] = []
-    while page := _post(f"{api}/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200,
-                                               "offset": len(found), "sort": "TIMESTAMP_ASC"}):
-        found += [(log["level"], log["message"]) for log in page]
-    return found
+        first_id = trigger(NIGHTS[0])
+        first = finish(first_id)
+        _check_the_ui_view_of_a_run(server, first_id, store, tmp_path)
+        after_first = _parsed(store)
+        # 11-01 is pruned: the next night's window (11-02..11-05) does not read it
+        assert sorted(after_first) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (2, 3, 4)]
+        # overlapping triggers: the third night is triggered while the second runs, and waits for it
+        second_id = trigger(NIGHTS[1])
+        until(lambda: get(f"{api}/flow_runs/{second_id}")["state"]["type"] == "RUNNING", 120, "night 2", serve)
+        third_id = trigger(NIGHTS[2])
+        until(lambda: get(f"{api}/flow_runs/{third_id}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
+              "night 3 to queue", serve)
+        second, third = finish(second_id), finish(third_id)
+        assert stamp(first["end_time"]) <= stamp(second["start_time"])
+        assert stamp(second["end_time"]) <= stamp(third["start_time"]), "two nights ran at once"
 
+        # each day was parsed once: by the first night that read it (older days pruned after night 3)
+        parsed = _parsed(store)
+        assert sorted(parsed) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (4, 5, 6)]
+        assert parsed[f"{logs}/2026-11-04/part-00000.tsv"] == after_first[f"{logs}/2026-11-04/part-00000.tsv"]
+        assert stamp(second["start_time"]).timestamp() < parsed[f"{logs}/2026-11-05/part-00000.tsv"] \
+            < stamp(second["end_time"]).timestamp()
 
-def _time(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        model = store / "models" / "demo"
+        history = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
+        assert [h["date"] for h in history] == list(NIGHTS)
+        assert history[0]["decision"] == "first" and history[0]["champion"] is None
+        champion_run = history[0]["run"]
+        for h in history[1:]:
+            assert h["champion_run"] == champion_run
+            better = h["challenger"]["auc"] >= h["champion"]["auc"] + h["promote_margin"]
+            assert h["decision"] == ("promoted" if better else "kept"), h
+            champion_run = h["run"] if better else champion_run
+        champion = json.loads((model / "champion.json").read_text())
+        assert champion["run"] == champion_run
+        # the champion's serving bundle (it scored the champion on nights 2 and 3), and at most the one before
+        assert (Path(champion["bundle"]) / "manifest.json").is_file()
+        assert Path(champion["bundle"]).parent == model / "bundles" and len(list((model / "bundles").iterdir())) <= 2
+        for h in history:   # the challenger's numbers are its evaluation on the test day
+            metrics = json.loads((Path(h["run"]) / "eval" / "test" / "metrics.json").read_text())
+            assert h["challenger"]["auc"] == metrics["auc"] and h["challenger"]["rows"] == 3000
+        versions = post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["model-demo-history"]}}})
+        assert len(versions) == 3 and sorted(len(json.loads(v["data"])) for v in versions) == [1, 2, 3]
+        assert server.artifacts("model-demo-auc", third_id)
 
-
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed (infra/install.sh)")
-def test_serve_deployments_ui_and_a_triggered_pipeline(tmp_path):
-    port = free_port()
-    ui, api = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port), "PREFECT_API_URL": api,
-           "PREFECT_RUNNER_POLL_FREQUENCY": "2", "OMP_NUM_THREADS": "1"}
-    store = tmp_path / "store"
-    with open(tmp_path / "server.log", "w") as server_log, open(tmp_path / "serve.log", "w") as serve_log, \
-            process_group([str(BIN / "prefect"), "server", "start"], env=env, stdout=server_log,
-                          stderr=subprocess.STDOUT) as server:
-        wait_for_port(port, server, 120)
-        _until(lambda: _get(f"{api}/health"), 60, "the server's health", server)
-        with process_group([sys.executable, "-m", "flows", "serve", "--store", str(store), "--cron", CRON], env=env,
-                           stdout=serve_log, stderr=subprocess.STDOUT) as serve:
-            deployments = _until(lambda: len(d := _post(f"{api}/deployments/filter", {})) == 5 and d, 120,
-                                 "five deployments", server, serve)
-            names = {d["name"]: d for d in deployments}
-            assert set(names) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train", "dlrmflow-evaluate",
-                                  "dlrmflow-score"}
-            assert [s["schedule"]["cron"] for s in names["dlrmflow-pipeline"]["schedules"]] == [CRON]
-
-            dom = _page(f"{ui}/deployments", tmp_path, "deployments")
-            for name in names:
-                assert name in dom
-            assert "At 02:00 AM every day" in dom
-
-            config = small_pipeline(str(store), train={"eval_every": 4}).model_dump(mode="json")  # 12 steps
-            run = _post(f"{api}/deployments/{names['dlrmflow-pipeline']['id']}/create_flow_run",
-                        {"parameters": {"config": config}})
-            final = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-            state = _until(lambda: (s := _get(f"{api}/flow_runs/{run['id']}")["state"])["type"] in final and s,
-                           420, "the pipeline run", server, serve)
-            assert state["type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
-
-            # while training ran, the curve was published and then updated; every evaluation reached the logs
-            [train_run] = _post(f"{api}/flow_runs/filter", {"flows": {"name": {"any_": ["train"]}}})
-            [torchrun] = _post(f"{api}/task_runs/filter", {"flow_runs": {"id": {"any_": [train_run["id"]]}},
-                                                          "task_runs": {"name": {"like_": "launch_torchrun"}}})
-            for key in ("training-curve", "training-evaluations"):  # one card per run, rewritten at each evaluation
-                [art] = _artifacts(api, key, train_run["id"])
-                assert _time(art["created"]) < _time(art["updated"]) <= _time(torchrun["end_time"]), art
-            assert [row["step"] for row in json.loads(art["data"])] == [4, 8, 12]
-            evaluations = [r for r in map(json.loads, next(store.glob("runs/*/metrics.jsonl")).open())
-                           if "eval_split" in r]
-            logs = _logs(api, train_run["id"])
-            assert [r["step"] for r in evaluations] == [4, 8, 12]
-            for r in evaluations:
-                assert (20, f"[rank 0] step {r['step']}: val auc {r['auc']:.4f} logloss {r['logloss']:.4f}") in logs
-            assert any(level == 30 and "Warning" in message for level, message in logs)  # library warnings
-            assert not [m for level, m in logs if level < 30 and ("Warning: " in m or "Memory per rank" in m)]
-
-            # the pipeline run's Artifacts tab (the V2 UI honours ?tab=): its own plots; then a plot's page
-            dom = _page(f"{ui}/v2/runs/flow-run/{run['id']}?tab=Artifacts", tmp_path, "flow-run")
-            assert "pipeline-metrics" in dom and "Metrics on split 'test'" in dom and "pipeline-outputs" in dom
-            for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
-                assert key in dom, key
-            [roc] = _artifacts(api, "roc-curve", run["id"])
-            dom = _page(f"{ui}/artifacts/artifact/{roc['id']}", tmp_path, "roc")
-            assert re.search(r'<img [^>]*src="data:image/png;base64,iVBOR', dom) and "Image URL" not in dom
-            [table] = _post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["pipeline-metrics"]},
-                                                                     "flow_run_id": {"any_": [run["id"]]}}})
-            dom = _page(f"{ui}/artifacts/artifact/{table['id']}", tmp_path, "metrics-table")
-            assert "ROC AUC" in dom and "normalized entropy" in dom
-    assert (store / "runs").is_dir() and list(store.glob("runs/*/eval/test/metrics.json"))
+    # the third night's dataset is the one preprocessing its window from scratch gives
+    config = yaml.safe_load((Path(history[-1]["run"]) / RunDir.PIPELINE).read_text())
+    dataset = Path(config["train"]["dataset"])
+    fresh = Preprocessing(PreprocessConfig(inputs=config["preprocess"]["inputs"], out=str(tmp_path / "fresh"),
+                                           progress=False)).run()
+    assert_same_files(dataset, Path(fresh))

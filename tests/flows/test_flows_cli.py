@@ -1,4 +1,5 @@
-"""`dlrmflow run` and `dlrmflow serve` refuse bad settings with one clear line, before any work starts."""
+"""`dlrmflow run`, `serve` and `train` refuse bad settings with one clear line, before any work starts (in this
+interpreter, `flows.cli.main`; one smoke test per command as a fresh `dlrmflow` process)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
                                              "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env})  # busy
 
 
+def _main(*args: str, capsys) -> tuple[int, str]:
+    """`dlrmflow ARGS` in this interpreter (flows.cli.main): (exit code, what it wrote to stderr)."""
+    from flows.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, env, message", [
     (["run", "--store", "gs://bucket/x"], {}, "unsupported scheme 'gs'"),
     (["run", "--store", "s3://bucket/x"], {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
@@ -27,7 +37,34 @@ def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])
-def test_bad_settings_fail_before_work(args, env, message, tmp_path):
+def test_bad_settings_fail_before_work(args, env, message, tmp_path, monkeypatch, capsys):
+    """In-process (`flows.cli.main`): exit 2 and the one line, before Prefect or the store is touched."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.cli import main
+
+    for key in [k for k in os.environ if k.startswith(("AWS_", "DLRMFLOW_"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key != "PREFECT_API_URL":
+            monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    api = {PREFECT_API_URL: env["PREFECT_API_URL"]} if "PREFECT_API_URL" in env else {}
+    with temporary_settings(updates=api, restore_defaults=set() if api else {PREFECT_API_URL}):
+        assert main(args) == 2
+    out = capsys.readouterr()
+    assert message in out.err and "Traceback" not in out.err
+    assert "temporary server" not in out.err + out.out and not (tmp_path / "artifacts" / "synthetic").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, env, message", [
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
+    (["serve"], {}, "serve needs a Prefect server"),
+])
+def test_the_command_line_fails_before_work_with_one_line(args, env, message, tmp_path):
+    """The smoke test of `dlrmflow run` and `dlrmflow serve` as commands (a fresh interpreter, no Prefect
+    variables): exit 2 and one line, no traceback, no temporary server."""
     r = _dlrmflow(*args, tmp_path=tmp_path, **env)
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "Traceback" not in r.stderr
@@ -106,19 +143,20 @@ def test_every_config_field_is_a_command_line_option():
     ("--model.interaction", "attention", "model: {interaction: attention}"),
     ("--epochs", "two", "epochs: two"),
 ])
-def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, value, yaml_text, tmp_path):
+def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, value, yaml_text, tmp_path, capsys):
     from common.errors import UserError
     from training.config import TrainConfig
 
     (tmp_path / "bad.yaml").write_text(yaml_text)
     with pytest.raises(UserError) as from_yaml:
         TrainConfig.from_yaml(str(tmp_path / "bad.yaml"))
-    r = _dlrmflow("train", "--run", str(tmp_path / "r"), "--dataset", "d", flag, value, tmp_path=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert str(from_yaml.value).split(": ", 1)[1] in r.stderr, (str(from_yaml.value), r.stderr)
-    assert r.stderr.startswith("error: command line: ")
+    code, err = _main("train", "--run", str(tmp_path / "r"), "--dataset", "d", flag, value, capsys=capsys)
+    assert code == 2 and "Traceback" not in err
+    assert str(from_yaml.value).split(": ", 1)[1] in err, (str(from_yaml.value), err)
+    assert err.startswith("error: command line: ")
 
 
+@pytest.mark.slow
 def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
     """Inside the running flows (Prefect started): the message alone; `--debug` adds the traceback."""
     missing = str(tmp_path / "no-such-day.tsv")
@@ -134,12 +172,12 @@ def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
     ("--data.train-split", "training", "train, val, test"),
     ("--evaluate.split", "testing", "train, test"),
 ])
-def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(flag, value, valid, tmp_path):
+def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(flag, value, valid, tmp_path, capsys):
     """The split names come from the split rule (or the inputs mapped to splits) before anything is read."""
     split = ["--split", "ordered:train=0.9,test=0.1"] if valid == "train, test" else []
-    r = _dlrmflow("run", flag, value, *split, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert f"the dataset has no split '{value}' (it has: {valid})" in r.stderr and "Traceback" not in r.stderr
+    code, err = _main("run", flag, value, *split, "--store", str(tmp_path / "store"), capsys=capsys)
+    assert code == 2, err[-2000:]
+    assert f"the dataset has no split '{value}' (it has: {valid})" in err and "Traceback" not in err
     assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
 
 

@@ -24,6 +24,7 @@ def dataset(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("ds"), {"train": 1100, "val": 300})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_interrupted_and_resumed_run_ends_with_identical_parameters(dataset, tmp_path):
     """On 2 ranks: table-wise tables keep their optimizer state only on the owning rank, so each

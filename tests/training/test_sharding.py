@@ -133,6 +133,7 @@ def test_plan_command_for_a_dataset_and_for_cardinalities(tmp_path, capsys):
     assert "does not fit" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 # ---- a real 2-rank run --------------------------------------------------------------------
 def test_row_wise_on_two_gloo_ranks_matches_the_unsharded_module():
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

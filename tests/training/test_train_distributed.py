@@ -38,6 +38,7 @@ def runs(tmp_path_factory):
     return ds, one, two, proc
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_two_ranks_follow_the_one_rank_loss_curve(runs, tmp_path):
     _, one, two, proc = runs
@@ -62,6 +63,7 @@ def test_two_ranks_follow_the_one_rank_loss_curve(runs, tmp_path):
     assert len(evals(one)) == 8 and evals(one) == pytest.approx(evals(two), rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_a_two_rank_checkpoint_loads_on_one_rank_with_another_plan(runs):
     ds, _, two, _ = runs

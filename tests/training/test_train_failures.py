@@ -75,6 +75,7 @@ def processes_of(run: Path) -> dict[int, dict[str, str]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(dataset, tmp_path):
     full, parts = tmp_path / "full", tmp_path / "parts"
@@ -106,6 +107,7 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(data
     assert loss(full) == loss(parts) and len(loss(full)) == STEPS // 10
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_one_rank_killed_ends_the_whole_job_promptly_naming_the_rank(dataset, tmp_path):
     run, pg_timeout = tmp_path / "run", 20.0
@@ -146,6 +148,7 @@ def one_line_error(capsys, *args: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_missing_dataset_is_a_one_line_error_before_torchrun(tmp_path):
     proc = subprocess.run(cli("--dataset", str(tmp_path / "nope"), "--run", str(tmp_path / "r")), cwd=REPO,
