@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import stat
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from common.errors import UserError
 from helpers.datasets import write_dataset
+from helpers.fake_cluster import calls as slurm_calls, executable
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
                                 SlurmLauncher, SlurmSettings, build_launcher, infra_dir, launcher_config, read_env_file)
@@ -100,7 +100,7 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     assert "{{" not in text and "echo setting up" in text
     assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
 
-    sbatch, srun = calls(tmp_path)
+    sbatch, srun = slurm_calls(tmp_path)
     assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
     assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -m torch.distributed.run")
