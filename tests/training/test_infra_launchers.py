@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from common.errors import UserError
 from helpers.datasets import write_dataset
-from helpers.fake_cluster import calls as slurm_calls, executable
+from helpers.fake_cluster import calls as read_calls, executable
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesSettings, LauncherConfig, LocalLauncher, LocalSettings,
                                 SlurmLauncher, SlurmSettings, build_launcher, infra_dir, launcher_config, read_env_file)
@@ -100,7 +100,7 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     assert "{{" not in text and "echo setting up" in text
     assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
 
-    sbatch, srun = slurm_calls(tmp_path)
+    sbatch, srun = read_calls(tmp_path)
     assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
     assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -m torch.distributed.run")
@@ -194,7 +194,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     name = KubernetesLauncher.job_name(run)
     assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
 
-    calls = calls(tmp_path)
+    calls = read_calls(tmp_path)
     ns = ["kubectl", "--namespace", "dlrmflow"]
     assert calls[0] == [*ns, "delete", "job", name, "--ignore-not-found", "--wait=true"]
     assert calls[1][:5] == [*ns, "apply", "-f"]
@@ -237,7 +237,7 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
     code = build_launcher({"kind": "kubernetes", **settings}).launch(
         str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
     assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
-    assert calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+    assert read_calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
 
 
 @pytest.mark.slow
