@@ -1,37 +1,53 @@
-"""Shared fixtures: where the real data lives (../shared/data, beside the repo), skipping cleanly if absent."""
+"""The suite's shared fixtures (helpers/fixtures.py) and the `slow` rule (helpers/slow.py): a test is slow when
+its fixtures start torchrun or a server, or when it is marked so; one that starts either unmarked fails."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import sys
 
 import pytest
 
+from helpers.slow import SLOW_FIXTURES, heavy
+
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("DLRMFLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
-CRITEO_10K = SHARED_DATA / "criteo" / "criteo_kaggle_train_head10k.txt.gz"
-ADULT = SHARED_DATA / "byo" / "adult.parquet"
+pytest_plugins = ["helpers.fixtures"]
+
+_started: list[str] = []      # what the running test started that makes a test slow
+_recording = False
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real data not available: {path}")
-    return path
+def _audit(event: str, args) -> None:
+    if _recording and event == "subprocess.Popen" and (why := heavy(args[1] if args[1] is not None else args[0])):
+        _started.append(why)
 
 
-@pytest.fixture(scope="session")
-def criteo_10k() -> Path:
-    """The 10,000 real Criteo Kaggle rows (gzipped raw TSV)."""
-    return _need(CRITEO_10K)
+sys.addaudithook(_audit)
 
 
-@pytest.fixture(scope="session")
-def adult_parquet() -> Path:
-    """The UCI Adult table (bring-your-own path)."""
-    return _need(ADULT)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
-# The flow, store and UI tests' fixtures (tests/prefect_fixtures.py), registered here so that the Prefect
-# test harness starts once per session.
-from prefect_fixtures import prefect_harness, s3_server  # noqa: E402,F401
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _recording
+    _started.clear()
+    _recording = True
+    try:
+        return (yield)
+    finally:
+        _recording = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and _started and not item.get_closest_marker("slow") and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started {', '.join(sorted(set(_started)))} but is not marked slow: use a "
+                           f"fixture that starts it (helpers/fixtures.py, slow_fixture) or mark it @pytest.mark.slow")
+    return report

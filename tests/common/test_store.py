@@ -1,0 +1,88 @@
+"""The artifact store: clear errors before any work starts, a working S3 store passes, secrets redacted."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from common.errors import UserError
+from flows.store import Store, redact
+from helpers.processes import free_port
+
+
+def test_local_store_is_made_absolute_and_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = Store("artifacts")
+    store.check()
+    assert store.uri == str(tmp_path / "artifacts") and (tmp_path / "artifacts").is_dir()
+    assert not list((tmp_path / "artifacts").iterdir())  # the probe file is removed
+    assert store.run_uri("r1") == f"{tmp_path}/artifacts/runs/r1"
+
+
+def test_default_store_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("DLRMFLOW_STORE", str(tmp_path / "env-store"))
+    assert Store().uri == str(tmp_path / "env-store")
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("gs://bucket/x", "unsupported scheme 'gs'"),
+    ("s3://key:secret@bucket/x", "holds credentials"),
+])
+def test_bad_uris(uri, message):
+    with pytest.raises(UserError, match=message):
+        Store(uri)
+
+
+def test_unwritable_local_store(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="not writable"):
+        Store(str(tmp_path / "file" / "store")).check()
+
+
+def test_s3_store_passes_and_missing_bucket_fails(s3_server):
+    Store("s3://store/dlrm").check()
+    assert "Contents" not in s3_server.list_objects_v2(Bucket="store")
+    with pytest.raises(UserError, match="bucket 'nope' does not exist"):
+        Store("s3://nope/dlrm").check()
+
+
+def test_missing_credentials(monkeypatch, tmp_path):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(UserError, match="no AWS credentials"):
+        Store("s3://store/dlrm").check()
+
+
+def test_unreachable_endpoint_fails_fast(monkeypatch):
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    start = time.monotonic()
+    with pytest.raises(UserError, match="cannot reach http://127.0.0.1"):
+        Store("s3://store/dlrm").check()
+    assert time.monotonic() - start < 30
+
+
+def test_redact(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    assert redact("key=s3cr3t-value;") == "key=***;"
+
+
+@pytest.mark.parametrize("error, retried", [
+    (ConnectionResetError("reset by peer"), True), (TimeoutError("read timed out"), True),
+    (FileNotFoundError("s3://b/x"), False), (PermissionError("denied"), False),
+    (UserError("bad row"), False), (ValueError("a bug"), False),
+])
+def test_only_transient_io_errors_are_retried(error, retried):
+    from prefect.states import Failed
+
+    from flows.store import transient
+
+    assert transient(None, None, Failed(data=error)) is retried

@@ -1,0 +1,162 @@
+"""The served nightly pipeline end to end, one served run of the session's real Prefect server: `dlrmflow serve`
+with a dated input template, a window, a model name and a cron schedule; headless Chromium on the deployments
+page; three nights triggered as the UI's Run button does (POST /deployments/{id}/create_flow_run) over drifting
+synthetic days, the last two at once (overlapping triggers).
+
+Night 1 (the UI's view of a run): the training curve published and updated while it trains, every evaluation in
+the train run's logs, the plots on the pipeline run's Artifacts tab and the metrics table. The nights: each
+parses only its new day, its dataset equals preprocessing from scratch, the champion is promoted on night 1 and
+then kept or replaced by the rule, the history and its artifact grow."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from flows import artifacts
+from helpers.browser import needs_chromium, page
+from helpers.datasets import assert_same_files
+from helpers.prefect import answer, get, post, stamp
+from helpers.processes import until
+from training.rundir import RunDir
+
+NIGHTS = ("2026-11-04", "2026-11-05", "2026-11-06")
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+CRON = "0 2 * * *"
+
+
+def _parsed(store: Path) -> dict[str, float]:
+    """Input URI -> when its stored parse was finished (the per-file parts under the store)."""
+    return {json.loads((p.parent / "entry.json").read_text())["uri"]: p.stat().st_mtime
+            for p in store.glob("_files/*/parsed.json")}
+
+
+def _check_the_ui_view_of_a_run(server, run_id: str, store: Path, tmp_path) -> None:
+    """While training ran, the curve was published and then updated; every evaluation reached the logs at INFO,
+    library warnings at WARNING; the pipeline run's Artifacts tab, a plot's page and the metrics table."""
+    api, ui = server.api, server.ui
+    [train_run] = post(f"{api}/flow_runs/filter", {"flows": {"name": {"any_": ["train"]}}})
+    [torchrun] = post(f"{api}/task_runs/filter", {"flow_runs": {"id": {"any_": [train_run["id"]]}},
+                                                 "task_runs": {"name": {"like_": "launch_torchrun"}}})
+    for key in ("training-curve", "training-evaluations"):  # one card per run, rewritten at each evaluation
+        [art] = server.artifacts(key, train_run["id"])
+        assert stamp(art["created"]) < stamp(art["updated"]) <= stamp(torchrun["end_time"]), art
+    [metrics_file] = store.glob("runs/*/metrics.jsonl")
+    evaluations = [r for r in map(json.loads, metrics_file.open()) if "eval_split" in r]
+    assert len(evaluations) >= 2
+    assert [row["step"] for row in json.loads(art["data"])] == [r["step"] for r in evaluations]
+    logs = server.logs(train_run["id"])
+    for r in evaluations:
+        assert (20, f"[rank 0] step {r['step']}: val auc {r['auc']:.4f} logloss {r['logloss']:.4f}") in logs
+    assert any(level == 30 and "Warning" in message for level, message in logs)  # library warnings
+    assert not [m for level, m in logs if level < 30 and ("Warning: " in m or "Memory per rank" in m)]
+
+    # the pipeline run's Artifacts tab (the V2 UI honours ?tab=): its own plots; then a plot's page
+    dom = page(f"{ui}/v2/runs/flow-run/{run_id}?tab=Artifacts", tmp_path, "flow-run")
+    assert "pipeline-metrics" in dom and "Metrics on split 'test'" in dom and "pipeline-outputs" in dom
+    for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
+        assert key in dom, key
+    [roc] = server.artifacts("roc-curve", run_id)
+    dom = page(f"{ui}/artifacts/artifact/{roc['id']}", tmp_path, "roc")
+    assert re.search(r'<img [^>]*src="data:image/png;base64,iVBOR', dom) and "Image URL" not in dom
+    [table] = server.artifacts("pipeline-metrics", run_id)
+    dom = page(f"{ui}/artifacts/artifact/{table['id']}", tmp_path, "metrics-table")
+    assert "ROC AUC" in dom and "normalized entropy" in dom
+
+
+@needs_chromium
+def test_three_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, tmp_path):
+    from preprocessing import PreprocessConfig, Preprocessing
+    from preprocessing.synthetic import SynthConfig, write_days
+
+    server, api = prefect_server, prefect_server.api
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=5))
+    serve_args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "3", "--model", "demo",
+                  "--cron", CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
+                  "--eval-every", "8", "--checkpoint-every", "none"]
+    with server.serve(*serve_args, name="serve-nights") as serve:
+        def pipeline_deployment():
+            found = server.deployments()
+            return found.get("dlrmflow-pipeline") if len(found) == 5 and not any(
+                d["paused"] for d in found.values()) else None
+
+        pipeline = until(pipeline_deployment, 120, "five active deployments", server.proc, serve)
+        assert set(server.deployments()) == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train",
+                                             "dlrmflow-evaluate", "dlrmflow-score"}
+        assert [s["schedule"]["cron"] for s in pipeline["schedules"]] == [CRON]
+        dom = page(f"{server.ui}/deployments", tmp_path, "deployments")
+        for name in server.deployments():
+            assert name in dom
+        assert "At 02:00 AM every day" in dom
+
+        defaults = pipeline["parameters"]["config"]   # the form's defaults are serve's options
+        assert defaults["preprocess"]["inputs"] == [f"{logs}/{{date}}/part-*"]
+        assert (defaults["window"]["train_days"], defaults["model"]) == (3, "demo")
+        assert pipeline["global_concurrency_limit"]["limit"] == 1
+        assert pipeline["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+
+        def trigger(date: str) -> str:   # as the UI's Run button with only the date filled in
+            return until(lambda: answer(post, f"{api}/deployments/{pipeline['id']}/create_flow_run",
+                                        {"parameters": {"date": date}}), 60, "a new run", server.proc)["id"]
+
+        def finish(run_id: str) -> dict:
+            run = until(lambda: (r := get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
+                        480, "a night's run", server.proc, serve)
+            assert run["state"]["type"] == "COMPLETED", server.log("serve-nights")[-4000:]
+            return run
+
+        first_id = trigger(NIGHTS[0])
+        first = finish(first_id)
+        _check_the_ui_view_of_a_run(server, first_id, store, tmp_path)
+        after_first = _parsed(store)
+        # 11-01 is pruned: the next night's window (11-02..11-05) does not read it
+        assert sorted(after_first) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (2, 3, 4)]
+        # overlapping triggers: the third night is triggered while the second runs, and waits for it
+        second_id = trigger(NIGHTS[1])
+        until(lambda: get(f"{api}/flow_runs/{second_id}")["state"]["type"] == "RUNNING", 120, "night 2", serve)
+        third_id = trigger(NIGHTS[2])
+        until(lambda: get(f"{api}/flow_runs/{third_id}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
+              "night 3 to queue", serve)
+        second, third = finish(second_id), finish(third_id)
+        assert stamp(first["end_time"]) <= stamp(second["start_time"])
+        assert stamp(second["end_time"]) <= stamp(third["start_time"]), "two nights ran at once"
+
+        # each day was parsed once: by the first night that read it (older days pruned after night 3)
+        parsed = _parsed(store)
+        assert sorted(parsed) == [f"{logs}/2026-11-0{d}/part-00000.tsv" for d in (4, 5, 6)]
+        assert parsed[f"{logs}/2026-11-04/part-00000.tsv"] == after_first[f"{logs}/2026-11-04/part-00000.tsv"]
+        assert stamp(second["start_time"]).timestamp() < parsed[f"{logs}/2026-11-05/part-00000.tsv"] \
+            < stamp(second["end_time"]).timestamp()
+
+        model = store / "models" / "demo"
+        history = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
+        assert [h["date"] for h in history] == list(NIGHTS)
+        assert history[0]["decision"] == "first" and history[0]["champion"] is None
+        champion_run = history[0]["run"]
+        for h in history[1:]:
+            assert h["champion_run"] == champion_run
+            better = h["challenger"]["auc"] >= h["champion"]["auc"] + h["promote_margin"]
+            assert h["decision"] == ("promoted" if better else "kept"), h
+            champion_run = h["run"] if better else champion_run
+        champion = json.loads((model / "champion.json").read_text())
+        assert champion["run"] == champion_run
+        # the champion's serving bundle (it scored the champion on nights 2 and 3), and at most the one before
+        assert (Path(champion["bundle"]) / "manifest.json").is_file()
+        assert Path(champion["bundle"]).parent == model / "bundles" and len(list((model / "bundles").iterdir())) <= 2
+        for h in history:   # the challenger's numbers are its evaluation on the test day
+            metrics = json.loads((Path(h["run"]) / "eval" / "test" / "metrics.json").read_text())
+            assert h["challenger"]["auc"] == metrics["auc"] and h["challenger"]["rows"] == 3000
+        versions = post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["model-demo-history"]}}})
+        assert len(versions) == 3 and sorted(len(json.loads(v["data"])) for v in versions) == [1, 2, 3]
+        assert server.artifacts("model-demo-auc", third_id)
+
+    # the third night's dataset is the one preprocessing its window from scratch gives
+    config = yaml.safe_load((Path(history[-1]["run"]) / RunDir.PIPELINE).read_text())
+    dataset = Path(config["train"]["dataset"])
+    fresh = Preprocessing(PreprocessConfig(inputs=config["preprocess"]["inputs"], out=str(tmp_path / "fresh"),
+                                           progress=False)).run()
+    assert_same_files(dataset, Path(fresh))

@@ -1,0 +1,132 @@
+"""The served deployments' forms and `serve`'s life on the session's real Prefect server: the train
+form requires the dataset, the pipeline form offers the presets and not the fields the pipeline fills in,
+the local launcher shows no cluster fields (headless Chromium), and `serve` without a terminal stops on
+SIGTERM (pausing the deployments) and ends with an error when its server has gone."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from helpers.browser import needs_chromium, page, visible_text
+from helpers.prefect import post
+from helpers.processes import until
+
+pytestmark = needs_chromium
+
+
+@contextmanager
+def _serve(server, name: str, **env: str):
+    """`dlrmflow serve` as a background process without a terminal; waits for its five active deployments."""
+    with server.serve("--store", str(server.folder / "store"), name=name, env=env) as serve:
+        until(lambda: len(d := post(f"{server.api}/deployments/filter", {})) == 5 and not any(x["paused"] for x in d),
+              120, "five active deployments", server.proc, serve)
+        yield serve
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> int | None:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return None
+
+
+@contextmanager
+def _relay(port: int):
+    """A TCP relay from a free loopback port to ``port``: (its port, close). Closing it (the listener and every
+    open connection) is, to a client, the server gone; the session's server itself keeps running."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    conns: list[socket.socket] = []
+    closed = threading.Event()
+
+    def pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for c in (a, b):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def accept():
+        while not closed.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", port))
+            conns.extend((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    def close():
+        closed.set()
+        listener.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], close
+    finally:
+        close()
+
+
+def test_forms_and_sigterm(prefect_server, tmp_path):
+    server, api, ui = prefect_server, prefect_server.api, prefect_server.ui
+    with _serve(server, "serve") as serve:
+        deployments = {d["name"]: d for d in post(f"{api}/deployments/filter", {})}
+        schema = deployments["dlrmflow-train"]["parameter_openapi_schema"]
+        assert {"run_uri", "dataset"} <= set(schema["required"])
+        assert "dataset" not in schema["definitions"]["FlowTrainConfig"]["properties"]
+        pipeline = deployments["dlrmflow-pipeline"]
+        defs = pipeline["parameter_openapi_schema"]["definitions"]
+        assert "dataset" not in defs["FlowTrainConfig"]["properties"]
+        assert not {"out", "progress"} & set(defs["PipelinePreprocessConfig"]["properties"])
+        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
+                                                                                      "synthetic"]
+        assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
+
+        train = deployments["dlrmflow-train"]["id"]
+        form = visible_text(page(f"{ui}/deployments/deployment/{train}/run", tmp_path, "train"))
+        assert " | dataset | A dataset folder" in form and "dataset (Optional)" not in form
+        form = visible_text(page(f"{ui}/deployments/deployment/{pipeline['id']}/run", tmp_path, "pipeline"))
+        launcher = form[form.index("Launcher (Optional)"):form.index("Evaluate (Optional)")]
+        assert '"local"' in launcher and not re.search(r"partition|sbatch|namespace|kubectl|gpus_per_node", launcher)
+        assert "Preset (Optional)" in form and "`out/_work`" not in form and "out/_work" in form
+        os.killpg(serve.pid, signal.SIGTERM)
+        code = _wait(serve, 30)
+    assert code == 0
+    deployments = post(f"{api}/deployments/filter", {})
+    assert all(d["paused"] for d in deployments)
+    scheduled = post(f"{api}/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
+    assert not [r for r in scheduled if r["auto_scheduled"]]
+
+
+def test_serve_ends_with_an_error_when_the_server_has_gone(prefect_server):
+    """`serve` talks to the session's server through a relay; closing the relay is the server gone."""
+    with _relay(int(prefect_server.api.split(":")[2].split("/")[0])) as (port, close):
+        with _serve(prefect_server, "serve-gone", PREFECT_API_URL=f"http://127.0.0.1:{port}/api") as serve:
+            start = time.monotonic()
+            close()
+            code = _wait(serve, 90)
+    output = prefect_server.log("serve-gone")
+    assert code == 2, output[-3000:]
+    assert "has not answered" in output and time.monotonic() - start < 90

@@ -1,0 +1,243 @@
+"""`dlrmflow run`, `serve` and `train` refuse bad settings with one clear line, before any work starts (in this
+interpreter, `flows.cli.main`; one smoke test per command as a fresh `dlrmflow` process)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+def _dlrmflow(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_", "DLRMFLOW_"))}
+    return subprocess.run([sys.executable, "-m", "flows", *args], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**base, "PREFECT_HOME": str(tmp_path / "prefect"),
+                                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **env})  # busy
+
+
+def _main(*args: str, capsys) -> tuple[int, str]:
+    """`dlrmflow ARGS` in this interpreter (flows.cli.main): (exit code, what it wrote to stderr)."""
+    from flows.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["run", "--store", "gs://bucket/x"], {}, "unsupported scheme 'gs'"),
+    (["run", "--store", "s3://bucket/x"], {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                                           "AWS_CONFIG_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"},
+     "no AWS credentials"),
+    (["run", "--set", "train.arch.no_such_field=1"], {}, "train.arch.no_such_field: Extra inputs are not permitted"),
+    (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
+    (["serve"], {}, "serve needs a Prefect server"),
+    (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
+])
+def test_bad_settings_fail_before_work(args, env, message, tmp_path, monkeypatch, capsys):
+    """In-process (`flows.cli.main`): exit 2 and the one line, before Prefect or the store is touched."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.cli import main
+
+    for key in [k for k in os.environ if k.startswith(("AWS_", "DLRMFLOW_"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key != "PREFECT_API_URL":
+            monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    api = {PREFECT_API_URL: env["PREFECT_API_URL"]} if "PREFECT_API_URL" in env else {}
+    with temporary_settings(updates=api, restore_defaults=set() if api else {PREFECT_API_URL}):
+        assert main(args) == 2
+    out = capsys.readouterr()
+    assert message in out.err and "Traceback" not in out.err
+    assert "temporary server" not in out.err + out.out and not (tmp_path / "artifacts" / "synthetic").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, env, message", [
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
+    (["serve"], {}, "serve needs a Prefect server"),
+])
+def test_the_command_line_fails_before_work_with_one_line(args, env, message, tmp_path):
+    """The smoke test of `dlrmflow run` and `dlrmflow serve` as commands (a fresh interpreter, no Prefect
+    variables): exit 2 and one line, no traceback, no temporary server."""
+    r = _dlrmflow(*args, tmp_path=tmp_path, **env)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert "temporary server" not in r.stderr + r.stdout and not (tmp_path / "artifacts" / "synthetic").exists()
+
+
+def _run_config(*argv: str):
+    import argparse
+
+    from flows.commands import run
+
+    parser = argparse.ArgumentParser()
+    run.add_arguments(parser)
+    return run.build_config(parser.parse_args(argv))
+
+
+def test_run_takes_the_presets_preprocessing_unless_given(capsys):
+    """`dlrmflow run --input <10k rows> --preset criteo-sample` preprocesses as the preset was tuned; what the
+    user gives wins, and files mapped to splits keep their splits (the preset's split rule is not applied)."""
+    config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample")
+    assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 12)
+    assert config.train.early_stopping_patience == 6  # the criteo-sample preset's training settings
+    config = _run_config("--input", "rows.tsv.gz", "--preset", "criteo-sample", "--frequency-threshold", "3")
+    assert config.preprocess.frequency_threshold == 3
+    capsys.readouterr()
+    config = _run_config("--input", "train=a.tsv", "--input", "test=b.tsv", "--preset", "criteo-sample")
+    assert config.preprocess.split is None and config.preprocess.frequency_threshold == 12
+    assert config.preprocess.inputs == ["train=a.tsv", "test=b.tsv"]
+    said = capsys.readouterr().err
+    assert "preprocess.frequency_threshold = 12" in said and "preprocess.split not applied" in said
+
+
+def test_every_config_field_is_a_command_line_option():
+    """Each stage model's fields are reachable from its subcommand (generated from the models)."""
+    from flows.cli import build_parser
+    from flows.config import PipelineConfig, ServeConfig
+    from flows.options import _unwrap_optional, collect
+    from preprocessing.config import PreprocessConfig
+    from preprocessing.synthetic import SynthConfig
+    from training.config import EvaluateConfig, TrainConfig
+    from training.launchers import RanksConfig
+
+    def leaves(model, prefix=""):
+        for name, field in model.model_fields.items():
+            annotation = _unwrap_optional(field.annotation)[0]   # an optional section (init_from) too
+            sub = getattr(annotation, "model_fields", None)
+            if sub is not None and name not in ("launcher",):
+                yield from leaves(annotation, prefix + name + ".")
+            elif name != "launcher":
+                yield prefix + name
+
+    def subparser(cmd):
+        return build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
+
+    sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "synth", "serve")}
+    dests = {cmd: {a.dest for a in p._actions} for cmd, p in sub.items()}
+    assert {f"@train:{f}" for f in leaves(TrainConfig)} <= dests["train"]
+    assert {f"@launch:{f}" for f in leaves(RanksConfig)} <= dests["train"]
+    assert {"@launch:launcher.kind", "@launch:launcher.partition", "@launch:launcher.image",
+            "@launch:launcher.nnodes"} <= dests["train"]
+    assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]
+    assert {f"@evaluate:{f}" for f in leaves(EvaluateConfig)} <= dests["evaluate"]
+    assert {f"@config:{f}" for f in leaves(SynthConfig)} <= dests["synth"]
+    filled_in = {"train.dataset", "preprocess.out", "preprocess.progress"}
+    served = {"pipeline." + f for f in filled_in | {"store", "window.timezone"}}  # serve's own store and time zone
+    assert {f"@config:{f}" for f in leaves(ServeConfig)} - {f"@config:{f}" for f in served} <= dests["serve"]
+    assert {f"@pipeline:{f}" for f in leaves(PipelineConfig)} - {f"@pipeline:{f}" for f in filled_in} <= dests["run"]
+    args = sub["train"].parse_args(["--run", "r", "--optimizer.dense.lr", "0.3", "--launcher", "slurm",
+                                     "--launcher.nodes", "4", "--data.no-shuffle", "--arch.bottom-mlp", "32", "16"])
+    assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "arch.bottom_mlp": [32, 16]}
+    assert collect(args, "launch") == {"launcher.kind": "slurm", "launcher.nodes": 4}
+
+
+def _help(capsys, *argv: str) -> str:
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as end:
+        main(list(argv))
+    assert end.value.code == 0
+    return capsys.readouterr().out
+
+
+def _listed(help_text: str) -> list[str]:
+    """The options a help text lists (the first name of each; -h left out)."""
+    return re.findall(r"^  (--[\w.-]+)", help_text, re.M)
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "train", "plan", "render"])
+def test_help_lists_the_everyday_options_and_help_all_every_option(command, capsys):
+    """`--help` lists the command's EVERYDAY options (about 15) and ends saying `--help-all` shows all N."""
+    everyday = importlib.import_module(f"flows.commands.{command}").EVERYDAY
+    short, full = _help(capsys, command, "--help"), _help(capsys, command, "--help-all")
+    total = len(_listed(full))
+    assert sorted(_listed(short)) == sorted([*everyday, "--help-all"])  # each EVERYDAY name is an option
+    assert len(everyday) <= 15 and total > 2 * len(everyday)
+    assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
+    assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
+    if command == "run":
+        assert total == 116
+
+
+def test_a_hidden_option_still_parses_and_takes_effect(capsys):
+    from flows.cli import build_parser
+    from flows.commands import run
+
+    hidden = ["--optimizer.dense.eps", "1e-6", "--evaluate.split", "val", "--synthetic.rows", "5000"]
+    assert not set(hidden[::2]) & set(_listed(_help(capsys, "run", "--help")))
+    config = run.build_config(build_parser(only="run").parse_args(["run", *hidden]))
+    assert (config.train.optimizer.dense.eps, config.evaluate.split, config.synthetic.rows) == (1e-6, "val", 5000)
+
+
+@pytest.mark.parametrize("flag, value, yaml_text", [
+    ("--optimizer.dense.lr", "-1", "optimizer: {dense: {lr: -1}}"),
+    ("--arch.interaction", "attention", "arch: {interaction: attention}"),
+    ("--epochs", "two", "epochs: two"),
+])
+def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, value, yaml_text, tmp_path, capsys):
+    from common.errors import UserError
+    from training.config import TrainConfig
+
+    (tmp_path / "bad.yaml").write_text(yaml_text)
+    with pytest.raises(UserError) as from_yaml:
+        TrainConfig.from_yaml(str(tmp_path / "bad.yaml"))
+    code, err = _main("train", "--run", str(tmp_path / "r"), "--dataset", "d", flag, value, capsys=capsys)
+    assert code == 2 and "Traceback" not in err
+    assert str(from_yaml.value).split(": ", 1)[1] in err, (str(from_yaml.value), err)
+    assert err.startswith("error: command line: ")
+
+
+@pytest.mark.slow
+def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
+    """Inside the running flows (Prefect started): the message alone; `--debug` adds the traceback."""
+    missing = str(tmp_path / "no-such-day.tsv")
+    r = _dlrmflow("run", "--input", missing, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("does not exist") >= 1 and f"error: input '{missing}' does not exist" in r.stderr
+    r = _dlrmflow("--debug", "run", "--input", missing, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
+    assert r.returncode == 2 and "Traceback" in r.stderr
+
+
+@pytest.mark.parametrize("flag, value, valid", [
+    ("--eval-split", "validation", "train, val, test"),
+    ("--data.train-split", "training", "train, val, test"),
+    ("--evaluate.split", "testing", "train, test"),
+])
+def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(flag, value, valid, tmp_path, capsys):
+    """The split names come from the split rule (or the inputs mapped to splits) before anything is read."""
+    split = ["--split", "ordered:train=0.9,test=0.1"] if valid == "train, test" else []
+    code, err = _main("run", flag, value, *split, "--store", str(tmp_path / "store"), capsys=capsys)
+    assert code == 2, err[-2000:]
+    assert f"the dataset has no split '{value}' (it has: {valid})" in err and "Traceback" not in err
+    assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
+
+
+def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
+    """The pipeline flow applies `preset` as `dlrmflow run --preset` does (PipelineConfig.with_preset), a form's
+    changed fields counting as given; the result has no preset left, so applying it again changes nothing."""
+    from flows.config import PipelineConfig
+
+    form = PipelineConfig(preset="criteo-sample", preprocess={"frequency_threshold": 3}, train={"epochs": 2})
+    config, notes = form.with_preset()
+    assert (config.preprocess.split, config.preprocess.frequency_threshold) == ("ordered:train=0.7,val=0.1,test=0.2", 3)
+    assert (config.train.early_stopping_patience, config.train.epochs) == (6, 2)
+    assert config.preset is None and config.with_preset() == (config, [])
+    assert "preset criteo-sample: preprocess.frequency_threshold not applied (given: 3)" in notes
+
+
+def test_default_run_names_survive_the_arch_rename():
+    """The hash in a run's default name is the one from before `model` became `arch`, so `dlrmflow run` again
+    finds (and resumes) the runs made before it."""
+    from flows.config import config_hash
+    from training.config import TrainConfig
+
+    assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"

@@ -1,0 +1,158 @@
+"""The fixtures the test folders share (registered by tests/conftest.py). Those declared with ``slow_fixture``
+start torchrun or a server: a test using one is marked slow (helpers/slow.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import fake_cluster
+from helpers.datasets import write_dataset
+from helpers.paths import ADULT, BIN, CRITEO_10K, need
+from helpers.prefect import prefect_server as start_prefect_server
+from helpers.processes import free_port, process_group, python, wait_for_port
+from helpers.runs import TrainedRuns
+from helpers.slow import slow_fixture
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "testing-secret-3f9a1c",
+          "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def criteo_10k() -> Path:
+    """The 10,000 real Criteo Kaggle rows (gzipped raw TSV)."""
+    return need(CRITEO_10K)
+
+
+@pytest.fixture(scope="session")
+def adult_parquet() -> Path:
+    """The UCI Adult table (bring-your-own path)."""
+    return need(ADULT)
+
+
+@slow_fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect API with a SQLite database, shared by the session's in-process flow tests."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@slow_fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """The session's real `prefect server start` (a free loopback port) for the tests that serve deployments
+    to it (`dlrmflow serve`) and look at its UI: a helpers.prefect.PrefectServer."""
+    with start_prefect_server(tmp_path_factory.mktemp("prefect-server")) as server:
+        yield server
+
+
+@slow_fixture(scope="session")
+def trained_runs(tmp_path_factory) -> TrainedRuns:
+    """The session's factory of trained runs: ``trained_runs(dataset, *args, nproc=1)`` trains once per key."""
+    return TrainedRuns(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_inputs(tmp_path_factory) -> str:
+    """4,000 synthetic Criteo rows in two files; returns their glob."""
+    from preprocessing.synthetic import generate
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    generate(str(folder), rows=4000, files=2, seed=1)
+    return f"{folder}/part-*"
+
+
+@pytest.fixture()
+def s3_server(monkeypatch):
+    """moto's S3 server on a free 127.0.0.1 port with a bucket ``store``; AWS_* variables point at it."""
+    import boto3
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()  # cached filesystems keep the endpoint of an earlier test
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with process_group([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        wait_for_port(port, proc, 30)
+        for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3.create_bucket(Bucket="store")
+        yield s3
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """Fake sbatch/scontrol/srun first on PATH: (tmp_path, the Slurm launcher's settings)."""
+    return fake_cluster.fake_slurm(tmp_path, monkeypatch)
+
+
+# ---------------------------------------------------------------- shared datasets and runs
+
+CRITEO_ROWS = {"train": 3000, "val": 500, "test": 777}   # 777 test rows: the last batch of each rank is padded
+CRITEO_FAST = ["--set", "data.batch_size=256", "--set", "data.eval_batch_size=128", "--set", "eval_every=4",
+               "--set", "epochs=1", "--set", "log_every=4"]
+CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"}
+
+
+@pytest.fixture(scope="session")
+def criteo(criteo_10k, tmp_path_factory):
+    """Real Criteo rows in train/val/test files, preprocessed (files split, frequency threshold 2):
+    {"root", "raw": split -> file, "dataset"}."""
+    from preprocessing import PreprocessConfig, run as preprocess
+
+    root = tmp_path_factory.mktemp("criteo")
+    with gzip.open(criteo_10k, "rt") as f:
+        lines = f.read().splitlines()
+    start, raw = 0, {}
+    for split, n in CRITEO_ROWS.items():
+        raw[split] = root / "raw" / f"{split}.tsv"
+        raw[split].parent.mkdir(exist_ok=True)
+        raw[split].write_text("\n".join(lines[start:start + n]) + "\n")
+        start += n
+    ds = preprocess(PreprocessConfig(inputs=[f"{s}={p}" for s, p in raw.items()], out=str(root / "store"),
+                                     frequency_threshold=2, progress=False))
+    return {"root": root, "raw": raw, "dataset": Path(ds)}
+
+
+@slow_fixture(scope="session")
+def criteo_run(criteo, trained_runs):
+    """A tiny 1-rank run on ``criteo``, evaluated on 'test', and the checkpoint's own predictions of 'test':
+    {"run", "evaluation", "p", "y"} (the scoring and export tests)."""
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+
+    run = trained_runs(criteo["dataset"], *CRITEO_FAST).path
+    evaluation = evaluate_run(str(run), EvaluateConfig(), env=CHILD_ENV, on_line=lambda _: None)
+    code = f"""
+import json
+from training.trainer import Trainer
+p, y = Trainer.from_run({str(run)!r}, {evaluation['step']}).predict("test")
+print(json.dumps({{"p": p.tolist(), "y": y.tolist()}}))
+"""
+    ref = json.loads(python(code).strip().splitlines()[-1])
+    return {"run": run, "evaluation": evaluation, "p": np.array(ref["p"], np.float32), "y": np.array(ref["y"])}
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Path:
+    """helpers.datasets.write_dataset with 2,048 / 512 / 777 rows (777: the last batches are padded)."""
+    return write_dataset(tmp_path_factory.mktemp("small") / "ds", {"train": 2048, "val": 512, "test": 777})
+
+
+# A DCN model with capped (hashed) tables and row-wise shards on 2 ranks, evaluated every 4 of its 8 steps
+TWO_RANK_ARGS = ("--set", "arch.interaction=dcn", "--set", "arch.max_table_size=120",
+                 "--set", "sharding.constraints={t_c1: {sharding_types: [row_wise]}, t_c3: {sharding_types: [row_wise]}}",
+                 "--set", "data.batch_size=256", "--set", "eval_every=4", "--set", "epochs=1", "--set", "log_every=4")
+
+
+@slow_fixture(scope="session")
+def two_rank_run(small_dataset, trained_runs) -> Path:
+    """``small_dataset`` trained on 2 ranks (TWO_RANK_ARGS): the evaluate and export tests' run."""
+    return trained_runs(small_dataset, *TWO_RANK_ARGS, nproc=2).path

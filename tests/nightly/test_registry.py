@@ -1,0 +1,361 @@
+"""Named models: the promotion rule, the promotion lock (local O_EXCL and S3 conditional writes, against moto's
+server), history and champion under concurrent promotions from two processes, and the history pictures."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import fsspec
+import pytest
+
+from common.errors import UserError
+from flows import models
+
+
+def candidate(run: str, date: str, auc: float, logloss: float = 0.45, rows: int = 1000) -> dict:
+    """A challenger as the pipeline gives it to ``record``."""
+    return {"run": f"/store/runs/{run}", "step": 10, "dataset": f"/store/datasets/d-{date}",
+            "vocab": f"/store/datasets/d-{date}/vocab", "date": date, "window": [date], "metrics":
+            {"auc": auc, "logloss": logloss, "rows": rows}}
+
+
+def score_stored(champion: models.Champion) -> dict:
+    """The champion's metrics on the day: here the ones it was promoted with."""
+    return dict(champion.metrics)
+
+
+@pytest.fixture(params=["local", "s3"])
+def model(request, tmp_path) -> str:
+    """A model folder in a local store and in an S3 store (moto's server)."""
+    if request.param == "s3":
+        request.getfixturevalue("s3_server")
+        return "s3://store/dlrm/models/ctr"
+    return str(tmp_path / "store" / "models" / "ctr")
+
+
+def read(model: str, name: str) -> str | None:
+    return models._read(model, name)
+
+
+# --- decide -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("challenger, champion, margin, decision", [
+    (0.70, None, 0.0, "first"),
+    (0.70, 0.69, 0.0, "promoted"),
+    (0.70, 0.70, 0.0, "promoted"),       # a tie promotes the newer model
+    (0.70, 0.69, 0.02, "kept"),          # not better by the margin
+    (0.72, 0.70, 0.02, "promoted"),
+    (0.60, 0.70, 0.0, "kept"),
+    (math.nan, 0.70, 0.0, "kept"),       # NaN never promotes
+    (math.nan, None, 0.0, "kept"),
+    (0.70, math.nan, 0.0, "kept"),
+    (None, 0.70, 0.0, "kept"),           # a missing AUC counts as NaN
+])
+def test_decide(challenger, champion, margin, decision):
+    got, reason = models.decide({"auc": challenger, "logloss": 0.41},
+                                None if champion is None else {"auc": champion, "logloss": 0.43}, margin)
+    assert got == decision
+    assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
+
+
+@pytest.mark.parametrize("margin", [-0.01, math.nan, math.inf])
+def test_decide_rejects_bad_margins(margin):
+    with pytest.raises(UserError, match="promote_margin .* Fix:"):
+        models.decide({"auc": 0.7}, None, margin)
+
+
+# --- record -----------------------------------------------------------------------------------------------------
+
+def test_record_first_promoted_kept_and_idempotent(model):
+    first = models.record(model, candidate("r1", "2026-11-01", 0.70))
+    assert first["decision"] == "first" and first["champion"] is None and first["champion_run"] is None
+    assert models.load_champion(model).run == "/store/runs/r1"
+
+    second = models.record(model, candidate("r2", "2026-11-02", 0.72), champion_metrics={"auc": 0.71,
+                           "logloss": 0.5, "rows": 1000}, champion_run="/store/runs/r1", margin=0.005)
+    assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
+    assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
+
+    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715},
+                          champion_run="/store/runs/r2")
+    assert third["decision"] == "kept"
+    champion = models.load_champion(model)
+    assert (champion.run, champion.date, champion.name) == ("/store/runs/r2", "2026-11-02", "ctr")
+    assert champion.metrics == {"auc": 0.72, "logloss": 0.45, "rows": 1000}
+    assert champion.promoted_at == second["at"]
+
+    again = models.record(model, candidate("r2", "2026-11-02", 0.99))  # a re-run of night 2: the same line
+    assert again == second
+    lines = models.history(model)
+    assert [(e["run"], e["decision"]) for e in lines] == [
+        ("/store/runs/r1", "first"), ("/store/runs/r2", "promoted"), ("/store/runs/r3", "kept")]
+    assert lines == [first, second, third]
+    assert read(model, models.LOCK_FILE) is None  # released
+
+
+def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
+    model = str(tmp_path / "models" / "ctr")
+    entry = models.record(model, candidate("r1", "2026-11-01", math.nan))
+    assert entry["decision"] == "kept" and entry["challenger"]["auc"] is None
+    assert models.history(model) == [entry] and models.load_champion(model) is None
+
+
+def test_champion_changed_while_training(model):
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70},
+                  champion_run="/store/runs/r1")
+    # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
+    scored = []
+    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70},
+                          champion_run="/store/runs/r1", score_champion=lambda c: scored.append(c.run) or
+                          {"auc": 0.76, "logloss": 0.4, "rows": 1000})
+    assert scored == ["/store/runs/r2"]
+    assert (entry["decision"], entry["champion_run"], entry["champion"]["auc"]) == ("kept", "/store/runs/r2", 0.76)
+    # without a way to score it, the champion is kept
+    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5},
+                          champion_run="/store/runs/r1")
+    assert entry["decision"] == "kept" and "no metrics of it" in entry["reason"]
+    assert models.load_champion(model).run == "/store/runs/r2"
+
+
+def test_an_older_days_model_never_replaces_a_newer_champion(model):
+    models.record(model, candidate("r6", "2026-11-06", 0.70))
+    entry = models.record(model, candidate("r5", "2026-11-05", 0.99), score_champion=lambda c: 1 / 0)  # a backfill
+    assert entry["decision"] == "kept" and "later day (2026-11-06)" in entry["reason"]
+    assert models.load_champion(model).run == "/store/runs/r6"
+
+
+def test_a_failure_before_the_writes_changes_nothing(model):
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    before = (read(model, models.CHAMPION_FILE), read(model, models.HISTORY_FILE))
+
+    def crash(champion):
+        raise RuntimeError("scoring crashed")
+
+    with pytest.raises(RuntimeError, match="scoring crashed"):
+        models.record(model, candidate("r2", "2026-11-02", 0.9), score_champion=crash)
+    assert (read(model, models.CHAMPION_FILE), read(model, models.HISTORY_FILE)) == before
+    assert read(model, models.LOCK_FILE) is None
+    entry = models.record(model, candidate("r2", "2026-11-02", 0.9), score_champion=score_stored)  # the re-run
+    assert entry["decision"] == "promoted" and models.load_champion(model).run == "/store/runs/r2"
+
+
+def test_a_rerun_completes_a_promotion_cut_short(tmp_path, monkeypatch):
+    model = str(tmp_path / "models" / "ctr")
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    real = models._write_champion
+
+    def crash(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(models, "_write_champion", crash)
+    with pytest.raises(OSError):
+        models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
+    assert models.load_champion(model).run == "/store/runs/r1"  # the history says promoted, champion.json not yet
+    monkeypatch.setattr(models, "_write_champion", real)
+    entry = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
+    assert entry["decision"] == "promoted" and len(models.history(model)) == 2
+    assert models.load_champion(model).run == "/store/runs/r2"
+
+
+def test_bad_inputs(tmp_path):
+    model = str(tmp_path / "models" / "ctr")
+    with pytest.raises(UserError, match="challenger of model .* incomplete.*Fix:"):
+        models.record(model, {"run": "r", "date": "2026-11-01"})
+    with pytest.raises(UserError, match=r"metrics.rows: missing"):
+        models.record(model, {**candidate("r1", "2026-11-01", 0.7), "metrics": {"auc": 0.7, "logloss": 0.4}})
+    with pytest.raises(UserError, match="promote_margin"):
+        models.record(model, candidate("r1", "2026-11-01", 0.7), margin=-1)
+    (tmp_path / "models" / "ctr").mkdir(parents=True)
+    (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text('{"date": "2026-11-01"}\nnot json\n')
+    with pytest.raises(UserError, match="history.jsonl line 2 is not JSON"):
+        models.history(model)
+    (tmp_path / "models" / "ctr" / models.CHAMPION_FILE).write_text('{"run": 1}')
+    with pytest.raises(UserError, match="champion.json is not a champion record"):
+        models.load_champion(model)
+    assert not (tmp_path / "models" / "ctr" / models.LOCK_FILE).exists()
+
+
+# --- the lock ---------------------------------------------------------------------------------------------------
+
+def test_lock_waits_names_the_holder_and_times_out(model):
+    said = []
+    with models.promotion_lock(model, "night of 2026-11-02") as held:
+        with pytest.raises(UserError, match="held by night of 2026-11-02 .*waited 0.5 s.*Fix:"):
+            with models.promotion_lock(model, "night of 2026-11-03", timeout_s=0.5, say=said.append):
+                pass
+        held.check()  # still ours
+    assert any("waiting for the promotion lock" in s and "night of 2026-11-02" in s for s in said)
+    with models.promotion_lock(model, "night of 2026-11-03", timeout_s=0.5):  # released: free again
+        pass
+
+
+def test_a_stale_lock_is_taken_over_and_its_holder_cannot_write(model):
+    said = []
+    crashed = models.promotion_lock(model, "crashed night", stale_s=0.5)
+    old = crashed.__enter__()  # never left: the holder crashed
+    time.sleep(1.1)  # expiry is to the second
+    with models.promotion_lock(model, "next night", timeout_s=5, say=said.append) as held:
+        held.check()
+        with pytest.raises(models.LockLost, match="expired while crashed night held it.*now held by next night"):
+            old.check()
+    assert any("took over" in s and "crashed night" in s for s in said)
+    assert read(model, models.LOCK_FILE) is None
+    with models.promotion_lock(model, "other", timeout_s=0):
+        crashed.__exit__(None, None, None)  # the old holder's release leaves another's lock alone
+        assert '"other"' in read(model, models.LOCK_FILE)
+
+
+def test_an_unreadable_local_lock_expires(tmp_path):
+    model = str(tmp_path / "models" / "ctr")
+    (tmp_path / "models" / "ctr").mkdir(parents=True)
+    lock = tmp_path / "models" / "ctr" / models.LOCK_FILE
+    lock.write_text("")  # a holder that crashed between creating and writing it
+    with pytest.raises(UserError, match="unknown"):
+        with models.promotion_lock(model, "me", timeout_s=0.3):
+            pass
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with models.promotion_lock(model, "me", timeout_s=2) as held:
+        held.check()
+
+
+def test_s3_lock_uses_conditional_writes(s3_server):
+    """moto (like AWS S3) refuses a second If-None-Match create and an If-Match put on a changed object."""
+    fs, path = fsspec.core.url_to_fs("s3://store/x/lock", endpoint_url=s3_server.meta.endpoint_url)
+    lock = models._S3LockObject(fs, path)
+    assert lock.create(b"a") and not lock.create(b"b")
+    data, etag, _ = lock.read()
+    assert data == b"a"
+    assert lock.replace(etag, b"c") and not lock.replace(etag, b"d")
+    assert lock.read()[0] == b"c"
+    assert not lock.replace(etag, None) and lock.read()[0] == b"c"  # not the version we saw: not deleted
+    assert lock.replace(lock.read()[1], None) and lock.read() is None
+
+
+# --- two processes at once --------------------------------------------------------------------------------------
+
+AUCS = [0.70, 0.69, 0.73, 0.72, 0.75, 0.71]  # per process and night: some promote, some are kept
+
+
+def _promote_nights(model: str, worker: int, start, out) -> None:
+    def slow_score(champion):
+        time.sleep(0.05)  # widen the read-decide-write window: without the lock, lines would be lost
+        return dict(champion.metrics)
+
+    start.wait()
+    for night, auc in enumerate(AUCS):
+        entry = models.record(model, candidate(f"w{worker}-n{night}", f"2026-11-{night + 1:02d}", auc + worker / 1000),
+                              score_champion=slow_score, owner=f"worker {worker}", stale_s=60, timeout_s=60)
+        out.put((worker, night, entry["decision"]))
+
+
+def test_two_processes_promoting_at_once(model):
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_promote_nights, args=(model, w, start, out)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    results = [out.get(timeout=5) for _ in range(2 * len(AUCS))]
+    lines = models.history(model)
+    assert len(lines) == 2 * len(AUCS)  # none lost, none twice
+    assert sorted((e["run"], e["decision"]) for e in lines) == sorted(
+        (f"/store/runs/w{w}-n{n}", d) for w, n, d in results)
+    for w in (1, 2):  # each process's nights in its order
+        assert [e["run"] for e in lines if e["run"].startswith(f"/store/runs/w{w}-")] == [
+            f"/store/runs/w{w}-n{n}" for n in range(len(AUCS))]
+    assert [e["at"] for e in lines] == sorted(e["at"] for e in lines)
+    assert [e["decision"] for e in lines].count("first") == 1
+    for i, entry in enumerate(lines[1:], 1):  # each decision saw the champion that the lines before left
+        last = next(e for e in reversed(lines[:i]) if e["decision"] in models.PROMOTING)
+        assert entry["champion_run"] == last["run"]
+        if entry["date"] < last["date"]:   # the other process's champion is of a later day: never replaced
+            assert entry["champion"] is None and entry["decision"] == "kept"
+        else:
+            assert entry["champion"]["auc"] == last["challenger"]["auc"]
+    champion = models.load_champion(model)
+    last = next(e for e in reversed(lines) if e["decision"] in models.PROMOTING)
+    assert (champion.run, champion.date, champion.promoted_at) == (last["run"], last["date"], last["at"])
+    assert read(model, models.LOCK_FILE) is None
+
+
+# --- pictures and artifacts -------------------------------------------------------------------------------------
+
+def _history_lines(days: int = 4) -> list[dict]:
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    lines = []
+    for i in range(days):
+        decision = "first" if i == 0 else ("promoted" if i % 2 else "kept")
+        lines.append({"date": (start + timedelta(days=i)).date().isoformat(), "window": [], "run": f"r{i}",
+                      "challenger": {"auc": 0.7 + i / 100, "logloss": 0.45, "rows": 100},
+                      "champion": None if i == 0 else {"auc": 0.7, "logloss": 0.46, "rows": 100},
+                      "decision": decision})
+    return lines
+
+
+def test_model_history_png():
+    from training.plots import model_history_png
+
+    for lines in (_history_lines(), [], _history_lines(1)):
+        png = model_history_png(lines, "ctr")
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+
+
+def test_model_keys_are_valid_and_distinct():
+    from flows.artifacts import MODEL_HISTORY, model_key
+
+    assert model_key("ctr", MODEL_HISTORY) == "model-ctr-history"
+    keys = {model_key(n, MODEL_HISTORY) for n in ("ctr", "CTR", "ctr_v2", "ctr.v2", "ctr-v2")}
+    assert len(keys) == 5 and all(k.replace("-", "").isalnum() and k == k.lower() for k in keys)
+
+
+def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
+    from prefect import flow
+
+    from flows import artifacts
+    from helpers.prefect import latest_artifacts
+
+    model = str(tmp_path / "models" / "Ctr_1")
+
+    @flow
+    def nightly(night: int, auc: float) -> dict:
+        entry = models.record(model, candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored)
+        artifacts.model_history(model, "Ctr_1", entry)
+        return entry
+
+    nightly(1, 0.7)
+    nightly(2, 0.68)
+    entry = nightly(3, 0.72)
+    found = latest_artifacts()
+    key = artifacts.model_key("Ctr_1", artifacts.MODEL_HISTORY)
+    assert [(r["date"], r["decision"], r["challenger AUC"]) for r in found[key]] == [
+        ("2026-11-01", "first", 0.7), ("2026-11-02", "kept", 0.68), ("2026-11-03", "promoted", 0.72)]
+    decision = found[artifacts.model_key("Ctr_1", artifacts.MODEL_DECISION)]
+    assert "2026-11-03: **promoted**" in decision and entry["reason"] in decision and "| AUC | 0.72 | 0.7 |" in decision
+    picture = found[artifacts.model_key("Ctr_1", artifacts.MODEL_AUC)]
+    assert picture.startswith("![model-ctr-1-") and "data:image/png;base64," in picture
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:  # one version per night
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        versions = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    assert len(versions) == 3
+    assert json.loads(versions[0].data) is not None
+
+
+def test_init_from_a_model_folder_is_its_champion(model):
+    from training.config import InitFrom
+
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
+    other = InitFrom(run="/store/runs/r9", checkpoint="latest")
+    assert models.champion_init(other) == other and models.champion_init(None) is None

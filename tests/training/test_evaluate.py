@@ -1,0 +1,60 @@
+"""`dlrmflow evaluate` end to end (real torchrun) on the session's 2-rank run (helpers/fixtures.py two_rank_run):
+1 rank and 2 ranks give the same metrics; the files land in <run>/eval/<split>/; the metrics are those of the
+checkpoint's own predictions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.paths import REPO
+from helpers.processes import python
+from training.config import EvaluateConfig
+from training.evaluate import evaluate_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(400)
+def test_cli_one_rank_then_api_two_ranks_agree(two_rank_run):
+    run = two_rank_run
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "evaluate", "--run", str(run)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = run / "eval" / "test"
+    for line in ("ROC AUC", "normalized entropy", "PR AUC", "calibration", f"wrote {out}/metrics.json"):
+        assert line in proc.stdout, proc.stdout
+    one = json.loads((out / "metrics.json").read_text())
+    best = json.loads((run / "checkpoints" / "best").read_text())
+    assert one["step"] == best["step"] and one["checkpoint"] == "best" and one["split"] == "test"
+    assert one["rows"] == 777 and one["world_size"] == 1 and one["dataset"].endswith("ds")  # (helpers/fixtures.py small_dataset)
+    for name in ("roc.png", "calibration.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000, name
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+
+    # the same checkpoint by its step number, on 2 ranks, through the Python API
+    two = evaluate_run(str(run), EvaluateConfig(checkpoint=best["step"], nproc=2), env={"OMP_NUM_THREADS": "1"},
+                       on_line=lambda _: None)
+    assert two["world_size"] == 2 and two["rows"] == 777 and two["positives"] == one["positives"]
+    for k in ("auc", "pr_auc", "logloss", "normalized_entropy", "accuracy", "calibration", "base_logloss"):
+        assert two[k] == pytest.approx(one[k], rel=1e-6, abs=1e-7), k
+    assert one["auc"] > 0.6  # the planted signal was learned
+
+    # independent check: the metrics of the checkpoint's predictions, computed in this test
+    code = f"""
+import json, numpy as np
+from training.trainer import Trainer
+p, y = Trainer.from_run({str(run)!r}, {best['step']}).predict("test")
+pos, neg = p[y == 1], p[y == 0]
+auc = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
+q = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
+print(json.dumps({{"auc": float(auc), "logloss": float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))}}))
+"""
+    ref = json.loads(python(code).strip().splitlines()[-1])
+    assert one["auc"] == pytest.approx(ref["auc"], abs=1e-9) and one["logloss"] == pytest.approx(ref["logloss"], rel=1e-6)

@@ -1,0 +1,182 @@
+"""Serving bundles (`dlrmflow export`, training.export, `score --bundle`): a bundle loaded in a fresh process that
+imports only torch/numpy/polars predicts what the DCP model predicts; the bundle of a checkpoint written by 2
+ranks (row-wise shards, DCN, capped tables) equals the one of the same weights re-saved by 1 rank; an altered
+file fails with a clear error; `score --bundle` scores raw rows as `score --run` does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+import feature_spec as fspec
+from common.errors import UserError
+from flows.scoring import ScoreConfig, score
+from helpers.fixtures import CHILD_ENV as ENV
+from helpers.paths import REPO
+from helpers.processes import python
+from helpers.runs import checkpoint_tensors
+from training.export import MANIFEST, WEIGHTS, export_bundle, load_bundle, unsharded_state
+
+FRESH = """
+import json, sys
+import numpy as np, polars as pl, torch
+bundle, dataset, split, dtypes = sys.argv[1:5]
+dtypes = json.loads(dtypes)
+manifest = json.load(open(f"{bundle}/manifest.json"))
+config = json.load(open(f"{bundle}/model.json"))
+model = torch.jit.load(f"{bundle}/{manifest['module']}").eval()
+cat = np.stack([np.fromfile(f"{dataset}/{split}/cat_{f}.bin", dtypes[f]) for f in config["categorical"]], 1)
+num = np.fromfile(f"{dataset}/{split}/numerical.bin", dtypes[config["numerical"][0]])
+num = num.reshape(len(cat), len(config["numerical"])).astype(np.float32)
+with torch.inference_mode():
+    p = model(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torchrec", "fbgemm_gpu", "training", "flows"))
+print(json.dumps({"p": p.tolist(), "loaded": loaded}))
+"""
+
+
+def _fresh(bundle: Path, dataset: Path, split: str) -> dict:
+    """Run ``FRESH`` outside the repository (nothing of dlrmflow importable): the dataset's encoded split
+    through the bundle's model.pt; the probabilities and the modules of torchrec/fbgemm/dlrmflow it loaded."""
+    dtypes = {f: v.dtype for f, v in fspec.load(str(dataset)).feature_spec.items()}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    proc = subprocess.run([sys.executable, "-c", FRESH, str(bundle), str(dataset), split, json.dumps(dtypes)],
+                          cwd="/", env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo, criteo_run, tmp_path):
+    """Real Criteo rows: the TorchScript model, loaded where neither torchrec nor fbgemm is imported, gives the
+    DCP model's probabilities of the test split; a second export is a no-op."""
+    step = criteo_run["evaluation"]["step"]
+    out = tmp_path / "bundle"
+    manifest = export_bundle(str(criteo_run["run"]), step, str(out))
+    assert manifest["source"] == {"run": str(criteo_run["run"]), "step": step, "dataset": str(criteo["dataset"])}
+    files = set(manifest["files"])
+    assert {"weights.pt", "model.pt", "model.json", "feature_spec.yaml"} <= files
+    assert json.loads((out / "model.json").read_text())["input_spec"] == "criteo"   # the preset: nothing to copy
+    assert {f"vocab/C{i}.parquet" for i in range(1, 27)} <= files
+    assert (out / "vocab" / "C1.parquet").read_bytes() == (criteo["dataset"] / "vocab" / "C1.parquet").read_bytes()
+
+    got = _fresh(out, criteo["dataset"], "test")
+    assert got["loaded"] == []
+    np.testing.assert_allclose(np.array(got["p"], np.float32), criteo_run["p"], rtol=0, atol=1e-5)
+
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert export_bundle(str(criteo_run["run"]), step, str(out)) == manifest
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    assert load_bundle(str(out)).manifest == manifest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_score_bundle_equals_score_run_on_raw_rows(criteo, criteo_run, tmp_path):
+    """`dlrmflow score --bundle` (one process) and `score --run` give the same probabilities on raw rows,
+    including rows with values the model never saw; rows, positions and labels are the same Parquet."""
+    out = tmp_path / "bundle"
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "export", "--run", str(criteo_run["run"]),
+                           "--out", str(out)], cwd=REPO, env={**os.environ, **ENV}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = criteo["raw"]["test"].read_text().splitlines()[:200]
+    unseen = ["\t".join(f[:14] + ["deadbeef"] + f[15:]) for f in (ln.split("\t") for ln in lines[:20])]
+    raw = tmp_path / "raw.tsv"
+    raw.write_text("\n".join(lines + unseen) + "\n")
+    by_bundle = tmp_path / "bundle.parquet"
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "score", "--bundle", str(out), "--input", str(raw),
+                           "--out", str(by_bundle), "--no-progress"], cwd=REPO, env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_run = tmp_path / "run.parquet"
+    score(ScoreConfig(run=str(criteo_run["run"]), inputs=[str(raw)], out=str(by_run), progress=False), env=ENV,
+          on_line=lambda _: None)
+    a, b = pl.read_parquet(by_bundle), pl.read_parquet(by_run)
+    assert a.columns == b.columns == ["file", "row", "probability", "label"] and len(a) == 220
+    assert a.drop("probability").equals(b.drop("probability"))
+    np.testing.assert_allclose(a["probability"].to_numpy(), b["probability"].to_numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(a["probability"].to_numpy()[:200], criteo_run["p"][:200], rtol=0, atol=1e-6)
+
+
+def test_altered_or_missing_files_fail_with_the_files_name(criteo, criteo_run, tmp_path):
+    bundle = tmp_path / "bundle"
+    export_bundle(str(criteo_run["run"]), criteo_run["evaluation"]["step"], str(bundle))
+    vocab = bundle / "vocab" / "C3.parquet"
+    data = bytearray(vocab.read_bytes())
+    data[len(data) // 2] ^= 1
+    vocab.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"bundle file vocab/C3\.parquet was altered .* Fix: re-export"):
+        load_bundle(str(bundle))
+    with pytest.raises(UserError, match=r"bundle file vocab/C3\.parquet was altered"):
+        score(ScoreConfig(bundle=str(bundle), inputs=[str(criteo["raw"]["test"])], out=str(tmp_path / "s.parquet"),
+                          progress=False))
+    assert not (tmp_path / "s.parquet").exists()
+    (bundle / WEIGHTS).unlink()
+    with pytest.raises(UserError, match=r"bundle file vocab/C3\.parquet|bundle file weights\.pt is missing"):
+        load_bundle(str(bundle))
+    (bundle / MANIFEST).unlink()
+    with pytest.raises(UserError, match="no manifest.json there"):
+        load_bundle(str(bundle))
+    with pytest.raises(UserError, match="not model and bundle"):
+        score(ScoreConfig(model="m", bundle=str(bundle), inputs=["x"], out="y"))
+
+
+RESAVE = """
+import sys
+from training.checkpoint import Checkpointer
+from training.rundir import RunDir
+from training.trainer import Trainer
+src, dst, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+trainer = Trainer.from_run(src, step)
+Checkpointer(RunDir(dst)).save(step, trainer.state_dict(model_only=True))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_two_rank_checkpoint_exports_as_the_same_weights_resaved_by_one_rank(small_dataset, two_rank_run, tmp_path):
+    """A DCN model with capped (hashed) tables trained on 2 ranks with row-wise shards: its bundle's weights
+    file is byte-identical to the bundle of the same checkpoint loaded and re-saved by 1 rank (another plan,
+    another world size), its tensors are the checkpoint's, and it predicts what the 2-rank model predicts."""
+    dataset, run = small_dataset, two_rank_run
+    assert "row_wise" in (run / "plan.txt").read_text()
+    step = json.loads((run / "checkpoints" / "latest").read_text())["step"]
+    assert len(list((run / "checkpoints" / str(step)).glob("*.distcp"))) == 2
+
+    resaved = tmp_path / "run1"
+    resaved.mkdir()
+    shutil.copy(run / "config.yaml", resaved / "config.yaml")
+    python(RESAVE.replace("sys.argv[1], sys.argv[2], int(sys.argv[3])", f"{str(run)!r}, {str(resaved)!r}, {step}"))
+    assert len(list((resaved / "checkpoints" / str(step)).glob("*.distcp"))) == 1
+
+    a, b = export_bundle(str(run), step, str(tmp_path / "b2")), export_bundle(str(resaved), step, str(tmp_path / "b1"))
+    assert a["files"][WEIGHTS] == b["files"][WEIGHTS]
+    assert a["files"]["model.pt"]["bytes"] == b["files"]["model.pt"]["bytes"]
+    reference = {k.removeprefix("model.model."): v for k, v in checkpoint_tensors(run, step, tmp_path).items()
+                 if k.startswith("model.model.")}
+    state = unsharded_state(str(run), step)
+    assert state.keys() == reference.keys()
+    for key, value in reference.items():
+        assert torch.equal(state[key], value), key
+    assert state["sparse_arch.embedding_bag_collection.embedding_bags.t_c3.weight"].shape[0] == 120
+
+    code = f"""
+import json
+from training.trainer import Trainer
+p, y = Trainer.from_run({str(run)!r}, {step}).predict("test")
+print(json.dumps(p.tolist()))
+"""
+    expected = np.array(json.loads(python(code).strip().splitlines()[-1]), np.float32)
+    got = _fresh(tmp_path / "b2", dataset, "test")
+    assert got["loaded"] == []
+    np.testing.assert_allclose(np.array(got["p"], np.float32), expected, rtol=0, atol=1e-5)

@@ -1,0 +1,267 @@
+"""training.launchers: the config as a flow parameter, the local launcher's call, and the Slurm and
+Kubernetes launchers end to end against fake `sbatch`/`srun`/`scontrol` and `kubectl` executables
+(the rendered script really runs: srun starts one "node" per allocated node with SLURM_NODEID set;
+a fake `python` records the torchrun command line each node would run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pydantic import TypeAdapter, ValidationError
+
+from common.errors import UserError
+from helpers.datasets import write_dataset
+from helpers.fake_cluster import calls as read_calls, executable
+from training.config import TrainConfig
+from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
+                                LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
+                                launcher_config, read_env_file)
+from training.launchers.base import LaunchError, render
+
+AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
+
+
+
+def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
+    cfg = launcher_config({"kind": "slurm", "nodes": 4, "partition": "mi300x", "env": {"A": "1"}})
+    data = json.loads(cfg.model_dump_json())
+    assert launcher_config(data) == cfg and isinstance(cfg, SlurmLauncherConfig)
+    schema = TypeAdapter(LauncherConfig).json_schema()  # what Prefect renders as the parameter form
+    assert schema["discriminator"]["propertyName"] == "kind"  # the form shows only the chosen kind's fields
+    assert sorted(schema["discriminator"]["mapping"]) == ["kubernetes", "local", "slurm"]
+    for model in (LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig):
+        assert all(f.description for n, f in model.model_fields.items() if n != "kind"), model
+    assert "partition" not in LocalLauncherConfig.model_fields and "nnodes" not in SlurmLauncherConfig.model_fields
+    assert isinstance(build_launcher(None), LocalLauncher)
+    assert isinstance(build_launcher(data), SlurmLauncher) and build_launcher(data).settings.nodes == 4
+    assert isinstance(build_launcher({"kind": "kubernetes"}), KubernetesLauncher)
+    with pytest.raises(ValidationError):
+        launcher_config({"kind": "slurm", "nodez": 2})
+
+
+def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
+    cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))
+    launcher = build_launcher({"kind": "local", "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
+                               "node_rank": 1, "rccl_profiles": ["amd-mi3xx"]})
+    run = tmp_path / "runs" / "r"
+    assert launcher.launch(str(run), cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
+    (args, kw), = calls
+    assert args[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--nnodes", "2",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
+                           "-m", "training.train_worker", str(run), "--resume"]
+    assert kw == {"env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
+    assert TrainConfig.from_yaml(str(run / "config.yaml")) == cfg
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm", "kubernetes"])
+def test_every_launcher_checks_the_dataset_before_anything_starts(kind, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match="does not exist|no dataset"):
+        build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
+            str(run), TrainConfig(dataset=str(tmp_path / "missing")), on_line=print)
+    assert not run.exists()  # nothing saved, nothing submitted
+
+
+def test_templates_fail_on_a_missing_value():
+    assert render("a {{ x }} b {{y}}", {"x": 1, "y": "z"}) == "a 1 b z"
+    with pytest.raises(LaunchError, match="no value for y"):
+        render("{{ x }} {{ y }}", {"x": 1})
+
+
+# ---------------------------------------------------------------- Slurm
+
+
+
+@pytest.mark.timeout(60)
+def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
+    tmp_path, settings = fake_slurm
+    run = tmp_path / "runs" / "r1"
+    launcher = build_launcher({"kind": "slurm", **settings, "env": {"X": "2"}})
+    lines: list[str] = []
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    code = launcher.launch(str(run), TrainConfig(dataset=ds), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
+    assert code == 0, "\n".join(lines)
+    assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
+
+    script = tmp_path / "slurm" / "dlrmflow-r1.sbatch"
+    text = script.read_text()
+    assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=dlrmflow-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
+        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-r1-%j.out", "#SBATCH --qos=high"]
+    assert "{{" not in text and "echo setting up" in text
+    assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
+
+    sbatch, srun = read_calls(tmp_path)
+    assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
+    assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -m torch.distributed.run")
+
+    argv = {}
+    for line in lines:
+        if " argv " in line:
+            node, _, rest = line.partition(" argv ")
+            argv[node] = json.loads(rest)
+    expected = lambda host: ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--nnodes", "2",
+                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
+                             "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
+                             "-m", "training.train_worker", str(run), "--resume"]
+    assert argv == {"node 0": expected(1), "node 1": expected(0)}
+    assert 'node 1 env {"NCCL_IB_GID_INDEX": "3", "PET_TEE": "3", "X": "2"}' in lines
+    assert lines[0].startswith("dlrmflow: submitting") and "Slurm job 4242 submitted" in lines[1]
+    assert any("rendezvous node0:29500" in line for line in lines)
+    assert lines[-1] == "dlrmflow: Slurm job 4242 finished with exit code 0"
+
+
+@pytest.mark.timeout(60)
+def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypatch):
+    tmp_path, settings = fake_slurm
+    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
+    settings = {**settings, "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
+                "rccl_profiles": []}
+    lines: list[str] = []
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    assert build_launcher({"kind": "slurm", **settings}).launch(
+        str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
+    text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
+    assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
+    assert sum(" argv " in line for line in lines) == 3
+    assert any('"--nproc-per-node", "2", "--nnodes", "3"' in line for line in lines)
+
+
+def test_slurm_launcher_reports_a_refused_submission(tmp_path):
+    sbatch = executable(tmp_path / "sbatch", "import sys\nprint('sbatch: error: invalid partition', file=sys.stderr)\nsys.exit(1)\n")
+    launcher = build_launcher({"kind": "slurm", "sbatch": str(sbatch), "work_dir": str(tmp_path)})
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    with pytest.raises(LaunchError, match="invalid partition"):
+        launcher.launch(str(tmp_path / "r"), TrainConfig(dataset=ds), on_line=lambda _: None)
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+FAKE_KUBECTL = r"""
+import json, os, shutil, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(["kubectl", *args]) + "\n")
+outcome = os.environ.get("FAKE_OUTCOME", "Complete")
+verb = args[2]
+if verb == "apply":
+    shutil.copy(args[4], os.environ["FAKE_MANIFEST"])
+    print("configmap/x created\nservice/x created\njob.batch/x created")
+elif verb == "wait":
+    if args[3] == "--for=condition=" + outcome:
+        time.sleep(0.5)
+        print("job.batch/x condition met")
+    else:
+        time.sleep(30)
+        sys.exit(1)
+elif verb == "logs":
+    print("[default0]:training step 1")
+    print("[default1]:training step 1")
+elif verb == "get":
+    print("0\n137")
+"""
+
+
+@pytest.fixture
+def fake_kubectl(tmp_path, monkeypatch):
+    kubectl = executable(tmp_path / "kubectl", FAKE_KUBECTL)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("FAKE_MANIFEST", str(tmp_path / "applied.yaml"))
+    return tmp_path, {"kubectl": str(kubectl), "nodes": 2, "image": "registry.example/dlrmflow-rocm:0.1.0",
+                      "cpu": "96", "memory": "1500Gi", "rdzv_timeout_s": 600}
+
+
+@pytest.mark.timeout(60)
+def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
+    tmp_path, settings = fake_kubectl
+    run = str(tmp_path / "runs" / "Run_1")
+    lines: list[str] = []
+    launcher = build_launcher({"kind": "kubernetes", **settings, "env": {"X": "2"}})
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    code = launcher.launch(run, TrainConfig(dataset=ds), env={"PET_TEE": "3"}, on_line=lines.append)
+    assert code == 0, lines
+    assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == ds
+    name = KubernetesLauncher.job_name(run)
+    assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
+
+    calls = read_calls(tmp_path)
+    ns = ["kubectl", "--namespace", "dlrmflow"]
+    assert calls[0] == [*ns, "delete", "job", name, "--ignore-not-found", "--wait=true"]
+    assert calls[1][:5] == [*ns, "apply", "-f"]
+    assert sorted(calls[2:], key=json.dumps) == sorted([
+        [*ns, "logs", "-f", "-l", f"job-name={name}", "--all-containers", "--max-log-requests=2",
+         "--pod-running-timeout=24h"],
+        [*ns, "wait", "--for=condition=Complete", f"job/{name}", "--timeout=604800s"],
+        [*ns, "wait", "--for=condition=Failed", f"job/{name}", "--timeout=604800s"]], key=json.dumps)
+    assert "[default1]:training step 1" in lines and lines[-1] == f"dlrmflow: job/{name} complete"
+
+    config_map, service, job = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
+    assert [d["kind"] for d in (config_map, service, job)] == ["ConfigMap", "Service", "Job"]
+    assert config_map["data"] == {**AMD, "X": "2", "PET_TEE": "3"}
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["selector"] == {"job-name": name}
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == ("Indexed", 2, 2, 0)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == name and pod["restartPolicy"] == "Never"
+    (c,) = pod["containers"]
+    assert c["image"] == settings["image"]
+    assert c["resources"]["limits"] == c["resources"]["requests"] == {"amd.com/gpu": "8", "cpu": "96", "memory": "1500Gi"}
+    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"}]
+    assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
+    assert c["command"] == ["bash", "-c",
+                            f'exec python -m torch.distributed.run --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
+                            f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
+                            f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
+                            f'--max-restarts 0 -m training.train_worker {run}']
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
+    assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls
+
+
+@pytest.mark.timeout(60)
+def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl, monkeypatch):
+    tmp_path, settings = fake_kubectl
+    monkeypatch.setenv("FAKE_OUTCOME", "Failed")
+    lines: list[str] = []
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    code = build_launcher({"kind": "kubernetes", **settings}).launch(
+        str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
+    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
+    assert read_calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_rendered_slurm_script_trains_on_two_nodes_for_real(fake_slurm, tmp_path, monkeypatch):
+    """The same script with the real Python: two torchrun agents (srun's "nodes") meet at the c10d
+    rendezvous that node 0 hosts (is_host from SLURM_NODEID) and train one run together."""
+    from helpers.datasets import write_dataset
+    from helpers.runs import metrics
+
+    _, settings = fake_slurm
+    executable(tmp_path / "bin" / "scontrol", "print('127.0.0.1')\n")  # the first node's address
+    ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
+    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1, "pg_timeout_s": 60})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = {**settings, "python": sys.executable, "gpus_per_node": 0, "nproc_per_node": 1, "rccl_profiles": [],
+                "rdzv_port": port, "rdzv_timeout_s": 120, "exclusive": False}
+    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "PYTHONWARNINGS": "ignore"}
+    lines: list[str] = []
+    run = tmp_path / "runs" / "real"
+    code = build_launcher({"kind": "slurm", **settings, "env": env}).launch(str(run), cfg, on_line=lines.append)
+    assert code == 0, "\n".join(lines[-60:])
+    assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (run / "plan.txt").read_text()
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4]

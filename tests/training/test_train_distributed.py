@@ -1,0 +1,82 @@
+"""2 gloo ranks vs 1 rank (real torchrun): same loss curve and parameters for the same global batch;
+a checkpoint saved by 2 ranks loads on 1 rank under another sharding plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers.datasets import CARDS, write_dataset
+from helpers.processes import python
+from helpers.runs import checkpoint_tensors, metrics, train
+from training.checkpoint import Checkpointer
+from training.model import initial_rows
+from training.rundir import RunDir
+
+# SGD on both parts: a gradient that is averaged where it should be summed (or the reverse) would
+# change the updates by a factor of 2, so the curves agree only if the scaling is right.
+COMMON = ["--set", "data.batch_size=128", "--set", "log_every=1", "--set", "eval_every=5", "--set", "epochs=2",
+          "--set", "optimizer.embedding.type=sgd", "--set", "optimizer.embedding.lr=0.5",
+          "--set", "optimizer.dense.type=sgd", "--set", "optimizer.dense.lr=0.2"]
+TWO_RANK_PLAN = {"t_c0": "table_wise", "t_c1": "row_wise", "t_c2": "data_parallel", "t_c3": "column_wise"}
+ONE_RANK_PLAN = {"t_c0": "row_wise", "t_c1": "table_wise", "t_c2": "table_wise", "t_c3": "data_parallel"}
+
+
+def constraints(plan: dict[str, str]) -> str:
+    return json.dumps({t: {"sharding_types": [s]} for t, s in plan.items()})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    ds = write_dataset(root / "ds", {"train": 1280, "val": 300})
+    one, two = root / "one", root / "two"
+    train(ds, one, *COMMON)
+    proc = train(ds, two, *COMMON, "--set", f"sharding.constraints={constraints(TWO_RANK_PLAN)}", nproc=2)
+    return ds, one, two, proc
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_ranks_follow_the_one_rank_loss_curve(runs, tmp_path):
+    _, one, two, proc = runs
+    assert "Sharding plan: 2 ranks" in proc.stdout and "column_wise" in proc.stdout
+    curve = lambda run: [(m["step"], m["loss"]) for m in metrics(run) if "loss" in m]
+    a, b = curve(one), curve(two)
+    assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 21))
+    assert sum(l for _, l in a[-5:]) < sum(l for _, l in a[:5]) - 0.1  # it learns
+    for (_, la), (_, lb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-4, abs=1e-5)
+    pa, pb = checkpoint_tensors(one, 20, tmp_path), checkpoint_tensors(two, 20, tmp_path)
+    for k in (k for k in pa if k.startswith("model.") and "embedding_bags" not in k):
+        torch.testing.assert_close(pa[k], pb[k], rtol=1e-3, atol=2e-4, msg=k)
+    # the tables moved the same way from their (sharding-independent) initial values; float noise
+    # is a few %, a gradient scaled by the number of ranks would be off by 50 %
+    for name, rows in CARDS.items():
+        k = f"model.model.sparse_arch.embedding_bag_collection.embedding_bags.t_{name}.weight"
+        init = initial_rows(0, f"t_{name}", 0, rows, 16, rows ** -0.5)
+        moved = pa[k] - init
+        assert moved.norm() > 0 and (pb[k] - pa[k]).norm() < 0.1 * moved.norm(), name
+    evals = lambda run: [m[k] for m in metrics(run) if "auc" in m for k in ("auc", "logloss")]
+    assert len(evals(one)) == 8 and evals(one) == pytest.approx(evals(two), rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_two_rank_checkpoint_loads_on_one_rank_with_another_plan(runs):
+    ds, _, two, _ = runs
+    best = Checkpointer(RunDir(str(two))).pointer("best")
+    out = python(f"""
+import json
+from training.trainer import Trainer
+t = Trainer.from_run({str(two)!r}, "best", overrides={{"sharding.constraints": {constraints(ONE_RANK_PLAN)}}})
+print(json.dumps({{"plan": t.plan_text, "val": t.validate("val")}}))
+""")
+    got = json.loads(out.strip().splitlines()[-1])
+    for table, kind in ONE_RANK_PLAN.items():
+        assert any(line.startswith(table) and kind in line for line in got["plan"].splitlines())
+    assert got["val"]["rows"] == best["rows"] == 300
+    assert got["val"]["logloss"] == pytest.approx(best["logloss"], rel=1e-5)
+    assert got["val"]["auc"] == pytest.approx(best["auc"], rel=1e-5)
