@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from common.atomic import write_atomic
+from common.store import filesystem
 
 from .errors import SpecError
 from .model import FeatureSpec
@@ -102,7 +103,7 @@ def to_yaml(spec: FeatureSpec) -> str:
 def save(spec: FeatureSpec, uri: str, **storage_options: Any) -> str:
     """Write a spec atomically (temporary name, then rename); returns the YAML's URI."""
     path = spec_uri(uri)
-    fs, fs_path = fsspec.core.url_to_fs(path, **storage_options)
+    fs, fs_path = filesystem(path, **storage_options)
     write_atomic(fs_path, to_yaml(spec), fs)
     return path
 

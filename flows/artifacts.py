@@ -16,7 +16,6 @@ import time
 from datetime import timezone
 from urllib.parse import quote
 
-import fsspec
 import numpy as np
 from prefect import get_client
 from prefect.artifacts import (MarkdownArtifact, TableArtifact, create_markdown_artifact,
@@ -26,10 +25,11 @@ from prefect.context import FlowRunContext
 
 import feature_spec as fspec
 from common.errors import UserError
+from common.store import RUNS, filesystem, storage_options
 from flows.config import config_hash
 from training import metrics as tm
 from training.report import TABLE
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 DATASET_FEATURES, DATASET_SUMMARY, DATASET_LOCATION = "dataset-features", "dataset-summary", "dataset-location"
 SHARDING_PLAN, TRAINING_PROGRESS = "sharding-plan", "training-progress"
@@ -79,8 +79,7 @@ def _publish(owners: list[dict], cls: type, **fields) -> None:
 
 def _positives(uri: str, spec: fspec.FeatureSpec, split: str) -> int:
     """Rows of ``split`` with a positive label (label.bin: one byte per row), read in 16 MiB blocks."""
-    fs, path = fsspec.core.url_to_fs(fspec.join_uri(uri, spec.file_of(split, spec.label_feature)[0]),
-                                     **storage_options(uri))
+    fs, path = filesystem(fspec.join_uri(uri, spec.file_of(split, spec.label_feature)[0]))
     with fs.open(path, "rb") as f:
         blocks = iter(lambda: f.read(1 << 24), b"")
         return sum(int(np.count_nonzero(np.frombuffer(block, np.uint8))) for block in blocks)
@@ -242,9 +241,9 @@ def _run_row(run: RunDir) -> dict:
 
 def runs(store_uri: str) -> None:
     """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them."""
-    fs, root = fsspec.core.url_to_fs(posixpath.join(store_uri, "runs"), **storage_options(store_uri))
+    fs, root = filesystem(posixpath.join(store_uri, RUNS))
     folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)) if fs.exists(root) else []
-    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, "runs", f)) for f in folders)
+    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, RUNS, f)) for f in folders)
             if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")

@@ -18,7 +18,7 @@ from common.config import apply_overrides, validate
 from common.errors import UserError
 
 from flows.models import NAME_PATTERN as MODEL_NAME
-from flows.store import default_store
+from common.store import default_store
 from flows.window import WindowConfig, is_dated
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping

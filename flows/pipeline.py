@@ -12,11 +12,11 @@ import datetime as dt
 import os
 import tempfile
 
-import fsspec
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from common.store import Store, filesystem
 from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions, TrainSettings
 from flows.models import load_champion, model_uri
@@ -24,7 +24,7 @@ from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
-from flows.store import Store, transient, use_credentials_block
+from flows.store import transient, use_credentials_block
 from flows.train import train
 from flows.window import Window, run_date, window
 from preprocessing import PreprocessConfig
@@ -43,7 +43,7 @@ def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...
     from preprocessing.synthetic import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
-    fs, path = fsspec.core.url_to_fs(folder)
+    fs, path = filesystem(folder)
     if fs.exists(f"{path}/{METADATA_FILE}"):
         get_run_logger().info("synthetic data already complete, reusing: %s", folder)
         return

@@ -12,11 +12,11 @@ import tempfile
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
+from common.store import Store
 from flows import artifacts, models, scoring
 from flows.config import PipelineConfig
 from flows.errors import user_errors
 from flows.scoring import ScoreConfig
-from flows.store import Store
 from flows.window import Window
 from training.export import export_bundle
 from training.rundir import RunDir

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-import fsspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.errors import UserError
+from common.store import filesystem
 
 _PLACEHOLDER = re.compile(r"\{date(?::([^{}]*))?\}")
 _BRACES = re.compile(r"[{}]")
@@ -172,7 +172,7 @@ def _missing(templates: list[str], day: dt.date) -> str | None:
     for t in templates:
         uri = resolve(t, day)
         try:
-            fs, path = fsspec.core.url_to_fs(uri)
+            fs, path = filesystem(uri)
             found = fs.glob(path) if any(ch in path for ch in "*?[") else fs.exists(path)
         except FileNotFoundError:
             found = False

@@ -25,6 +25,7 @@ import polars as pl
 
 import feature_spec as fspec
 from common.errors import UserError
+from common.store import filesystem
 from feature_spec import categorical_file_name
 
 from . import lists, readers, stages, vocab, writer
@@ -84,7 +85,7 @@ def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str
         return Job.from_config(config)
     except fspec.SpecError:
         spec_path = spec or settings["spec"]
-        fs, path = fsspec.core.url_to_fs(spec_path)
+        fs, path = filesystem(spec_path)
         if "/" in spec_path and not fs.exists(path):
             raise UserError(f"{dataset} was preprocessed with the input spec {spec_path!r}, which does not exist "
                             "here, so the raw rows cannot be read as it read them. Fix: run from the folder "

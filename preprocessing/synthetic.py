@@ -35,7 +35,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated
 
-import fsspec
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -44,6 +43,7 @@ from pydantic_core import PydanticCustomError
 from common.atomic import atomic_open, write_atomic
 
 from common.errors import UserError
+from common.store import filesystem
 from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_NUMERICAL
 
 from . import synthetic_columns as sc
@@ -468,7 +468,7 @@ def _file_rows(rows: int, files: int, index: int) -> tuple[int, int]:
 def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None] | None = None):
     """Write part file ``index`` atomically; return its true probabilities and labels."""
     cfg = data.config
-    fs, root = fsspec.core.url_to_fs(data.out)
+    fs, root = filesystem(data.out)
     start, stop = _file_rows(data.rows, cfg.files, index)
     path = f"{root}/{file_name(index, cfg.gzip)}"
     probs, labels = [], []
@@ -510,7 +510,7 @@ def _finite(x: float) -> float | None:
 
 def _prepare_output(out: str):
     """Make the folder; remove an earlier run's files (ours by name) but refuse to touch anything else."""
-    fs, root = fsspec.core.url_to_fs(out)
+    fs, root = filesystem(out)
     fs.makedirs(root, exist_ok=True)
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
     foreign = [n for n in names if n not in (METADATA_FILE, SPEC_FILE) and not n.startswith("part-")]
@@ -529,7 +529,7 @@ def _prepare_output(out: str):
 def _pool(config: SynthConfig) -> ProcessPoolExecutor | None:
     """The processes that write part files in parallel; None where files are written in this process."""
     workers = config.workers or min(config.files, os.cpu_count() or 1)
-    fs, _ = fsspec.core.url_to_fs(config.out)
+    fs, _ = filesystem(config.out)
     if fs.protocol in ("memory", ("memory",)) or workers == 1 or config.files == 1:
         return None
     # spawn, not fork: polars' thread pool does not survive a fork
@@ -623,7 +623,7 @@ def day_dates(config: SynthConfig) -> list[dt.date]:
 def read_day(config: SynthConfig, date: dt.date) -> dict | None:
     """The metadata of ``date``'s folder when it is complete and was written with ``config``'s day settings
     (``DAY_IDENTITY``) by this generator version, else None."""
-    fs, root = fsspec.core.url_to_fs(day_folder(config.out, date))
+    fs, root = filesystem(day_folder(config.out, date))
     try:
         metadata = json.loads(fs.cat_file(f"{root}/{METADATA_FILE}"))
     except (FileNotFoundError, ValueError):  # absent, or not ours: the day is written again

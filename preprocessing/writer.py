@@ -12,6 +12,7 @@ from pathlib import Path
 import fsspec
 
 from common.atomic import atomic_open
+from common.store import filesystem
 
 from feature_spec import FeatureSpec, join_uri, save
 
@@ -23,7 +24,7 @@ _COPY_BYTES = 16 << 20
 
 def is_complete(dataset: str) -> bool:
     """True when a dataset folder has its ``_SUCCESS`` marker."""
-    fs, path = fsspec.core.url_to_fs(dataset)
+    fs, path = filesystem(dataset)
     return fs.exists(posixpath.join(path, SUCCESS))
 
 
@@ -37,7 +38,7 @@ def _copied(sources: list[Path]) -> Iterator[bytes]:
 def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied) -> str:
     """Write ``chunks(sources)`` (default: the concatenation of local ``sources``) to dataset/rel atomically;
     returns its blake2b."""
-    fs, path = fsspec.core.url_to_fs(join_uri(dataset, rel))
+    fs, path = filesystem(join_uri(dataset, rel))
     digest = hashlib.blake2b(digest_size=32)
     with atomic_open(path, "wb", fs) as out:
         for chunk in chunks(sources):

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from common.errors import UserError
-from flows.store import Store, redact
+from common.store import Store, redact
 from prefect_fixtures import free_port
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
+from common.store import storage_options
 from training.config import EvaluateConfig
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 
 def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:

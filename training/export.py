@@ -35,8 +35,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import atomic_dir, write_uri
 from common.errors import UserError
+from common.store import filesystem, storage_options
 from training.inference import DLRMInference, plain_state
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -102,7 +103,7 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
     Checkpointer(run).step_for(step)   # UserError when the run has no such complete checkpoint
     config = model_config(run, step)
     module = build_module(config, unsharded_state(run, step))
-    fs, path = fsspec.core.url_to_fs(out, **storage_options(out))
+    fs, path = filesystem(out)
     if isinstance(fs, LocalFileSystem):
         with atomic_dir(path) as folder:
             manifest = _write(folder, config, module)
@@ -184,7 +185,7 @@ class Bundle:
 def load_bundle(uri: str, cache: str | Path | None = None) -> Bundle:
     """The bundle at ``uri`` with every file checked against its manifest's sha256 (UserError naming the file
     that is missing or altered). A remote bundle is first copied into the local folder ``cache``."""
-    fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
+    fs, path = filesystem(uri)
     manifest = _read_manifest(uri)
     if manifest is None:
         raise UserError(f"{uri}: not a complete serving bundle (no {MANIFEST} there). Fix: pass the folder "

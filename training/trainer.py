@@ -27,13 +27,14 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from tqdm import tqdm
 
 from common.errors import UserError
+from common.store import storage_options
 from training import metrics
 from training.checkpoint import Checkpointer
 from training.config import OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
-from training.rundir import MetricsLog, RunDir, storage_options
+from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
 from training.topology import build_topology, load_profile
 

@@ -35,10 +35,11 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from common.errors import UserError
+from common.store import storage_options
 from feature_spec import FeatureSpec, join_uri, load as load_spec
 from training.checkpoint import Checkpointer
 from training.config import InitFrom
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 MODEL, OPTIM = "model", "optim"
 

@@ -62,7 +62,7 @@ def _say(message: str) -> None:
 def run(args) -> int:
     import time
 
-    from flows.store import Store
+    from common.store import Store
     from flows.window import run_date
 
     start = time.monotonic()

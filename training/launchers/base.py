@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from common.errors import UserError
-from training.rundir import RunDir, storage_options
+from common.store import filesystem, storage_options
+from training.rundir import RunDir
 
 if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
     from training.config import TrainConfig
@@ -137,7 +138,7 @@ def check_dataset(cfg: TrainConfig) -> None:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
     files = sorted({resolve(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
-    fs, _ = fsspec.core.url_to_fs(files[0], **options)
+    fs, _ = filesystem(files[0], **options)
     missing = [f for f in files if not fs.exists(f)]
     if missing:
         raise UserError(f"{missing[0]}: data file of split '{split}' is missing"
