@@ -280,10 +280,10 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     """A named model's whole history as a table (fixed key, so each night adds a version showing every night),
     a markdown summary of ``entry``'s decision (default: the last line) and a picture of champion and
     challenger AUC by date."""
-    from flows import models
+    from nightly import registry
     from training import plots
 
-    lines = models.history(model_uri)
+    lines = registry.history(model_uri)
     create_table_artifact([_history_row(e) for e in lines], key=model_key(name, MODEL_HISTORY),
                           description=f"Every run of model '{name}': challenger and champion on the run's test day, "
                           "and the decision (oldest first).")
@@ -298,8 +298,8 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
         text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
                 *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
                 f"- window: {', '.join(entry.get('window') or []) or '-'}",
-                f"- champion: {location(posixpath.join(model_uri, models.CHAMPION_FILE))}",
-                f"- history: {location(posixpath.join(model_uri, models.HISTORY_FILE))}"]
+                f"- champion: {location(posixpath.join(model_uri, registry.CHAMPION_FILE))}",
+                f"- history: {location(posixpath.join(model_uri, registry.HISTORY_FILE))}"]
         create_markdown_artifact("\n".join(text), key=model_key(name, MODEL_DECISION),
                                  description=f"Model '{name}': this run's promotion decision.")
     create_markdown_artifact(_picture(plots.model_history_png(lines, name), model_key(name, MODEL_AUC)),

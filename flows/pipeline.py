@@ -19,14 +19,14 @@ from prefect.cache_policies import NONE
 from common.store import Store, filesystem
 from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions, TrainSettings
-from flows.models import load_champion, model_uri
 from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
 from flows.store import transient, use_credentials_block
 from flows.train import train
-from flows.window import Window, run_date, window
+from nightly.registry import load_champion, model_uri
+from nightly.window import Window, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
 from training.rundir import RunDir

@@ -17,7 +17,7 @@ from common.store import redact
 from flows import artifacts
 from flows.config import TrainSettings, default_train
 from flows.errors import user_errors
-from flows.models import champion_init
+from nightly.registry import champion_init
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalSettings, build_launcher

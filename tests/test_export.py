@@ -19,7 +19,7 @@ import torch
 
 import feature_spec as fspec
 from common.errors import UserError
-from flows.scoring import ScoreConfig, score
+from nightly.scoring import ScoreConfig, score
 from test_score import ENV, criteo, trained  # noqa: F401  (its module fixtures: real Criteo rows, a tiny run)
 from train_datasets import write_dataset
 from train_runs import REPO, checkpoint_tensors, python, train

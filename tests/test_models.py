@@ -14,7 +14,7 @@ import fsspec
 import pytest
 
 from common.errors import UserError
-from flows import models
+from nightly import registry as models
 
 
 def candidate(run: str, date: str, auc: float, logloss: float = 0.45, rows: int = 1000) -> dict:

@@ -1,4 +1,4 @@
-"""Dated inputs and rolling windows (flows/window.py) and the pipeline settings they exclude."""
+"""Dated inputs and rolling windows (nightly/window.py) and the pipeline settings they exclude."""
 
 import datetime as dt
 
@@ -6,7 +6,7 @@ import pytest
 
 from common.errors import UserError
 from flows.config import PipelineConfig
-from flows.window import WindowConfig, day_of, resolve, run_date, window
+from nightly.window import WindowConfig, day_of, resolve, run_date, window
 
 D = dt.date(2026, 11, 8)
 

@@ -63,7 +63,7 @@ def run(args) -> int:
     import time
 
     from common.store import Store
-    from flows.window import run_date
+    from nightly.window import run_date
 
     start = time.monotonic()
     config = build_config(args)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from training.launchers import LaunchConfig, build_launcher
     from training.rundir import RunDir
 
-    from flows.models import champion_init
+    from nightly.registry import champion_init
 
     launch = build(LaunchConfig, args, root="launch")
     cfg = resolve_config(args)

@@ -78,7 +78,7 @@ def export(config: ExportConfig) -> dict[str, Any]:
 def resolve(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
-    from flows.models import CHAMPION_FILE, load_champion
+    from nightly.registry import CHAMPION_FILE, load_champion
     from training.evaluate import checkpoint_of
     from training.rundir import RunDir
 
@@ -138,7 +138,7 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
 
 def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
     """A model's champion scores with its serving bundle when it has one (one process, no torchrun)."""
-    from flows.models import load_champion
+    from nightly.registry import load_champion
 
     if not config.model or config.run or config.bundle:
         return config
