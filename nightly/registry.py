@@ -1,50 +1,36 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
 (one line per pipeline run: date, window, challenger and champion metrics, decision).
 
-``record`` is the one writer: under the model's promotion lock it re-reads the champion, ``decide``s, appends
-the history line and then writes champion.json when the challenger wins. Plain Python, with or without a
+``record`` is the one writer: under the model's promotion lock (``<model>/promotion.lock``, a
+``common.lease``) it re-reads the champion, ``decide``s (``nightly.decision``), appends the history line and
+then writes champion.json when the challenger wins; it checks the lock is still its own before each write (a
+holder that ran past the lock's ``stale_s`` fails, writing nothing more). Plain Python, with or without a
 Prefect run; local folders and s3:// alike.
-
-The promotion lock is ``<model>/promotion.lock`` holding its owner and expiry. It is taken by an exclusive
-create: O_EXCL on a local (or NFS) folder, a conditional PUT (``If-None-Match: *``) on S3. A lock past its
-expiry (a crashed holder) is taken over: on S3 by a PUT conditional on the stale lock's ETag (``If-Match``),
-locally by renaming it away and checking it was the stale one. Limitations: the S3 endpoint must honour
-conditional writes (AWS S3, MinIO and moto do; one that ignores them gives no mutual exclusion, which the
-read-back after each take detects only sometimes); expiry compares wall clocks, so machines sharing a store
-need clocks within a small fraction of ``stale_s``; a holder that runs longer than ``stale_s`` can lose the
-lock, which ``record`` checks before each write (it then fails, writing nothing more).
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import logging
 import math
 import os
 import posixpath
 import re
 import socket
-import time
-import uuid
-from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.atomic import write_uri
 from common.errors import UserError
-from training.rundir import storage_options
+from common.lease import lease
+from common.store import MODELS, filesystem, storage_options
+from nightly.decision import PROMOTING, check_margin, decide
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
 HISTORY_FILE = "history.jsonl"
 LOCK_FILE = "promotion.lock"
-DECISIONS = ("promoted", "kept", "first")
-PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
 LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; promotion takes seconds
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
@@ -78,7 +64,7 @@ def check_name(name: str) -> str:
 
 def model_uri(store: str, name: str) -> str:
     """``<store>/models/<name>``."""
-    return posixpath.join(store.rstrip("/"), "models", check_name(name))
+    return posixpath.join(store.rstrip("/"), MODELS, check_name(name))
 
 
 def load_champion(model: str) -> Champion | None:
@@ -93,255 +79,23 @@ def load_champion(model: str) -> Champion | None:
                         "(the next run's challenger becomes the champion), or restore it from a backup.") from None
 
 
-def _fs(model: str):
-    return fsspec.core.url_to_fs(model, **storage_options(model))
-
-
 def _read(model: str, name: str) -> str | None:
     """The text of ``<model>/<name>``, None when there is no such file."""
-    fs, path = _fs(model)
+    fs, path = filesystem(model)
     try:
         return fs.cat_file(posixpath.join(path, name)).decode()
     except FileNotFoundError:
         return None
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="seconds")
-
-
-# --- the decision --------------------------------------------------------------------------------------------
-
-def _number(metrics: dict | None, key: str) -> float:
-    value = (metrics or {}).get(key)
-    return float("nan") if value is None else float(value)
-
-
-def _summary(metrics: dict) -> str:
-    return f"AUC {_number(metrics, 'auc'):.4f}, log loss {_number(metrics, 'logloss'):.4f}"
-
-
-def _check_margin(margin: float) -> None:
-    if not math.isfinite(margin) or margin < 0:
-        raise UserError(f"promote_margin {margin} is not a number >= 0. Fix: give the AUC gain a challenger needs "
-                        "over the champion, e.g. 0 or 0.001.")
-
-
-def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tuple[str, str]:
-    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day:
-    the challenger wins when there is no champion or when its AUC >= the champion's AUC + ``margin``; a NaN
-    AUC (a day with one class) never promotes. The reason reports both AUCs and log losses."""
-    _check_margin(margin)
-    new = _number(challenger, "auc")
-    if champion is None:
-        if math.isnan(new):
-            return "kept", f"no champion yet, but the challenger's AUC is NaN ({_summary(challenger)}): not promoted"
-        return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
-    old = _number(champion, "auc")
-    if math.isnan(new) or math.isnan(old):
-        return "kept", (f"an AUC is NaN, so the models cannot be compared: champion kept (challenger "
-                        f"{_summary(challenger)}; champion {_summary(champion)})")
-    losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    if new >= old + margin:
-        return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g}; {losses}"
-    return "kept", f"challenger AUC {new:.4f} < champion AUC {old:.4f} + margin {margin:g}; {losses}"
-
-
-# --- the promotion lock --------------------------------------------------------------------------------------
-
-class LockLost(UserError):
-    """The promotion lock expired and another owner took it over while this one held it."""
-
-
-class _LocalLockFile:
-    """A lock file in a local (or NFS) folder; its version is its content (every lock holds a fresh token)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-
-    def create(self, data: bytes) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-
-    def read(self) -> tuple[bytes, object, float] | None:
-        """(content, version, modification time) or None when there is no lock."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-                return data, data, os.fstat(f.fileno()).st_mtime
-        except FileNotFoundError:
-            return None
-
-    def replace(self, version: object, data: bytes | None) -> bool:
-        """Replace the lock of ``version`` by ``data`` (None: remove it); False when it is another lock now.
-        The lock is renamed aside first, so of two processes replacing the same stale lock one wins."""
-        aside = f"{self.path}.aside-{uuid.uuid4().hex}"
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False
-        with open(aside, "rb") as f:
-            moved = f.read()
-        if moved != version:  # another process took the lock meanwhile: give it back
-            try:
-                os.link(aside, self.path)
-            except FileExistsError:  # a third one created a lock in that instant (the documented race)
-                pass
-            os.unlink(aside)
-            return False
-        os.unlink(aside)
-        return data is None or self.create(data)
-
-
-class _S3LockObject:
-    """A lock object on S3 written with conditional PUTs; its version is its ETag."""
-
-    def __init__(self, fs, path: str):
-        self.fs = fs
-        self.bucket, self.key, _ = fs.split_path(path)
-
-    def create(self, data: bytes) -> bool:
-        try:
-            self.fs.call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*")
-        except FileExistsError:  # s3fs's translation of 412 PreconditionFailed on If-None-Match
-            return False
-        return True
-
-    def read(self) -> tuple[bytes, object, float] | None:
-        async def get():
-            response = await self.fs._call_s3("get_object", Bucket=self.bucket, Key=self.key)
-            async with response["Body"] as body:
-                return await body.read(), response["ETag"], response["LastModified"].timestamp()
-
-        try:
-            return fsspec.asyn.sync(self.fs.loop, get)
-        except FileNotFoundError:
-            return None
-
-    def replace(self, version: object, data: bytes | None) -> bool:
-        try:
-            if data is None:
-                self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key, IfMatch=version)
-            else:
-                self.fs.call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, IfMatch=version)
-        except FileNotFoundError:
-            return False
-        except OSError as e:  # 412 PreconditionFailed on If-Match: another lock now
-            if e.errno == errno.EINVAL:
-                return False
-            raise
-        return True
-
-
-def _lock_file(model: str):
-    fs, path = _fs(model)
-    target = posixpath.join(path, LOCK_FILE)
-    if isinstance(fs, LocalFileSystem):
-        return _LocalLockFile(target)
-    if "s3" in fs.protocol:
-        return _S3LockObject(fs, target)
-    raise UserError(f"model folder {model}: a promotion lock needs a local folder or s3://. Fix: use such a store.")
-
-
-def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
-    """The lock's record; an unreadable one (a holder that crashed while writing it) expires ``stale_s``
-    after it was written."""
-    try:
-        info = json.loads(data)
-        datetime.fromisoformat(info["expires_at"])
-        return info
-    except (ValueError, KeyError, TypeError):
-        return {"owner": "unknown (unreadable lock)", "expires_at": _iso(datetime.fromtimestamp(mtime + stale_s,
-                                                                                                   timezone.utc))}
-
-
-def _describe(info: dict) -> str:
-    where = f" (pid {info['pid']} on {info['host']})" if "pid" in info else ""
-    since = f" since {info['acquired_at']}" if "acquired_at" in info else ""
-    return f"{info.get('owner')}{where}{since}, expiring at {info['expires_at']}"
-
-
-class PromotionLock:
-    """A held promotion lock: ``check()`` fails with LockLost once another owner has taken it over."""
-
-    def __init__(self, model: str, owner: str, lock, data: bytes):
-        self.model, self.owner, self._lock, self._data = model, owner, lock, data
-
-    def check(self) -> None:
-        """Fail (LockLost) unless this lock is still the one in the store."""
-        held = self._lock.read()
-        if held is None or held[0] != self._data:
-            now = _describe(_holder(held[0], held[2], 0)) if held else "nobody"
-            raise LockLost(f"the promotion lock of {self.model} expired while {self.owner} held it; it is now held "
-                           f"by {now}. Nothing more was written. Fix: re-run (a re-run records the same decision "
-                           "once); raise the lock's stale_s if promotion really takes that long.")
-
-
-@contextmanager
 def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
-                   poll_s: float = 0.2, say: Callable[[str], None] | None = None) -> Iterator[PromotionLock]:
-    """Hold ``<model>/promotion.lock`` for the block, waiting up to ``timeout_s`` for another holder; a lock
-    older than its expiry (``stale_s`` after it was taken: a crashed holder) is taken over. ``say`` gets the
-    waiting and take-over messages (default: this module's logger)."""
-    say = say or logging.getLogger(__name__).info
-    lock = _lock_file(model)
-    deadline = time.monotonic() + timeout_s
-    seen, token = None, uuid.uuid4().hex
-    while True:
-        taken = _now()
-        data = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(),
-                           "token": token, "acquired_at": _iso(taken),
-                           "expires_at": _iso(datetime.fromtimestamp(taken.timestamp() + stale_s, timezone.utc))
-                           }).encode()
-        if lock.create(data):
-            break
-        held = lock.read()
-        if held is None:  # released in between
-            continue
-        info = _holder(held[0], held[2], stale_s)
-        if info.get("token") == token:  # our create succeeded, but its answer was lost (and retried)
-            data = held[0]
-            break
-        if datetime.fromisoformat(info["expires_at"]) < _now():
-            if lock.replace(held[1], data):
-                say(f"took over the promotion lock of {model} from {_describe(info)} (expired: a crashed run)")
-                break
-            continue
-        if time.monotonic() > deadline:
-            raise UserError(f"the promotion lock {posixpath.join(model, LOCK_FILE)} is held by {_describe(info)}; "
-                            f"waited {timeout_s:g} s. Fix: let that run finish and re-run; if it crashed, the lock "
-                            "expires by itself at the time given (or remove the file).")
-        if held[1] != seen:
-            say(f"waiting for the promotion lock of {model}, held by {_describe(info)}")
-            seen = held[1]
-        time.sleep(poll_s)
-    mine = lock.read()  # read back: an endpoint that ignored the condition may have let another writer win
-    if mine is None or mine[0] != data:
-        raise LockLost(f"the promotion lock of {model} was overwritten just after {owner} took it: the store "
-                       "does not honour conditional writes. Fix: use an S3 endpoint with conditional writes "
-                       "(AWS S3, MinIO) and let one deployment at a time promote this model.")
-    handle = PromotionLock(model, owner, lock, data)
-    try:
-        yield handle
-    finally:
-        try:
-            lock.replace(mine[1], None)
-        except OSError as e:  # the block's own error matters more; the lock expires by itself
-            expiry = _holder(data, 0, 0)["expires_at"]
-            say(f"could not release the promotion lock of {model} ({e}); it expires by itself at {expiry}")
+                   poll_s: float = 0.2, say: Callable[[str], None] | None = None):
+    """Hold ``<model>/promotion.lock`` for the block (a ``common.lease.lease``): a ``Lease``."""
+    return lease(posixpath.join(model, LOCK_FILE), owner, "promotion lock", model, timeout_s, stale_s, poll_s, say)
 
 
 # --- history and record -------------------------------------------------------------------------------------
@@ -406,7 +160,7 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     if problems:
         raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
                         "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
-    _check_margin(margin)
+    check_margin(margin)
     owner = owner or _default_owner()
     with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
         lines = history(model)
@@ -442,7 +196,7 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None, "promote_margin": margin,
-                 "decision": decision, "reason": reason, "at": _iso(_now())}
+                 "decision": decision, "reason": reason, "at": _now()}
         lock.check()
         text = _read(model, HISTORY_FILE) or ""
         if text and not text.endswith("\n"):
@@ -468,7 +222,7 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
                   .model_dump_json(indent=2), **storage_options(model))
         promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
     keep = {bundle_name(r) for r in promoted[-2:]}
-    fs, path = _fs(model)
+    fs, path = filesystem(model)
     for folder in fs.ls(posixpath.join(path, BUNDLES), detail=False) if fs.exists(posixpath.join(path, BUNDLES)) else []:
         if posixpath.basename(folder.rstrip("/")) not in keep:
             fs.rm(folder, recursive=True)
@@ -480,7 +234,7 @@ def champion_init(init):
     checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
     if init is None:
         return None
-    fs, path = _fs(init.run)
+    fs, path = filesystem(init.run)
     if not fs.exists(posixpath.join(path, CHAMPION_FILE)):
         return init
     champion = load_champion(init.run)
