@@ -40,7 +40,7 @@ def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...
     if days:
         _synthesize_days(store, options, days)
         return
-    from preprocessing.synthetic import METADATA_FILE, generate
+    from synthetic.generator import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
     fs, path = filesystem(folder)
@@ -56,7 +56,7 @@ def synthesize(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...
 
 
 def _synthesize_days(store: Store, options: SyntheticOptions, days: tuple[dt.date, ...]) -> None:
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     folder = store.synthetic_days_uri(options.rows, options.seed)
     write_days(SynthConfig(out=folder, days=(days[-1] - days[0]).days + 1, start=days[0],

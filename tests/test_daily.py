@@ -41,7 +41,7 @@ def _answer(call, *args):
 
 def test_three_nights_served_with_overlapping_triggers(tmp_path):
     from preprocessing import PreprocessConfig, Preprocessing
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=5))

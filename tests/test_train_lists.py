@@ -412,7 +412,7 @@ def test_planted_multi_hot_model_within_0_01_of_its_best_auc(tmp_path):
     (one-hot rows: 0.767 vs 0.785), so this needs the one-hot test's 500k rows: 0.7777 vs 0.7853 (~100 s)."""
     from flows.config import PipelinePreset
     from preprocessing import PreprocessConfig, run as preprocess
-    from preprocessing.synthetic import SPEC_FILE, generate
+    from synthetic.generator import SPEC_FILE, generate
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
 
