@@ -108,7 +108,7 @@ def save(spec: FeatureSpec, uri: str, **storage_options: Any) -> str:
     return path
 
 
-def resolve(spec_location: str, relative: str) -> str:
+def file_uri(spec_location: str, relative: str) -> str:
     """Absolute URI of a file named in a spec's source_spec, given the spec's URI or folder."""
     base = parent_uri(spec_uri(spec_location))
     return join_uri(base, relative)

@@ -71,15 +71,15 @@ def export(config: ExportConfig) -> dict[str, Any]:
     the bundle's manifest (``training.export.export_bundle``)."""
     from training.export import export_bundle
 
-    found = resolve(config)
+    found = locate_checkpoint(config)
     return export_bundle(found["run"], found["step"], config.out)
 
 
-def resolve(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
+def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
     from nightly.registry import CHAMPION_FILE, load_champion
-    from training.evaluate import checkpoint_of
+    from training.checkpoint import checkpoint_of
     from training.rundir import RunDir
 
     given = [name for name in ("model", "run", "bundle") if getattr(config, name, None)]
@@ -111,9 +111,9 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     config = _with_champion_bundle(config)
     if config.bundle:
         if config.model or config.run:
-            resolve(config)   # the error naming both
+            locate_checkpoint(config)   # the error naming both
         return _score_bundle(config, say)
-    found = resolve(config)
+    found = locate_checkpoint(config)
     if found["warning"]:
         say(f"warning: {found['warning']}")
     folder = tempfile.mkdtemp(prefix="dlrmflow-score-")

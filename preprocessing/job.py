@@ -109,7 +109,7 @@ def _digest(identity: dict) -> str:
 
 
 def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:
-    items = [f"{split}={fspec.resolve(spec_uri, path)}" for split, chunks in spec.source_spec.items()
+    items = [f"{split}={fspec.file_uri(spec_uri, path)}" for split, chunks in spec.source_spec.items()
              for chunk in chunks for path in chunk.files]
     if not items:
         raise UserError("no input files. Fix: pass --input PATH (files, folders or globs), or list files "

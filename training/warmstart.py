@@ -48,7 +48,7 @@ def warm_start(trainer, init: InitFrom) -> dict[str, Any]:
     """Initialise ``trainer``'s model (and optimizer state) from checkpoint ``init.checkpoint`` of run
     ``init.run``; call on every rank. Returns a summary: ``{"run", "step", "tables": {table: rows
     copied}, "warnings", "seconds"}`` (also printed by rank 0)."""
-    from training.evaluate import checkpoint_of
+    from training.checkpoint import checkpoint_of
 
     start = time.perf_counter()
     old_run = RunDir(init.run)

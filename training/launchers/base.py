@@ -126,7 +126,7 @@ def check_dataset(cfg: TrainConfig) -> None:
     the training split's files is missing: a one-line UserError here instead of every rank failing."""
     import fsspec
 
-    from feature_spec import load, resolve
+    from feature_spec import file_uri, load
 
     if not cfg.dataset:
         raise UserError("no dataset given. Fix: set dataset (--dataset) to a folder written by preprocessing.")
@@ -137,7 +137,7 @@ def check_dataset(cfg: TrainConfig) -> None:
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
-    files = sorted({resolve(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
+    files = sorted({file_uri(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
     fs, _ = filesystem(files[0], **options)
     missing = [f for f in files if not fs.exists(f)]
     if missing:
