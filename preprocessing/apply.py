@@ -123,7 +123,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
         for f in job.inputs:
             bad = _Recorded(f.uri, job.config.on_bad_row)
             first = 2 if job.fmt.header else 1
-            for df, lines in readers.read(f.uri, job.fmt, types, bad):
+            for df, lines, _ in readers.read(f.uri, job.fmt, types, bad):   # no fast path: every block has lines
                 if not has_label:   # any valid label: it is never written out
                     df = df.with_columns(pl.lit("" if t.positive else 0.0, job.types[t.label]).alias(t.label))
                 bad.lines.clear()

@@ -69,13 +69,14 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
         if _may_count_in_parse(job, i) and not mirror.complete(parts.counts) else None
     fast = fastparse.block_parser(job.fmt, t, job.types, coded=True) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
-        def finish(k: int, df: pl.DataFrame, line_numbers):
+        def finish(k: int, parsed: readers.ParsedBlock):
             """Parsed block k -> its part written (IPC + dictionaries), its counts, split names and row counts."""
+            df = parsed.rows
             coded = isinstance(df, vocab.Coded)   # the fast parse coded the vocabulary features
             if coded:
                 df, dictionaries = df.rows, df.dictionaries
-            out = df if line_numbers is None else \
-                to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
+            out = df if parsed.fast else \
+                to_intermediate(df, t, parsed.lines, bad, lambda s: splits.column_names(job.rule, s))
             found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
             counts = None
             if len(out):
