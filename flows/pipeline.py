@@ -130,8 +130,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     dataset = preprocess(preprocess_config)
     run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
-    resolved = config.model_copy(update={"store": store.uri, "train": train_settings, "preprocess": config.preprocess
-                                         .model_copy(update={"inputs": preprocess_config.inputs})}).model_dump(mode="json")
+    preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})
+    resolved = config.model_copy(update={"store": store.uri, "train": train_settings, "preprocess": preprocessing})
+    resolved = resolved.model_dump(mode="json")
     # the dataset the flow filled in is no dumped field: it follows the training settings
     resolved |= {"train": resolved["train"] | {"dataset": dataset}, "date": day.isoformat() if day else None}
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
