@@ -11,6 +11,7 @@ import tempfile
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.context import FlowRunContext
 
 from common.store import Store
 from flows import artifacts
@@ -32,6 +33,8 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
     (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
     log = get_run_logger()
+    ctx = FlowRunContext.get()   # the promotion lock's owner
+    owner = f"flow run {ctx.flow_run.name} ({ctx.flow_run.id})" if ctx and ctx.flow_run else None
     model = registry.model_uri(store.uri, config.model)
     done = [e for e in registry.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
     if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again
@@ -59,12 +62,13 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
                      "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
                      "window": [d.isoformat() for d in days.days], "metrics": mine}
         entry = registry.record(model, candidate, theirs, champion.run if champion else None,
-                              margin=config.promote_margin, score_champion=lambda _: score(model=model), say=log.info)
+                                margin=config.promote_margin, score_champion=lambda _: score(model=model),
+                                say=log.info, owner=owner)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
     if entry["decision"] in registry.PROMOTING:
         bundle = posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri))
         export_bundle(run.uri, metrics["step"], bundle)
-        if registry.attach_bundle(model, run.uri, bundle, say=log.info):
+        if registry.attach_bundle(model, run.uri, bundle, say=log.info, owner=owner):
             log.info("serving bundle of the new champion: %s", bundle)
     artifacts.model_history(model, config.model, entry)
     return entry

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
-from common.store import MODELS, filesystem, storage_options
+from common.store import MODELS, filesystem
 from nightly.decision import PROMOTING, check_margin, decide
 
 CHAMPION_FILE = "champion.json"
@@ -129,14 +129,6 @@ def _plain(metrics: dict | None) -> dict | None:
 
 
 def _default_owner() -> str:
-    try:
-        from prefect.context import FlowRunContext
-
-        ctx = FlowRunContext.get()
-        if ctx and ctx.flow_run:
-            return f"flow run {ctx.flow_run.name} ({ctx.flow_run.id})"
-    except ImportError:
-        pass
     return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
@@ -201,25 +193,25 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         text = _read(model, HISTORY_FILE) or ""
         if text and not text.endswith("\n"):
             text += "\n"
-        write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n",
-                  **storage_options(model))
+        write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n")
         if decision in PROMOTING:
             lock.check()
             _write_champion(model, challenger, entry["at"])
     return entry
 
 
-def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None) -> bool:
+def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None,
+                  owner: str | None = None) -> bool:
     """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
     (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
     the champion before it (kept for a rollback)."""
-    with promotion_lock(model, _default_owner(), say=say) as lock:
+    with promotion_lock(model, owner or _default_owner(), say=say) as lock:
         current = load_champion(model)
         if current is None or current.run != run:
             return False
         lock.check()
         write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(update={"bundle": bundle})
-                  .model_dump_json(indent=2), **storage_options(model))
+                  .model_dump_json(indent=2))
         promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
     keep = {bundle_name(r) for r in promoted[-2:]}
     fs, path = filesystem(model)
@@ -248,4 +240,4 @@ def bundle_name(run: str) -> str:
 
 def _write_champion(model: str, challenger: Champion, promoted_at: str) -> None:
     champion = challenger.model_copy(update={"promoted_at": promoted_at})
-    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2), **storage_options(model))
+    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2))

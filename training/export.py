@@ -114,7 +114,7 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
             fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
         for name in manifest["files"]:
             fs.put_file(str(Path(tmp) / name), posixpath.join(path, name))
-        write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes(), **storage_options(out))
+        write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes())
     return manifest
 
 
