@@ -132,8 +132,8 @@ def _lock_file(uri: str, kind: str, of: str):
     raise UserError(f"{of}: a {kind} needs a local folder or s3://. Fix: use such a store.")
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="seconds")
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
 
 
 def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
@@ -144,8 +144,7 @@ def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
         datetime.fromisoformat(info["expires_at"])
         return info
     except (ValueError, KeyError, TypeError):
-        return {"owner": "unknown (unreadable lock)", "expires_at": _iso(datetime.fromtimestamp(mtime + stale_s,
-                                                                                                   timezone.utc))}
+        return {"owner": "unknown (unreadable lock)", "expires_at": _iso(mtime + stale_s)}
 
 
 def _describe(info: dict) -> str:
@@ -171,22 +170,21 @@ class Lease:
 
 
 @contextmanager
-def lease(uri: str, owner: str, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
+def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
           say: Callable[[str], None] | None = None) -> Iterator[Lease]:
     """Hold the lease file ``uri`` (messages call it "the ``kind`` of ``of``") for the block, waiting up to
     ``timeout_s`` for another holder; a lease older than its expiry (``stale_s`` after it was taken: a crashed
-    holder) is taken over. ``say`` gets the waiting and take-over messages (default: this module's logger)."""
-    say = say or logging.getLogger(__name__).info
+    holder) is taken over. ``owner`` names the holder (default: this process); ``say`` gets the waiting and
+    take-over messages (default: this module's logger)."""
+    say, owner = say or logging.getLogger(__name__).info, owner or f"pid {os.getpid()} on {socket.gethostname()}"
     name = f"the {kind} of {of}"
     lock = _lock_file(uri, kind, of)
     deadline = time.monotonic() + timeout_s
     seen, token = None, uuid.uuid4().hex
     while True:
-        taken = datetime.now(timezone.utc)
-        data = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(),
-                           "token": token, "acquired_at": _iso(taken),
-                           "expires_at": _iso(datetime.fromtimestamp(taken.timestamp() + stale_s, timezone.utc))
-                           }).encode()
+        taken = time.time()
+        data = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "token": token,
+                           "acquired_at": _iso(taken), "expires_at": _iso(taken + stale_s)}).encode()
         if lock.create(data):
             break
         held = lock.read()

@@ -3,7 +3,7 @@ module that names its top-level folders (the constants below; ``RunDir`` names w
 
 S3 settings come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), which s3fs/botocore read in every process,
-torchrun's ranks included (or a Prefect Secret block: ``flows.store``). No secret is ever stored in a config.
+torchrun's ranks included (or a Prefect Secret block: ``flows.pipeline``). No secret is ever stored in a config.
 ``filesystem`` is the one way from a URI to an fsspec filesystem and path.
 """
 
@@ -39,14 +39,19 @@ _CHECK_OPTIONS = {"skip_instance_cache": True,
 def storage_options(uri: str) -> dict[str, Any]:
     """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if uri.startswith(("s3://", "s3a://")) and endpoint:
-        return {"endpoint_url": endpoint}
-    return {}
+    return {"endpoint_url": endpoint} if uri.startswith(("s3://", "s3a://")) and endpoint else {}
 
 
 def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
     """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``)."""
     return fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
+
+
+def read_text(uri: str, **options: Any) -> str:
+    """The text of the file ``uri`` (FileNotFoundError when there is none); ``options``: ``filesystem``'s."""
+    fs, path = filesystem(uri, **options)
+    with fs.open(path, "r") as f:
+        return f.read()
 
 
 def default_store() -> str:

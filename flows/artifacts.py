@@ -87,7 +87,7 @@ def _positives(uri: str, spec: fspec.FeatureSpec, split: str) -> int:
 
 def dataset(uri: str) -> None:
     """Per-feature cardinalities and index-0 shares (table), a markdown summary and the location."""
-    spec = fspec.load(uri, **storage_options(uri))
+    spec = fspec.load(uri)
     meta = spec.metadata
     rows, index0 = meta.get("rows") or {}, meta.get("index0_rows") or {}
     table = [{"feature": name, "cardinality": spec.feature_spec[name].cardinality,

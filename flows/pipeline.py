@@ -16,20 +16,34 @@ import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from common.store import Store, filesystem
+from common.errors import UserError
+from common.store import BLOCK_KEYS, Store, filesystem
 from flows import artifacts
 from flows.config import PipelineConfig, SyntheticOptions, TrainSettings
-from flows.errors import user_errors
+from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
-from flows.store import transient, use_credentials_block
 from flows.train import train
 from nightly.registry import load_champion, model_uri
 from nightly.window import Window, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
 from training.rundir import RunDir
+
+
+def use_credentials_block(name: str) -> None:
+    """Load a Prefect Secret block holding ``{"AWS_ACCESS_KEY_ID": ..., ...}`` (keys from ``BLOCK_KEYS``)
+    into this process's environment, where s3fs and the torchrun ranks find it."""
+    from prefect.blocks.system import Secret
+
+    try:
+        value = Secret.load(name).get()
+    except ValueError as e:
+        raise UserError(f"credentials block '{name}': {e}. Fix: create a Secret block with that name.") from None
+    if not isinstance(value, dict) or not set(value) <= set(BLOCK_KEYS):
+        raise UserError(f"credentials block '{name}' must be a JSON object with keys among {', '.join(BLOCK_KEYS)}.")
+    os.environ.update({k: str(v) for k, v in value.items()})
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes

@@ -33,8 +33,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
     (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
     log = get_run_logger()
-    ctx = FlowRunContext.get()   # the promotion lock's owner
-    owner = f"flow run {ctx.flow_run.name} ({ctx.flow_run.id})" if ctx and ctx.flow_run else None
+    owner = f"flow run {fr.flow_run.name} ({fr.flow_run.id})" if (fr := FlowRunContext.get()) and fr.flow_run else None
     model = registry.model_uri(store.uri, config.model)
     done = [e for e in registry.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
     if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again

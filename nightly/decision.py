@@ -6,7 +6,6 @@ import math
 
 from common.errors import UserError
 
-DECISIONS = ("promoted", "kept", "first")
 PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
 
 

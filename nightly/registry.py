@@ -1,21 +1,17 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
 (one line per pipeline run: date, window, challenger and champion metrics, decision).
 
-``record`` is the one writer: under the model's promotion lock (``<model>/promotion.lock``, a
-``common.lease``) it re-reads the champion, ``decide``s (``nightly.decision``), appends the history line and
-then writes champion.json when the challenger wins; it checks the lock is still its own before each write (a
-holder that ran past the lock's ``stale_s`` fails, writing nothing more). Plain Python, with or without a
-Prefect run; local folders and s3:// alike.
+``record`` is the one writer: under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
+checked before each write) it re-reads the champion, ``decide``s (``nightly.decision``), appends the history line,
+then writes champion.json when the challenger wins. Local folders and s3:// alike.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import posixpath
 import re
-import socket
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -24,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
-from common.store import MODELS, filesystem
+from common.store import MODELS, filesystem, read_text
 from nightly.decision import PROMOTING, check_margin, decide
 
 CHAMPION_FILE = "champion.json"
@@ -81,18 +77,13 @@ def load_champion(model: str) -> Champion | None:
 
 def _read(model: str, name: str) -> str | None:
     """The text of ``<model>/<name>``, None when there is no such file."""
-    fs, path = filesystem(model)
     try:
-        return fs.cat_file(posixpath.join(path, name)).decode()
+        return read_text(posixpath.join(model, name))
     except FileNotFoundError:
         return None
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def promotion_lock(model: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
+def promotion_lock(model: str, owner: str | None, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
                    poll_s: float = 0.2, say: Callable[[str], None] | None = None):
     """Hold ``<model>/promotion.lock`` for the block (a ``common.lease.lease``): a ``Lease``."""
     return lease(posixpath.join(model, LOCK_FILE), owner, "promotion lock", model, timeout_s, stale_s, poll_s, say)
@@ -128,10 +119,6 @@ def _plain(metrics: dict | None) -> dict | None:
     return out
 
 
-def _default_owner() -> str:
-    return f"pid {os.getpid()} on {socket.gethostname()}"
-
-
 def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
            margin: float = 0.0, score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
            timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
@@ -153,7 +140,6 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
                         "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
     check_margin(margin)
-    owner = owner or _default_owner()
     with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
         lines = history(model)
         done = next((e for e in reversed(lines) if (e.get("date"), e.get("run")) == (challenger.date, challenger.run)),
@@ -187,8 +173,8 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             decision, reason = decide(challenger.metrics, measured, margin)
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "challenger": _plain(challenger.metrics), "champion": _plain(measured),
-                 "champion_run": current.run if current else None, "promote_margin": margin,
-                 "decision": decision, "reason": reason, "at": _now()}
+                 "champion_run": current.run if current else None, "promote_margin": margin, "decision": decision,
+                 "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         lock.check()
         text = _read(model, HISTORY_FILE) or ""
         if text and not text.endswith("\n"):
@@ -205,7 +191,7 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
     """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
     (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
     the champion before it (kept for a rollback)."""
-    with promotion_lock(model, owner or _default_owner(), say=say) as lock:
+    with promotion_lock(model, owner, say=say) as lock:
         current = load_champion(model)
         if current is None or current.run != run:
             return False
@@ -214,8 +200,8 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
                   .model_dump_json(indent=2))
         promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
     keep = {bundle_name(r) for r in promoted[-2:]}
-    fs, path = filesystem(model)
-    for folder in fs.ls(posixpath.join(path, BUNDLES), detail=False) if fs.exists(posixpath.join(path, BUNDLES)) else []:
+    fs, bundles = filesystem(posixpath.join(model, BUNDLES))
+    for folder in fs.ls(bundles, detail=False) if fs.exists(bundles) else []:
         if posixpath.basename(folder.rstrip("/")) not in keep:
             fs.rm(folder, recursive=True)
     return True
@@ -224,13 +210,8 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
 def champion_init(init):
     """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
     checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
-    if init is None:
-        return None
-    fs, path = filesystem(init.run)
-    if not fs.exists(posixpath.join(path, CHAMPION_FILE)):
-        return init
-    champion = load_champion(init.run)
-    return init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
+    champion = load_champion(init.run) if init is not None else None
+    return init if champion is None else init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
 
 
 def bundle_name(run: str) -> str:

@@ -32,10 +32,8 @@ PARQUET_BATCH_ROWS = 262_144
 
 
 class ParsedBlock(NamedTuple):
-    """One block of a file as read: ``rows`` with the columns asked for and ``lines``, each row's 1-based line
-    number; or, for a block the C fast path parsed (``fast``), its rows already intermediate (``fastparse``)."""
-
-    rows: Any   # a polars DataFrame, or the fast path's rows (``vocab.Coded`` when it coded the vocabularies)
+    """A block as read: rows with their 1-based line numbers, or the C fast path's rows (``fast``: ``fastparse``)."""
+    rows: Any
     lines: np.ndarray | None
     fast: bool = False
 

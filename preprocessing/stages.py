@@ -9,8 +9,7 @@ finished, and returns its result.
   also counts them (the count stage then skips that file).
 ``count_file``: value counts of the vocabulary features over the counted splits: a file whose rows are all
   counted rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
-``encode_file``: indices, labels and numericals -> per-split binary parts (in the job's work folder: they
-  depend on its vocabulary).
+``encode_file``: indices, labels, numericals -> per-split binary parts (in the job's work folder: its vocabulary's).
 
 Within a file, each stage processes a few blocks at once (``parallel.ordered``; as many as the threads that
 the files in flight leave over), in block order, so that one file uses every core.

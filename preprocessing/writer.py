@@ -9,11 +9,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import fsspec
-
-from common.atomic import atomic_open
+from common.atomic import atomic_open, write_uri
 from common.store import filesystem
-
 from feature_spec import FeatureSpec, join_uri, save
 
 from . import lists
@@ -75,5 +72,4 @@ def write_vocab(dataset: str, sources: dict[str, Path]) -> dict[str, str]:
 def finish(dataset: str, spec: FeatureSpec) -> None:
     """Write feature_spec.yaml, then ``_SUCCESS``."""
     save(spec, dataset)
-    with fsspec.open(join_uri(dataset, SUCCESS), "w") as f:
-        f.write("")
+    write_uri(join_uri(dataset, SUCCESS), "")

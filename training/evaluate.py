@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
-from common.store import storage_options
 from training.config import EvaluateConfig
 from training.rundir import RunDir
 
@@ -24,7 +23,7 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
     from training.checkpoint import checkpoint_of
 
     return checkpoint_of(run, config.checkpoint, config.dataset, check=lambda dataset: config.check_split(
-        load(dataset, **storage_options(dataset)).splits, dataset))
+        load(dataset).splits, dataset))
 
 
 def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, env: dict[str, str] | None = None,

@@ -27,7 +27,6 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from tqdm import tqdm
 
 from common.errors import UserError
-from common.store import storage_options
 from training import metrics
 from training.checkpoint import Checkpointer
 from training.config import OptimizerConfig, TrainConfig
@@ -85,8 +84,7 @@ class Trainer(Stateful):
     def dataset(self, split: str) -> SplitBinaryDataset:
         """A split of the dataset (opened once)."""
         if split not in self._datasets:
-            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir,
-                                                       storage_options=storage_options(self.cfg.dataset))
+            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir)
         return self._datasets[split]
 
     @cached_property
