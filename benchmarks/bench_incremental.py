@@ -1,6 +1,6 @@
 """Incremental preprocessing of a rolling window: from scratch vs the next night's window in the same store.
 
-Writes 8 synthetic Criteo days (``preprocessing.synthetic.generate`` with seed = day), then preprocesses
+Writes 8 synthetic Criteo days (``synthetic.generator.generate`` with seed = day), then preprocesses
 window 1 (train days 1-5, val day 6, test day 7) in a fresh store and window 2 (days 2-8: only day 8 new) in
 the same store, with threshold 3. Times each stage (wall and process CPU, in-process, 2 worker threads) and
 prints the ratio of the two runs' wall times, and a markdown table for benchmarks/RESULTS.md.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from preprocessing import PreprocessConfig, Preprocessing
 from preprocessing.parallel import ThreadExecutor
-from preprocessing.synthetic import generate
+from synthetic.generator import generate
 
 STAGES = ("parse", "count", "build_vocabulary", "encode", "write_dataset")
 

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from preprocessing.synthetic import METADATA_FILE  # noqa: E402
+from synthetic.generator import METADATA_FILE  # noqa: E402
 from measure import checked, load_average, run_measured  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import checked, load_average, run_measured  # noqa: E402
-from preprocessing.synthetic import METADATA_FILE, SPEC_FILE  # noqa: E402
+from synthetic.generator import METADATA_FILE, SPEC_FILE  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MLPERF = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"

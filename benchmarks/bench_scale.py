@@ -32,8 +32,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from measure import checked, run_measured  # noqa: E402
-from preprocessing import synthetic_columns as sc  # noqa: E402
-from preprocessing.synthetic import METADATA_FILE, _row_count  # noqa: E402
+from synthetic import columns as sc  # noqa: E402
+from synthetic.generator import METADATA_FILE, _row_count  # noqa: E402
 
 BIN = Path(sys.executable).parent
 

@@ -303,7 +303,7 @@ MLPERF_SIZES = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
 def synth_pair(tmp: Path, rows: int, sizes: list[int], threshold: int) -> dict[str, Path]:
     """The same ``dlrmflow synth`` rows one-hot and multi-hot, each preprocessed into a train-only dataset."""
     from preprocessing import PreprocessConfig, run as preprocess
-    from preprocessing.synthetic import SPEC_FILE, generate
+    from synthetic.generator import SPEC_FILE, generate
 
     out = {}
     for name, options in (("one-hot", {}), ("multi-hot", {"multi_hot_sizes": sizes})):

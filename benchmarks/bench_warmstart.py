@@ -89,7 +89,7 @@ def cost(rows: int, tmp: Path) -> dict:
 
 def auc(rows_per_day: int, steps: list[int], seeds: list[int], tmp: Path) -> list[dict]:
     from preprocessing import PreprocessConfig, run as preprocess
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     write_days(SynthConfig(out=str(tmp / "logs"), days=4, start="2026-03-01", rows_per_day=rows_per_day, seed=3))
 

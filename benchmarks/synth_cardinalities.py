@@ -1,7 +1,7 @@
 """Distinct values, values seen once and values kept at a frequency threshold, per categorical column, of
 ``dlrmflow synth`` data at N rows against what the real Kaggle counts imply (a markdown table).
 
-Draws each column's ids with the generator's own sampler and fitted profile (``synthetic_columns.fit``), N
+Draws each column's ids with the generator's own sampler and fitted profile (``synthetic.columns.fit``), N
 non-missing draws per column, no TSV: the same distribution as ``dlrmflow synth --rows N``, much faster.
 The "real" columns: the power law through the real first-10k and full-Kaggle counts, whose share of
 values seen once is its exponent b and whose share seen at least T times is Gamma(T-b)/(Gamma(T)Gamma(1-b))
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from preprocessing import synthetic_columns as sc  # noqa: E402
+from synthetic import columns as sc  # noqa: E402
 
 
 def kept_share(b: float, threshold: int) -> float:

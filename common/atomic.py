@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+from common.store import filesystem
 
 _LOCAL = LocalFileSystem()
 
@@ -60,8 +61,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, fs=None) -> None:
 
 
 def write_uri(uri: str, data: bytes | str, **storage_options) -> None:
-    """``write_atomic`` for a URI (local path, file://, s3://, ...)."""
-    fs, path = fsspec.core.url_to_fs(uri, **storage_options)
+    """``write_atomic`` for a URI (local path, file://, s3://, ...; options: ``common.store.filesystem``'s)."""
+    fs, path = filesystem(uri, **storage_options)
     write_atomic(path, data, fs)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-import fsspec
 import yaml
 from pydantic import ValidationError
 
-from common.atomic import write_atomic
+from common.atomic import write_uri
+from common.store import read_text
 
 from .errors import SpecError
 from .model import FeatureSpec
@@ -78,8 +78,7 @@ def load(uri: str, **storage_options: Any) -> FeatureSpec:
     """Load a spec from a YAML path/URI or a dataset folder (``feature_spec.yaml`` inside it)."""
     path = spec_uri(uri)
     try:
-        with fsspec.open(path, "r", **storage_options) as f:
-            text = f.read()
+        text = read_text(path, **storage_options)
     except FileNotFoundError:
         raise SpecError(f"feature spec '{path}' does not exist.",
                         fix="pass a dataset folder written by `dlrmflow preprocess`, or the path of a spec YAML.") from None
@@ -102,12 +101,11 @@ def to_yaml(spec: FeatureSpec) -> str:
 def save(spec: FeatureSpec, uri: str, **storage_options: Any) -> str:
     """Write a spec atomically (temporary name, then rename); returns the YAML's URI."""
     path = spec_uri(uri)
-    fs, fs_path = fsspec.core.url_to_fs(path, **storage_options)
-    write_atomic(fs_path, to_yaml(spec), fs)
+    write_uri(path, to_yaml(spec), **storage_options)
     return path
 
 
-def resolve(spec_location: str, relative: str) -> str:
+def file_uri(spec_location: str, relative: str) -> str:
     """Absolute URI of a file named in a spec's source_spec, given the spec's URI or folder."""
     base = parent_uri(spec_uri(spec_location))
     return join_uri(base, relative)

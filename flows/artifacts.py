@@ -16,7 +16,6 @@ import time
 from datetime import timezone
 from urllib.parse import quote
 
-import fsspec
 import numpy as np
 from prefect import get_client
 from prefect.artifacts import (MarkdownArtifact, TableArtifact, create_markdown_artifact,
@@ -26,10 +25,11 @@ from prefect.context import FlowRunContext
 
 import feature_spec as fspec
 from common.errors import UserError
+from common.store import RUNS, filesystem, storage_options
 from flows.config import config_hash
 from training import metrics as tm
 from training.report import TABLE
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 DATASET_FEATURES, DATASET_SUMMARY, DATASET_LOCATION = "dataset-features", "dataset-summary", "dataset-location"
 SHARDING_PLAN, TRAINING_PROGRESS = "sharding-plan", "training-progress"
@@ -79,8 +79,7 @@ def _publish(owners: list[dict], cls: type, **fields) -> None:
 
 def _positives(uri: str, spec: fspec.FeatureSpec, split: str) -> int:
     """Rows of ``split`` with a positive label (label.bin: one byte per row), read in 16 MiB blocks."""
-    fs, path = fsspec.core.url_to_fs(fspec.join_uri(uri, spec.file_of(split, spec.label_feature)[0]),
-                                     **storage_options(uri))
+    fs, path = filesystem(fspec.join_uri(uri, spec.file_of(split, spec.label_feature)[0]))
     with fs.open(path, "rb") as f:
         blocks = iter(lambda: f.read(1 << 24), b"")
         return sum(int(np.count_nonzero(np.frombuffer(block, np.uint8))) for block in blocks)
@@ -88,7 +87,7 @@ def _positives(uri: str, spec: fspec.FeatureSpec, split: str) -> int:
 
 def dataset(uri: str) -> None:
     """Per-feature cardinalities and index-0 shares (table), a markdown summary and the location."""
-    spec = fspec.load(uri, **storage_options(uri))
+    spec = fspec.load(uri)
     meta = spec.metadata
     rows, index0 = meta.get("rows") or {}, meta.get("index0_rows") or {}
     table = [{"feature": name, "cardinality": spec.feature_spec[name].cardinality,
@@ -242,9 +241,9 @@ def _run_row(run: RunDir) -> dict:
 
 def runs(store_uri: str) -> None:
     """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them."""
-    fs, root = fsspec.core.url_to_fs(posixpath.join(store_uri, "runs"), **storage_options(store_uri))
+    fs, root = filesystem(posixpath.join(store_uri, RUNS))
     folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)) if fs.exists(root) else []
-    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, "runs", f)) for f in folders)
+    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, RUNS, f)) for f in folders)
             if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
@@ -281,10 +280,10 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     """A named model's whole history as a table (fixed key, so each night adds a version showing every night),
     a markdown summary of ``entry``'s decision (default: the last line) and a picture of champion and
     challenger AUC by date."""
-    from flows import models
+    from nightly import registry
     from training import plots
 
-    lines = models.history(model_uri)
+    lines = registry.history(model_uri)
     create_table_artifact([_history_row(e) for e in lines], key=model_key(name, MODEL_HISTORY),
                           description=f"Every run of model '{name}': challenger and champion on the run's test day, "
                           "and the decision (oldest first).")
@@ -299,8 +298,8 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
         text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
                 *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
                 f"- window: {', '.join(entry.get('window') or []) or '-'}",
-                f"- champion: {location(posixpath.join(model_uri, models.CHAMPION_FILE))}",
-                f"- history: {location(posixpath.join(model_uri, models.HISTORY_FILE))}"]
+                f"- champion: {location(posixpath.join(model_uri, registry.CHAMPION_FILE))}",
+                f"- history: {location(posixpath.join(model_uri, registry.HISTORY_FILE))}"]
         create_markdown_artifact("\n".join(text), key=model_key(name, MODEL_DECISION),
                                  description=f"Model '{name}': this run's promotion decision.")
     create_markdown_artifact(_picture(plots.model_history_png(lines, name), model_key(name, MODEL_AUC)),

@@ -17,9 +17,9 @@ from pydantic.json_schema import SkipJsonSchema
 from common.config import apply_overrides, validate
 from common.errors import UserError
 
-from flows.models import NAME_PATTERN as MODEL_NAME
-from flows.store import default_store
-from flows.window import WindowConfig, is_dated
+from common.store import default_store
+from nightly.registry import NAME_PATTERN as MODEL_NAME
+from nightly.window import WindowConfig, is_dated
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule

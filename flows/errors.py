@@ -1,6 +1,6 @@
 """User errors at the boundary of each flow and task: the run fails with the error's message as its state
 message and one ERROR line in its logs (the traceback at DEBUG), instead of Prefect logging the traceback
-again at every enclosing task, subflow and flow."""
+again at every enclosing task, subflow and flow. ``transient``: which failed tasks are retried."""
 
 from __future__ import annotations
 
@@ -35,3 +35,10 @@ def user_errors(fn):
 
     run.__signature__ = inspect.signature(fn, eval_str=True)  # resolved: Prefect would read them in this module
     return run
+
+
+def transient(task, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry remote I/O failures (timeouts, dropped connections), never a
+    missing file, a refused permission, bad input or a bug."""
+    exc = state.data
+    return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError, UserError))

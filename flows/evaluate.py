@@ -7,9 +7,9 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
-from flows.store import redact
 from training.config import EvaluateConfig
 from training.evaluate import check_inputs, evaluate_run
 from training.report import format_table

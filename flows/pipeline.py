@@ -12,24 +12,38 @@ import datetime as dt
 import os
 import tempfile
 
-import fsspec
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from common.errors import UserError
+from common.store import BLOCK_KEYS, Store, filesystem
 from flows import artifacts
 from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfig
-from flows.models import load_champion, model_uri
-from flows.errors import user_errors
+from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
-from flows.store import Store, transient, use_credentials_block
 from flows.train import train
-from flows.window import Window, run_date, window
+from nightly.registry import load_champion, model_uri
+from nightly.window import Window, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
 from training.rundir import RunDir
+
+
+def use_credentials_block(name: str) -> None:
+    """Load a Prefect Secret block holding ``{"AWS_ACCESS_KEY_ID": ..., ...}`` (keys from ``BLOCK_KEYS``)
+    into this process's environment, where s3fs and the torchrun ranks find it."""
+    from prefect.blocks.system import Secret
+
+    try:
+        value = Secret.load(name).get()
+    except ValueError as e:
+        raise UserError(f"credentials block '{name}': {e}. Fix: create a Secret block with that name.") from None
+    if not isinstance(value, dict) or not set(value) <= set(BLOCK_KEYS):
+        raise UserError(f"credentials block '{name}' must be a JSON object with keys among {', '.join(BLOCK_KEYS)}.")
+    os.environ.update({k: str(v) for k, v in value.items()})
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=5, retry_condition_fn=transient)  # remote writes
@@ -40,10 +54,10 @@ def synthesize(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.da
     if days:
         _synthesize_days(store, options, days)
         return
-    from preprocessing.synthetic import METADATA_FILE, generate
+    from synthetic.generator import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
-    fs, path = fsspec.core.url_to_fs(folder)
+    fs, path = filesystem(folder)
     if fs.exists(f"{path}/{METADATA_FILE}"):
         get_run_logger().info("synthetic data already complete, reusing: %s", folder)
         return
@@ -56,7 +70,7 @@ def synthesize(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.da
 
 
 def _synthesize_days(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.date, ...]) -> None:
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     folder = store.synthetic_days_uri(options.rows, options.seed)
     write_days(SynthConfig(out=folder, days=(days[-1] - days[0]).days + 1, start=days[0],
@@ -130,10 +144,11 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     dataset = preprocess(preprocess_config)
     run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
-    resolved = config.model_copy(update={"store": store.uri}).model_dump(mode="json")
-    resolved["train"]["dataset"], resolved["preprocess"]["inputs"] = dataset, preprocess_config.inputs
-    resolved["train"]["init_from"] = train_settings.model_dump(mode="json")["init_from"]
-    resolved["date"] = day.isoformat() if day else None
+    preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})
+    resolved = config.model_copy(update={"store": store.uri, "train": train_settings, "preprocess": preprocessing})
+    resolved = resolved.model_dump(mode="json")
+    # the dataset the flow filled in is no dumped field: it follows the training settings
+    resolved |= {"train": resolved["train"] | {"dataset": dataset}, "date": day.isoformat() if day else None}
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
     train(run.uri, dataset, train_settings, config.nproc, config.launcher)
     metrics = evaluate(run.uri, config.evaluate)

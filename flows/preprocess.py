@@ -12,8 +12,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import artifacts
 from flows.config import FlowPreprocessConfig
-from flows.errors import user_errors
-from flows.store import transient
+from flows.errors import transient, user_errors
 from preprocessing import Preprocessing
 
 # parse reads the inputs and write_dataset writes the store (maybe remote): those retry I/O errors

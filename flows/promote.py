@@ -1,5 +1,5 @@
 """After a dated run: the new model (challenger) against the named model's champion on the test day's raw rows,
-each with its own vocabulary; the better one is the champion (``flows.models`` records it under a lock). Then the
+each with its own vocabulary; the better one is the champion (``nightly.registry`` records it under a lock). Then the
 parsed parts of days no later window needs are removed."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import tempfile
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.context import FlowRunContext
 
-from flows import artifacts, models, scoring
+from common.store import Store
+from flows import artifacts
 from flows.config import PipelineConfig
 from flows.errors import user_errors
-from flows.scoring import ScoreConfig
-from flows.store import Store
-from flows.window import Window
+from nightly import registry, scoring
+from nightly.scoring import ScoreConfig
+from nightly.window import Window
 from training.export import export_bundle
 from training.rundir import RunDir
 
@@ -31,8 +33,9 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
     (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
     log = get_run_logger()
-    model = models.model_uri(store.uri, config.model)
-    done = [e for e in models.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
+    owner = f"flow run {fr.flow_run.name} ({fr.flow_run.id})" if (fr := FlowRunContext.get()) and fr.flow_run else None
+    model = registry.model_uri(store.uri, config.model)
+    done = [e for e in registry.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
     if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again
         log.info("model %s on %s: already decided (%s)", config.model, days.date, done[-1]["decision"])
         return done[-1]
@@ -48,7 +51,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             mine = {k: metrics[k] for k in METRICS}   # evaluation scored exactly the test day, with this vocabulary
         else:
             mine = score(run=run.uri, checkpoint=metrics["step"])
-        champion = models.load_champion(model)
+        champion = registry.load_champion(model)
         theirs = None
         if champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat():
             log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
@@ -57,13 +60,14 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
         candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
                      "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
                      "window": [d.isoformat() for d in days.days], "metrics": mine}
-        entry = models.record(model, candidate, theirs, champion.run if champion else None,
-                              margin=config.promote_margin, score_champion=lambda _: score(model=model), say=log.info)
+        entry = registry.record(model, candidate, theirs, champion.run if champion else None,
+                                margin=config.promote_margin, score_champion=lambda _: score(model=model),
+                                say=log.info, owner=owner)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
-    if entry["decision"] in models.PROMOTING:
-        bundle = posixpath.join(model, models.BUNDLES, models.bundle_name(run.uri))
+    if entry["decision"] in registry.PROMOTING:
+        bundle = posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri))
         export_bundle(run.uri, metrics["step"], bundle)
-        if models.attach_bundle(model, run.uri, bundle, say=log.info):
+        if registry.attach_bundle(model, run.uri, bundle, say=log.info, owner=owner):
             log.info("serving bundle of the new champion: %s", bundle)
     artifacts.model_history(model, config.model, entry)
     return entry

@@ -1,4 +1,4 @@
-"""The score flow: raw rows -> click probabilities with a model's own vocabulary (``flows.scoring.score``),
+"""The score flow: raw rows -> click probabilities with a model's own vocabulary (``nightly.scoring.score``),
 written as Parquet; a summary artifact (rows, output, metrics when the rows had labels)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
-from flows.scoring import ScoreConfig, score as score_rows
-from flows.store import redact
+from nightly.scoring import ScoreConfig, score as score_rows
 
 
 @task(cache_policy=NONE)  # no retries: a failed scoring is a bug or bad input, a retry would hide it

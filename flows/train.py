@@ -13,11 +13,11 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.errors import UserError
+from common.store import redact
 from flows import artifacts
 from flows.config import FlowTrainConfig, default_train
 from flows.errors import user_errors
-from flows.models import champion_init
-from flows.store import redact
+from nightly.registry import champion_init
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher

@@ -25,6 +25,7 @@ import polars as pl
 
 import feature_spec as fspec
 from common.errors import UserError
+from common.store import filesystem
 from feature_spec import categorical_file_name
 
 from . import lists, readers, stages, vocab, writer
@@ -84,7 +85,7 @@ def scoring_job(dataset: str, inputs: list[str], folder: str, *, on_bad_row: str
         return Job.from_config(config)
     except fspec.SpecError:
         spec_path = spec or settings["spec"]
-        fs, path = fsspec.core.url_to_fs(spec_path)
+        fs, path = filesystem(spec_path)
         if "/" in spec_path and not fs.exists(path):
             raise UserError(f"{dataset} was preprocessed with the input spec {spec_path!r}, which does not exist "
                             "here, so the raw rows cannot be read as it read them. Fix: run from the folder "
@@ -122,7 +123,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
         for f in job.inputs:
             bad = _Recorded(f.uri, job.config.on_bad_row)
             first = 2 if job.fmt.header else 1
-            for df, lines in readers.read(f.uri, job.fmt, types, bad):
+            for df, lines, _ in readers.read(f.uri, job.fmt, types, bad):   # no fast path: every block has lines
                 if not has_label:   # any valid label: it is never written out
                     df = df.with_columns(pl.lit("" if t.positive else 0.0, job.types[t.label]).alias(t.label))
                 bad.lines.clear()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-import fsspec
 from pydantic import BaseModel
+
+from common.store import filesystem
 
 from .errors import InputError
 
@@ -46,7 +47,7 @@ def expand(items: list[str]) -> list[InputFile]:
 
 def _list(target: str) -> list[tuple[str, int, str]]:
     try:
-        fs, path = fsspec.core.url_to_fs(target)
+        fs, path = filesystem(target)
         if any(ch in path for ch in "*?["):
             paths = sorted(fs.glob(path))
         elif fs.isdir(path):

@@ -3,9 +3,8 @@ rows; of the elements for a list feature, marked '/el'), hotness and mean/max li
 
 from __future__ import annotations
 
-import fsspec
-
 import feature_spec as fspec
+from common.store import filesystem
 
 
 def _rows_from_files(dataset: str, spec: fspec.FeatureSpec) -> dict[str, int]:
@@ -13,7 +12,7 @@ def _rows_from_files(dataset: str, spec: fspec.FeatureSpec) -> dict[str, int]:
     metadata has no row counts (NVIDIA's tools write none)."""
     rows = {}
     for split in spec.splits:
-        fs, path = fsspec.core.url_to_fs(fspec.resolve(dataset, spec.file_of(split, spec.label_feature)[0]))
+        fs, path = filesystem(fspec.file_uri(dataset, spec.file_of(split, spec.label_feature)[0]))
         if fs.exists(path):
             rows[split] = fs.size(path)
     return rows

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import feature_spec as fspec
 from common.errors import UserError
+from common.store import DATASETS
 from feature_spec import FeatureSpec
 
 from . import lists, splits
@@ -69,7 +70,7 @@ class Job:
         mirror = Mirror.locate(config.work_dir, config.out)
         parts = [FileParts.locate(mirror, _digest({**file_identity(f), **parse})) for f in inputs]
         return cls(config, spec, inputs, rule, threshold, transforms, fmt, types, fingerprint,
-                   fspec.join_uri(config.out, "datasets", key), WorkFolder.locate(config.work_dir, mirror, key),
+                   fspec.join_uri(config.out, DATASETS, key), WorkFolder.locate(config.work_dir, mirror, key),
                    parts, mirror)
 
     def file_entry(self, i: int) -> dict:
@@ -108,7 +109,7 @@ def _digest(identity: dict) -> str:
 
 
 def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:
-    items = [f"{split}={fspec.resolve(spec_uri, path)}" for split, chunks in spec.source_spec.items()
+    items = [f"{split}={fspec.file_uri(spec_uri, path)}" for split, chunks in spec.source_spec.items()
              for chunk in chunks for path in chunk.files]
     if not items:
         raise UserError("no input files. Fix: pass --input PATH (files, folders or globs), or list files "

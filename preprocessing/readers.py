@@ -15,6 +15,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import fsspec
 import numpy as np
@@ -28,6 +29,13 @@ from .parallel import ordered
 EXTRA = "__extra"
 BLOCK_BYTES = 32 << 20   # ~130k Criteo rows: bounds the parse memory (the raw strings of a block dominate)
 PARQUET_BATCH_ROWS = 262_144
+
+
+class ParsedBlock(NamedTuple):
+    """A block as read: rows with their 1-based line numbers, or the C fast path's rows (``fast``: ``fastparse``)."""
+    rows: Any
+    lines: np.ndarray | None
+    fast: bool = False
 
 
 @dataclass
@@ -45,15 +53,15 @@ class Format:
 
 def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
          block_bytes: int | None = None, fast=None, then=None, workers: int = 1) -> Iterator:
-    """Yield (rows with the columns of ``types``, each row's 1-based line number) for one file.
-    ``fast`` (text only): block -> rows or None (see ``fastparse``); a block it parses is yielded as
-    (its rows, None), and the other blocks are parsed here. ``then(block number, rows, line numbers)``, if given,
-    is applied to each block (numbered from 0) in the thread that parsed it and its results are yielded instead; text blocks are parsed (and
-    ``then`` applied) ``workers`` at a time, yielded in file order (``parallel.ordered``)."""
+    """Yield a ParsedBlock (rows with the columns of ``types``) per block of one file. ``fast`` (text only):
+    block -> rows or None (see ``fastparse``); the blocks it does not parse are parsed here. ``then(block number,
+    ParsedBlock)``, if given, is applied to each block (numbered from 0) in the thread that parsed it and its results
+    are yielded instead; text blocks are parsed (and ``then`` applied) ``workers`` at a time, yielded in file order
+    (``parallel.ordered``)."""
     try:
         if fmt.kind == "parquet":
-            batches = _read_parquet(uri, types, bad)
-            yield from batches if then is None else (then(k, df, lines) for k, (df, lines) in enumerate(batches))
+            blocks = (ParsedBlock(df, lines) for df, lines in _read_parquet(uri, types, bad))
+            yield from blocks if then is None else (then(k, block) for k, block in enumerate(blocks))
         else:
             yield from _read_text(uri, fmt, types, bad, block_bytes or BLOCK_BYTES, fast, then, workers)
     except FileNotFoundError:
@@ -193,13 +201,11 @@ def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None
     def parse(item):
         k, holder, first = item
         block = holder.pop()   # the only reference: the bytes go as soon as they are parsed
-        df = fast(block) if fast is not None else None
-        if df is not None:
-            lines = None
-        else:
-            df, lines, _ = _parse_block(block, first, columns, fmt, types, bad)
+        rows = fast(block) if fast is not None else None
+        parsed = ParsedBlock(rows, None, fast=True) if rows is not None else \
+            ParsedBlock(*_parse_block(block, first, columns, fmt, types, bad)[:2])
         del block
-        return (df, lines) if then is None else then(k, df, lines)
+        return parsed if then is None else then(k, parsed)
 
     yield from ordered(parse, _numbered(blocks, line), workers)
 

@@ -2,15 +2,14 @@
 its part atomically, skips a part an earlier run (of this dataset or of another one that uses the same file)
 finished, and returns its result.
 
-A parse: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block; integer vocabulary
-  features as codes into the block's distinct values, see ``vocab.dictionary_encode``) + row/bad-row counts,
-  stored with the file's parts (``job.parts[i]``), shared by every dataset that reads the file with the same
-  parse settings; where all of the file's rows are counted rows (count_on=all, a `files` train input) it also
-  counts them (stage B then skips that file).
-B count: value counts of the vocabulary features over the counted splits: a file whose rows are all counted
-  rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
-C encode: indices, labels and numericals -> per-split binary parts (in the job's work folder: they depend on
-  its vocabulary).
+``parse_file``: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block; integer
+  vocabulary features as codes into the block's distinct values, see ``vocab.dictionary_encode``) + row/bad-row
+  counts, stored with the file's parts (``job.parts[i]``), shared by every dataset that reads the file with the
+  same parse settings; where all of the file's rows are counted rows (count_on=all, a `files` train input) it
+  also counts them (the count stage then skips that file).
+``count_file``: value counts of the vocabulary features over the counted splits: a file whose rows are all
+  counted rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
+``encode_file``: indices, labels, numericals -> per-split binary parts (in the job's work folder: its vocabulary's).
 
 Within a file, each stage processes a few blocks at once (``parallel.ordered``; as many as the threads that
 the files in flight leave over), in block order, so that one file uses every core.
@@ -55,7 +54,7 @@ class Placement:
 
 
 def parse_file(job: Job, i: int, progress=None) -> dict:
-    """Stage A: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), then its
+    """The parse stage: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), then its
     ``parsed.json``; returns the latter (rows, bad rows, split names)."""
     parts, mirror = job.parts[i], job.mirror
     if mirror.complete(parts.parse_meta):
@@ -64,18 +63,19 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     t, uri = job.transforms, job.inputs[i].uri
     bad = BadRows(uri, job.config.on_bad_row)
     rows, names = 0, set()
-    # compacted sooner than in stage B: these counts live alongside a parsed block (the memory peak)
+    # compacted sooner than in the count stage: these counts live alongside a parsed block (the memory peak)
     counter = vocab.Counter(t.vocab_features, compact_factor=2) \
         if _may_count_in_parse(job, i) and not mirror.complete(parts.counts) else None
     fast = fastparse.block_parser(job.fmt, t, job.types, coded=True) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
-        def finish(k: int, df: pl.DataFrame, line_numbers):
+        def finish(k: int, parsed: readers.ParsedBlock):
             """Parsed block k -> its part written (IPC + dictionaries), its counts, split names and row counts."""
+            df = parsed.rows
             coded = isinstance(df, vocab.Coded)   # the fast parse coded the vocabulary features
             if coded:
                 df, dictionaries = df.rows, df.dictionaries
-            out = df if line_numbers is None else \
-                to_intermediate(df, t, line_numbers, bad, lambda s: splits.column_names(job.rule, s))
+            out = df if parsed.fast else \
+                to_intermediate(df, t, parsed.lines, bad, lambda s: splits.column_names(job.rule, s))
             found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
             counts = None
             if len(out):
@@ -145,7 +145,7 @@ def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True) ->
 def _may_count_in_parse(job: Job, i: int) -> bool:
     """Whether to count in the parse: only where all of this file's rows are sure to be counted rows. (For an
     ordered split the file holding the split point would be counted twice; measured on 1M rows, counting in
-    the parse then costs as much CPU as stage B re-reading the parsed part, so it is left to stage B.)"""
+    the parse then costs as much CPU as the count stage re-reading the parsed part, so it is left to that stage.)"""
     if not job.transforms.vocab_features:
         return False
     return job.config.count_on == "all" or (job.rule.kind == "files" and job.inputs[i].split == "train")
@@ -171,7 +171,7 @@ def counted(job: Job, placement: Placement, i: int) -> str:
 
 
 def counts_path(job: Job, placement: Placement, i: int) -> Path | None:
-    """The counts folder of file ``i``'s counted rows (written by stage B), or None where none are counted."""
+    """The counts folder of file ``i``'s counted rows (written by the count stage), or None where none are counted."""
     how = counted(job, placement, i)
     return None if how == "none" else job.parts[i].counts if how == "all" else job.work.counts(i)
 
@@ -213,7 +213,7 @@ def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int
 
 
 def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
-    """Stage B: value counts over the counted split(s); writes ``counts_path``."""
+    """The count stage: value counts over the counted split(s); writes ``counts_path``."""
     target = counts_path(job, placement, i)
     if target is None or job.mirror.complete(target):
         return
@@ -236,7 +236,7 @@ def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
 
 
 def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, progress=None) -> dict:
-    """Stage C: write encoded/<i>/<split>/{label,numerical,cat_*}.bin (and a variable-length list's lengths,
+    """The encode stage: write encoded/<i>/<split>/{label,numerical,cat_*}.bin (and a variable-length list's lengths,
     see ``lists``); returns rows, index-0 rows and each list feature's statistics per split."""
     target, mirror = job.work.encoded(i), job.mirror
     if mirror.complete(target):

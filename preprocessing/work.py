@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from common.atomic import atomic_dir, write_atomic, write_uri
+from common.atomic import atomic_dir, atomic_path, write_atomic, write_uri
+from common.store import FILES, WORK, filesystem
 from feature_spec import join_uri
 
 _FOLDERS = ("counts", "encoded", "vocab")
-_SHARED = "_work"   # the folder under the root that holds every job's work folder
-_FILES = "_files"   # the folder under the root that holds every input file's parts
 _COMPLETE = ".complete"   # in a remote store: the marker beside a folder part, written after its files
 
 
@@ -48,13 +46,13 @@ class Mirror:
     def locate(cls, work_dir: str | None, out: str) -> Mirror:
         """The parts' root of store ``out`` (``work_dir``: the local folder to use instead of a local store,
         or the cache of a remote one)."""
-        fs, path = fsspec.core.url_to_fs(out)
+        fs, path = filesystem(out)
         if isinstance(fs, LocalFileSystem):
             return cls(Path(work_dir or path))
         return cls(Path(work_dir) if work_dir else Path(tempfile.gettempdir()) / "dlrmflow-work", out)
 
     def _remote(self, local: Path) -> tuple[object, str, bool]:
-        fs, path = fsspec.core.url_to_fs(join_uri(self.store, local.relative_to(self.cache).as_posix()))
+        fs, path = filesystem(join_uri(self.store, local.relative_to(self.cache).as_posix()))
         return fs, path, not local.suffix
 
     def complete(self, local: Path) -> bool:
@@ -73,9 +71,8 @@ class Mirror:
             return True   # a cached part is the same: a part's key fixes its content
         fs, path, folder = self._remote(local)
         if not folder:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(path, str(local) + f".tmp-{os.getpid()}")
-            os.replace(str(local) + f".tmp-{os.getpid()}", local)
+            with atomic_path(local) as tmp:
+                fs.get_file(path, tmp)
             return True
         with atomic_dir(local) as tmp:
             files = [f for f in fs.find(path) if not f.endswith(_COMPLETE)]
@@ -134,7 +131,7 @@ class WorkFolder:
     def locate(cls, work_dir: str | None, mirror: Mirror, key: str) -> WorkFolder:
         """``<work_dir>/<key>`` for a local store with ``work_dir``, else ``_work/<key>`` under the mirror."""
         local_work_dir = work_dir and mirror.store is None
-        return cls(mirror.cache / key if local_work_dir else mirror.cache / _SHARED / key, mirror)
+        return cls(mirror.cache / key if local_work_dir else mirror.cache / WORK / key, mirror)
 
     def create(self) -> None:
         for folder in _FOLDERS:
@@ -156,7 +153,7 @@ class WorkFolder:
             if fs.exists(path):
                 fs.rm(path, recursive=True)
         shutil.rmtree(self.root, ignore_errors=True)
-        if self.root.parent.name == _SHARED and self.root.parent.exists() and not any(self.root.parent.iterdir()):
+        if self.root.parent.name == WORK and self.root.parent.exists() and not any(self.root.parent.iterdir()):
             self.root.parent.rmdir()
 
 
@@ -175,7 +172,7 @@ class FileParts:
 
     @classmethod
     def locate(cls, mirror: Mirror, key: str) -> FileParts:
-        return cls(mirror.cache / _FILES / key, mirror)
+        return cls(mirror.cache / FILES / key, mirror)
 
     def create(self, identity: dict) -> None:
         """Make the folder and record the file's identity (once)."""
@@ -197,7 +194,7 @@ class FileParts:
 
 def _entries(mirror: Mirror) -> list[tuple[Path, dict]]:
     """(local folder, entry) of every input file's parts (in the store, when remote)."""
-    folder = mirror.cache / _FILES
+    folder = mirror.cache / FILES
     if mirror.store is not None:
         fs, path, _ = mirror._remote(folder)
         found = sorted(fs.glob(f"{path}/*/{_ENTRY}"))
@@ -242,7 +239,7 @@ def prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | No
             folder.rename(trash)   # first: a half-deleted entry is never found (nor used) again
             shutil.rmtree(trash, ignore_errors=True)
         removed.add(meta["uri"])
-    for trash in (mirror.cache / _FILES).glob(f"*{_REMOVED}"):
+    for trash in (mirror.cache / FILES).glob(f"*{_REMOVED}"):
         shutil.rmtree(trash, ignore_errors=True)   # left by an interrupted prune
     return sorted(removed)
 

@@ -9,10 +9,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import fsspec
-
-from common.atomic import atomic_open
-
+from common.atomic import atomic_open, write_uri
+from common.store import filesystem
 from feature_spec import FeatureSpec, join_uri, save
 
 from . import lists
@@ -23,7 +21,7 @@ _COPY_BYTES = 16 << 20
 
 def is_complete(dataset: str) -> bool:
     """True when a dataset folder has its ``_SUCCESS`` marker."""
-    fs, path = fsspec.core.url_to_fs(dataset)
+    fs, path = filesystem(dataset)
     return fs.exists(posixpath.join(path, SUCCESS))
 
 
@@ -37,7 +35,7 @@ def _copied(sources: list[Path]) -> Iterator[bytes]:
 def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied) -> str:
     """Write ``chunks(sources)`` (default: the concatenation of local ``sources``) to dataset/rel atomically;
     returns its blake2b."""
-    fs, path = fsspec.core.url_to_fs(join_uri(dataset, rel))
+    fs, path = filesystem(join_uri(dataset, rel))
     digest = hashlib.blake2b(digest_size=32)
     with atomic_open(path, "wb", fs) as out:
         for chunk in chunks(sources):
@@ -74,5 +72,4 @@ def write_vocab(dataset: str, sources: dict[str, Path]) -> dict[str, str]:
 def finish(dataset: str, spec: FeatureSpec) -> None:
     """Write feature_spec.yaml, then ``_SUCCESS``."""
     save(spec, dataset)
-    with fsspec.open(join_uri(dataset, SUCCESS), "w") as f:
-        f.write("")
+    write_uri(join_uri(dataset, SUCCESS), "")

@@ -13,9 +13,8 @@ import hashlib
 import os
 from pathlib import Path
 
-import fsspec
-
 from common.atomic import atomic_path
+from common.store import filesystem
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "dlrmflow"
 
@@ -37,7 +36,7 @@ def local_copy(uri: str, cache_dir: str | os.PathLike | None = None, storage_opt
     """
     if is_local(uri):
         return local_path(uri)
-    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    fs, path = filesystem(uri, **(storage_options or {}))
     info = fs.info(path)
     version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
     key = hashlib.sha256(f"{uri}|{info.get('size')}|{version}".encode()).hexdigest()[:24]

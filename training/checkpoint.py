@@ -4,13 +4,13 @@
 every rank has finished writing, and only then the ``checkpoints/latest`` pointer (and
 ``checkpoints/best`` for a new best validation score). A checkpoint without ``_COMPLETE`` is
 never used. DCP reshards on load: a checkpoint saved by N ranks loads on M ranks and under
-another sharding plan.
+another sharding plan. ``checkpoint_of`` finds a run's checkpoint by ``best`` (else latest), ``latest`` or step.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -107,6 +107,25 @@ class Checkpointer:
             if step not in keep:  # unmark first: a half-deleted folder is never taken for complete
                 self.run.fs.rm(self.run.path(DIR, str(step), COMPLETE))
                 self.run.fs.rm(self.run.path(DIR, str(step)), recursive=True)
+
+
+def checkpoint_of(run: RunDir, checkpoint: str | int, dataset: str | None = None,
+                  check: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``{"dataset", "step", "warning"}`` of checkpoint ``best|latest|STEP`` of a run (``best`` falls back
+    to ``latest``, with the warning saying so); the dataset is ``dataset`` or the run's own, passed to
+    ``check`` before the checkpoint is looked up. UserError for a folder that is no run or has no such checkpoint."""
+    if not run.has_config():
+        raise UserError(f"{run}: not a training run (no {RunDir.CONFIG} there). "
+                        "Fix: set run_uri (--run) to the folder of a training run.")
+    dataset = dataset or run.load_config().dataset
+    if not dataset:
+        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. "
+                        "Fix: set dataset (--dataset) to the dataset to evaluate on.")
+    if check:
+        check(dataset)
+    fallback = "latest" if checkpoint == "best" else None
+    step, warning = Checkpointer(run).step_for(checkpoint, fallback=fallback)
+    return {"dataset": dataset, "step": step, "warning": warning}
 
 
 class _LoadPlanner(DefaultLoadPlanner):

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.config import apply_overrides, validate
 from common.errors import UserError
+from common.store import read_text
 from training.cache import DEFAULT_CACHE_DIR
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -233,8 +233,7 @@ class TrainConfig(_Section):
     def from_yaml(cls, path: str, **storage_options: Any) -> "TrainConfig":
         """Load and validate a YAML config (local path or fsspec URI)."""
         try:
-            with fsspec.open(path, "r", **storage_options) as f:
-                data = yaml.safe_load(f.read()) or {}
+            data = yaml.safe_load(read_text(path, **storage_options)) or {}
         except FileNotFoundError:
             raise UserError(f"{path}: training config does not exist. Fix: pass an existing YAML or --preset NAME "
                               f"({', '.join(preset_names())}).") from None

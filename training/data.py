@@ -28,7 +28,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from common.errors import UserError
 from common.prefetch import Prefetcher
-from feature_spec import FeatureSpec, load, resolve
+from feature_spec import FeatureSpec, file_uri, load
 
 from .cache import local_copy
 from .config import split_error
@@ -90,7 +90,7 @@ class SplitBinaryDataset:
         values = self._open(feature, f.dtype, 1, rows_file=False)[:, 0]
         offsets_file = self.spec.offsets_file_of(self.split, feature)
         offsets = self._open(feature, "int64", 1, relative=offsets_file, rows_file=False)[:, 0]
-        uri = resolve(self.uri, offsets_file)
+        uri = file_uri(self.uri, offsets_file)
         if not len(offsets) or offsets[0] != 0 or offsets[-1] != len(values):
             first, last = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (None, None)
             raise UserError(f"{uri}: row offsets of '{feature}' must start at 0 and end at the number of values "
@@ -104,7 +104,7 @@ class SplitBinaryDataset:
         """Memory-map the feature's file (``relative``: another of its files) as [rows, width]; ``rows_file``:
         its row count must equal the split's."""
         relative = relative or self.spec.file_of(self.split, feature)[0]
-        uri = resolve(self.uri, relative)
+        uri = file_uri(self.uri, relative)
         try:
             path = local_copy(uri, self._cache_dir, self._storage_options)
             size = os.path.getsize(path)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from common.errors import UserError
 from training.config import EvaluateConfig
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 
 def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
@@ -20,30 +20,10 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
     checkpoint. Returns ``{"dataset", "step", "warning"}``: the dataset and the checkpoint step to
     use, and a warning when ``best`` fell back to ``latest`` (a run that never validated), else None."""
     from feature_spec import load
+    from training.checkpoint import checkpoint_of
 
     return checkpoint_of(run, config.checkpoint, config.dataset, check=lambda dataset: config.check_split(
-        load(dataset, **storage_options(dataset)).splits, dataset))
-
-
-def checkpoint_of(run: RunDir, checkpoint: str | int, dataset: str | None = None,
-                  check: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``{"dataset", "step", "warning"}`` of checkpoint ``best|latest|STEP`` of a run (``best`` falls back
-    to ``latest``, with the warning saying so); the dataset is ``dataset`` or the run's own, passed to
-    ``check`` before the checkpoint is looked up. UserError for a folder that is no run or has no such checkpoint."""
-    from training.checkpoint import Checkpointer
-
-    if not run.has_config():
-        raise UserError(f"{run}: not a training run (no {RunDir.CONFIG} there). "
-                        "Fix: set run_uri (--run) to the folder of a training run.")
-    dataset = dataset or run.load_config().dataset
-    if not dataset:
-        raise UserError(f"{run.join(RunDir.CONFIG)} names no dataset. "
-                        "Fix: set dataset (--dataset) to the dataset to evaluate on.")
-    if check:
-        check(dataset)
-    fallback = "latest" if checkpoint == "best" else None
-    step, warning = Checkpointer(run).step_for(checkpoint, fallback=fallback)
-    return {"dataset": dataset, "step": step, "warning": warning}
+        load(dataset).splits, dataset))
 
 
 def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, env: dict[str, str] | None = None,

@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import atomic_dir, write_uri
 from common.errors import UserError
+from common.store import filesystem, read_text
 from training.inference import DLRMInference, plain_state
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -71,7 +71,7 @@ def model_config(run: RunDir, step: int) -> dict[str, Any]:
     from training.model import table_name
 
     cfg = run.load_config()
-    spec = fspec.load(cfg.dataset, **storage_options(cfg.dataset))
+    spec = fspec.load(cfg.dataset)
     m = cfg.arch
     cap = m.max_table_size
     rows = [spec.cardinality(f) if cap is None else min(spec.cardinality(f), cap) for f in spec.categorical_features]
@@ -102,7 +102,7 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
     Checkpointer(run).step_for(step)   # UserError when the run has no such complete checkpoint
     config = model_config(run, step)
     module = build_module(config, unsharded_state(run, step))
-    fs, path = fsspec.core.url_to_fs(out, **storage_options(out))
+    fs, path = filesystem(out)
     if isinstance(fs, LocalFileSystem):
         with atomic_dir(path) as folder:
             manifest = _write(folder, config, module)
@@ -113,15 +113,14 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
             fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
         for name in manifest["files"]:
             fs.put_file(str(Path(tmp) / name), posixpath.join(path, name))
-        write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes(), **storage_options(out))
+        write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes())
     return manifest
 
 
 def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:
     """Every file of the bundle into the local ``folder``, the manifest last."""
     dataset = config["source"]["dataset"]
-    options = storage_options(dataset)
-    spec_text = _cat(posixpath.join(dataset, SPEC), options)
+    spec_text = read_text(posixpath.join(dataset, SPEC))
     import yaml
 
     metadata = (yaml.safe_load(spec_text) or {}).get("metadata") or {}
@@ -130,7 +129,7 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     (folder / SPEC).write_text(spec_text)
     if input_spec and ("/" in input_spec or input_spec.endswith((".yaml", ".yml"))):
         try:
-            (folder / INPUT_SPEC).write_text(_cat(input_spec, storage_options(input_spec)))
+            (folder / INPUT_SPEC).write_text(read_text(input_spec))
         except FileNotFoundError:
             raise UserError(f"{dataset} was preprocessed with the input spec {input_spec!r}, which does not exist "
                             "here. Fix: run from the folder preprocessing ran in (for a relative path), or put "
@@ -140,8 +139,8 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
         config["input_spec"] = input_spec   # a built-in preset (criteo), or None: no raw rows (NVIDIA's datasets)
     for relative in (metadata.get("vocab") or {}).values():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-        with fsspec.open(posixpath.join(dataset, relative), "rb", **options) as f:
-            (folder / relative).write_bytes(f.read())
+        fs, path = filesystem(posixpath.join(dataset, relative))
+        fs.get_file(path, str(folder / relative))
     torch.save(module.state_dict(), folder / WEIGHTS)
     torch.jit.script(module).save(str(folder / MODULE))
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
@@ -184,7 +183,7 @@ class Bundle:
 def load_bundle(uri: str, cache: str | Path | None = None) -> Bundle:
     """The bundle at ``uri`` with every file checked against its manifest's sha256 (UserError naming the file
     that is missing or altered). A remote bundle is first copied into the local folder ``cache``."""
-    fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
+    fs, path = filesystem(uri)
     manifest = _read_manifest(uri)
     if manifest is None:
         raise UserError(f"{uri}: not a complete serving bundle (no {MANIFEST} there). Fix: pass the folder "
@@ -234,14 +233,9 @@ def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, b
 
 def _read_manifest(uri: str) -> dict[str, Any] | None:
     try:
-        return json.loads(_cat(posixpath.join(uri, MANIFEST), storage_options(uri)))
+        return json.loads(read_text(posixpath.join(uri, MANIFEST)))
     except FileNotFoundError:
         return None
-
-
-def _cat(uri: str, options: dict[str, Any]) -> str:
-    with fsspec.open(uri, "r", **options) as f:
-        return f.read()
 
 
 def _sha256(path: Path) -> str:

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-EPS = 1e-7  # probabilities are clipped to [EPS, 1 - EPS] for log losses
+from common import metrics as common_metrics
+from common.metrics import EPS
 
 
 def valid(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -32,29 +33,13 @@ def _canonical(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def roc_auc(probs: np.ndarray, labels: np.ndarray) -> float:
-    """Exact ROC AUC (Mann-Whitney U with average ranks for ties); NaN if one class is absent."""
-    p, y = valid(probs, labels)
-    pos = y > 0.5
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = np.argsort(p, kind="mergesort")
-    sorted_p = p[order]
-    ranks = np.empty(len(p), np.float64)
-    # average rank of each run of equal scores
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_p)) + 1]
-    ends = np.r_[starts[1:], len(p)]
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    return float((np.sort(ranks[pos]).sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    """Exact ROC AUC of the valid rows (``common.metrics.roc_auc``); NaN if one class is absent."""
+    return common_metrics.roc_auc(*valid(probs, labels))
 
 
 def log_loss(probs: np.ndarray, labels: np.ndarray, eps: float = EPS) -> float:
-    """Mean binary cross-entropy of probabilities (clipped to [eps, 1 - eps])."""
-    p, y = valid(probs, labels)
-    if len(p) == 0:
-        return float("nan")
-    p = np.clip(p, eps, 1 - eps)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    """Mean binary cross-entropy of the valid rows' probabilities, clipped to [eps, 1 - eps] (``common.metrics``)."""
+    return common_metrics.log_loss(*valid(probs, labels), eps)
 
 
 def binary_entropy(rate: float) -> float:

@@ -1,27 +1,17 @@
 """The run folder (local path or s3://...) through fsspec: atomic text files and metrics.jsonl.
 
-``RunDir`` names every file of a run folder (see its constants). S3 credentials and endpoint come
-from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+``RunDir`` names every file of a run folder (see its constants); the store's layout around it is
+``common.store``'s.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from typing import Any
 
-import fsspec
-
 from common.atomic import write_atomic
-
-
-def storage_options(uri: str) -> dict[str, Any]:
-    """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if uri.startswith(("s3://", "s3a://")) and endpoint:
-        return {"endpoint_url": endpoint}
-    return {}
+from common.store import filesystem, storage_options
 
 
 def run_name(run_uri: str) -> str:
@@ -47,7 +37,7 @@ class RunDir:
             uri, options = uri.uri, uri.options if options is None else options
         self.uri = uri.rstrip("/")
         self.options = storage_options(uri) if options is None else options
-        self.fs, self.root = fsspec.core.url_to_fs(self.uri, **self.options)
+        self.fs, self.root = filesystem(self.uri, **self.options)
 
     def __str__(self) -> str:
         return self.uri

@@ -13,13 +13,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import fsspec
 import numpy as np
 
 from common.atomic import atomic_open
 from common.errors import UserError
+from common.store import filesystem
 from training.data import rank_slice
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 META = "meta.json"
 PROBABILITY, LABEL = "probability", "label"
@@ -83,7 +83,7 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
     schema = source.schema_arrow.insert(at, pa.field(PROBABILITY, pa.float32()))
     stream, pending = probabilities(parts), np.empty(0, np.float32)
     probs, labels, rows = [], [], 0
-    fs, path = fsspec.core.url_to_fs(out, **storage_options(out))
+    fs, path = filesystem(out)
     with atomic_open(path, "wb", fs) as f, pq.ParquetWriter(f, schema) as writer:
         for table in source.iter_batches(batch_size=1 << 16):
             while len(pending) < table.num_rows:

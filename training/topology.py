@@ -13,12 +13,12 @@ import os
 import re
 from typing import Literal
 
-import fsspec
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, Topology, TopologyFactory, TrainerConfig
 
 from common.errors import UserError
+from common.store import read_text
 
 GiB = 1024**3
 GB_S = 1e9  # bandwidths in decimal units, as vendors quote them
@@ -99,8 +99,7 @@ def load_profile(name_or_yaml_path: str) -> HardwareProfile:
         raise UserError(f"unknown hardware profile '{name_or_yaml_path}'. Fix: use one of "
                         f"{', '.join(PROFILES)}, or the path of a profile YAML.")
     try:
-        with fsspec.open(name_or_yaml_path, "r") as f:
-            data = yaml.safe_load(f.read()) or {}
+        data = yaml.safe_load(read_text(name_or_yaml_path)) or {}
     except FileNotFoundError:
         raise UserError(f"{name_or_yaml_path}: hardware profile YAML does not exist.") from None
     base = data.pop("base", None)

@@ -33,7 +33,7 @@ from training.config import OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
-from training.rundir import MetricsLog, RunDir, storage_options
+from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
 from training.topology import build_topology, load_profile
 
@@ -84,8 +84,7 @@ class Trainer(Stateful):
     def dataset(self, split: str) -> SplitBinaryDataset:
         """A split of the dataset (opened once)."""
         if split not in self._datasets:
-            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir,
-                                                       storage_options=storage_options(self.cfg.dataset))
+            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir)
         return self._datasets[split]
 
     @cached_property

@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-import fsspec
 import numpy as np
 import polars as pl
 import torch
@@ -35,10 +34,11 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from common.errors import UserError
+from common.store import filesystem
 from feature_spec import FeatureSpec, join_uri, load as load_spec
 from training.checkpoint import Checkpointer
 from training.config import InitFrom
-from training.rundir import RunDir, storage_options
+from training.rundir import RunDir
 
 MODEL, OPTIM = "model", "optim"
 
@@ -47,7 +47,7 @@ def warm_start(trainer, init: InitFrom) -> dict[str, Any]:
     """Initialise ``trainer``'s model (and optimizer state) from checkpoint ``init.checkpoint`` of run
     ``init.run``; call on every rank. Returns a summary: ``{"run", "step", "tables": {table: rows
     copied}, "warnings", "seconds"}`` (also printed by rank 0)."""
-    from training.evaluate import checkpoint_of
+    from training.checkpoint import checkpoint_of
 
     start = time.perf_counter()
     old_run = RunDir(init.run)
@@ -150,8 +150,8 @@ def _vocab_file(spec: FeatureSpec, feature: str) -> str | None:
 def _read_vocab(dataset: str, rel: str) -> pl.DataFrame:
     uri = join_uri(dataset, rel)
     try:
-        with fsspec.open(uri, "rb", **storage_options(uri)) as f:
-            return pl.read_parquet(f, columns=["value", "index"])
+        fs, path = filesystem(uri)
+        return pl.read_parquet(fs.cat_file(path), columns=["value", "index"])
     except FileNotFoundError:
         raise UserError(f"init_from: {uri}: vocabulary missing. Fix: restore the dataset folder (re-run "
                         "preprocessing for it), or set init_from to null.") from None
@@ -159,7 +159,7 @@ def _read_vocab(dataset: str, rel: str) -> pl.DataFrame:
 
 def _dataset_spec(dataset: str, where: str) -> FeatureSpec:
     try:
-        return load_spec(dataset, **storage_options(dataset))
+        return load_spec(dataset)
     except UserError as e:
         raise UserError(f"{where}: the old run's dataset cannot be read ({e}). Fix: restore that dataset "
                         "(its vocabularies map the old rows to the new ones), or set init_from to null.") from None

@@ -26,14 +26,14 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from flows.scoring import ExportConfig
+    from nightly.scoring import ExportConfig
 
     add_options(p, ExportConfig, root="export")
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from flows.scoring import ExportConfig, export
+    from nightly.scoring import ExportConfig, export
 
     config = build(ExportConfig, args, root="export")
     manifest = export(config)

@@ -66,8 +66,8 @@ def _say(message: str) -> None:
 def run(args) -> int:
     import time
 
-    from flows.store import Store
-    from flows.window import run_date
+    from common.store import Store
+    from nightly.window import run_date
 
     start = time.monotonic()
     config = build_config(args)

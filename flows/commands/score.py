@@ -1,4 +1,4 @@
-"""`dlrmflow score`: raw rows -> click probabilities with a model's own vocabulary (see flows.scoring)."""
+"""`dlrmflow score`: raw rows -> click probabilities with a model's own vocabulary (see nightly.scoring)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from flows.scoring import ScoreConfig
+    from nightly.scoring import ScoreConfig
 
     add_options(p, ScoreConfig, root="score")
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from flows.scoring import ScoreConfig, score
+    from nightly.scoring import ScoreConfig, score
     from training.report import format_table
 
     summary = score(build(ScoreConfig, args, root="score"))

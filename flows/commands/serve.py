@@ -38,7 +38,7 @@ def run(args) -> int:
     from flows.config import ServeConfig
     from flows.deploy import serve_all
     from flows.options import build
-    from flows.store import Store
+    from common.store import Store
 
     if not PREFECT_API_URL.value():
         raise UserError("serve needs a Prefect server. Fix: start one (prefect server start) and set "

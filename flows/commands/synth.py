@@ -30,7 +30,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from preprocessing.synthetic import SynthConfig
+    from synthetic.generator import SynthConfig
 
     add_options(parser, SynthConfig, skip=("start",))
     # text, not YAML: the model's own date check gives the message for a bad date
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from flows.options import build
-    from preprocessing.synthetic import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
+    from synthetic.generator import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
                                          write_days)
 
     config = build(SynthConfig, args)

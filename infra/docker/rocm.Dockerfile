@@ -52,7 +52,9 @@ COPY pyproject.toml README.md ./
 COPY common ./common
 COPY feature_spec ./feature_spec
 COPY preprocessing ./preprocessing
+COPY synthetic ./synthetic
 COPY training ./training
+COPY nightly ./nightly
 COPY flows ./flows
 COPY infra ./infra
 COPY examples ./examples

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from common.errors import UserError
-from flows.store import Store, redact
+from common.store import Store, redact
 from helpers.processes import free_port
 
 
@@ -83,6 +83,6 @@ def test_redact(monkeypatch):
 def test_only_transient_io_errors_are_retried(error, retried):
     from prefect.states import Failed
 
-    from flows.store import transient
+    from flows.errors import transient
 
     assert transient(None, None, Failed(data=error)) is retried

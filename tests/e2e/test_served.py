@@ -70,7 +70,7 @@ def _check_the_ui_view_of_a_run(server, run_id: str, store: Path, tmp_path) -> N
 @needs_chromium
 def test_three_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, tmp_path):
     from preprocessing import PreprocessConfig, Preprocessing
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     server, api = prefect_server, prefect_server.api
     logs, store = tmp_path / "logs", tmp_path / "store"

@@ -25,7 +25,7 @@ def test_nvidia_shaped_output_spec_loads_unchanged(tmp_path):
     assert spec.cardinality("cat_0.bin") == 7912889
     assert spec.file_of("train", "num_1") == ("train/numerical.bin", 1)
     assert spec.file_of("test", "cat_2.bin") == ("test/cat_2.bin", 0)
-    assert fs.resolve(str(path), "train/label.bin") == f"{tmp_path}/train/label.bin"
+    assert fs.file_uri(str(path), "train/label.bin") == f"{tmp_path}/train/label.bin"
     # its categorical files keep their names
     assert fs.categorical_file_name("cat_2.bin") == "cat_2.bin"
 

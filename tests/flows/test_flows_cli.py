@@ -105,7 +105,7 @@ def test_every_config_field_is_a_command_line_option():
     from flows.config import PipelineConfig, ServeConfig
     from flows.options import _unwrap_optional, collect
     from preprocessing.config import PreprocessConfig
-    from preprocessing.synthetic import SynthConfig
+    from synthetic.generator import SynthConfig
     from training.config import EvaluateConfig, TrainConfig
     from training.launchers import RanksConfig
 

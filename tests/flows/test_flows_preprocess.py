@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flows.errors import transient
 from flows.preprocess import _task, preprocess
-from flows.store import transient
 from preprocessing import PreprocessConfig, run
 from helpers.datasets import assert_same_files
 

@@ -57,7 +57,8 @@ def test_credentials_from_a_secret_block(prefect_harness, s3_server, monkeypatch
     from prefect.blocks.system import Secret
 
     from common.errors import UserError
-    from flows.store import Store, use_credentials_block
+    from common.store import Store
+    from flows.pipeline import use_credentials_block
 
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
     Secret(value={k: os.environ[k] for k in keys}).save("dlrmflow-s3-test", overwrite=True)

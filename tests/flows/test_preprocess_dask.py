@@ -63,7 +63,7 @@ def _download(uri: str, local: Path) -> Path:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> str:
     """4,000 synthetic Criteo rows in four files."""
-    from preprocessing.synthetic import generate
+    from synthetic.generator import generate
 
     folder = tmp_path_factory.mktemp("dask-inputs")
     generate(str(folder), rows=4000, files=4, seed=5)

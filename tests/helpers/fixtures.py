@@ -61,7 +61,7 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
 @pytest.fixture(scope="session")
 def synthetic_inputs(tmp_path_factory) -> str:
     """4,000 synthetic Criteo rows in two files; returns their glob."""
-    from preprocessing.synthetic import generate
+    from synthetic.generator import generate
 
     folder = tmp_path_factory.mktemp("synthetic")
     generate(str(folder), rows=4000, files=2, seed=1)

@@ -13,8 +13,10 @@ from datetime import datetime, timedelta, timezone
 import fsspec
 import pytest
 
+from common import lease
 from common.errors import UserError
-from flows import models
+from nightly.decision import decide
+from nightly import registry as models
 
 
 def candidate(run: str, date: str, auc: float, logloss: float = 0.45, rows: int = 1000) -> dict:
@@ -57,7 +59,7 @@ def read(model: str, name: str) -> str | None:
     (None, 0.70, 0.0, "kept"),           # a missing AUC counts as NaN
 ])
 def test_decide(challenger, champion, margin, decision):
-    got, reason = models.decide({"auc": challenger, "logloss": 0.41},
+    got, reason = decide({"auc": challenger, "logloss": 0.41},
                                 None if champion is None else {"auc": champion, "logloss": 0.43}, margin)
     assert got == decision
     assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
@@ -66,7 +68,7 @@ def test_decide(challenger, champion, margin, decision):
 @pytest.mark.parametrize("margin", [-0.01, math.nan, math.inf])
 def test_decide_rejects_bad_margins(margin):
     with pytest.raises(UserError, match="promote_margin .* Fix:"):
-        models.decide({"auc": 0.7}, None, margin)
+        decide({"auc": 0.7}, None, margin)
 
 
 # --- record -----------------------------------------------------------------------------------------------------
@@ -202,7 +204,7 @@ def test_a_stale_lock_is_taken_over_and_its_holder_cannot_write(model):
     time.sleep(1.1)  # expiry is to the second
     with models.promotion_lock(model, "next night", timeout_s=5, say=said.append) as held:
         held.check()
-        with pytest.raises(models.LockLost, match="expired while crashed night held it.*now held by next night"):
+        with pytest.raises(lease.LockLost, match="expired while crashed night held it.*now held by next night"):
             old.check()
     assert any("took over" in s and "crashed night" in s for s in said)
     assert read(model, models.LOCK_FILE) is None
@@ -228,7 +230,7 @@ def test_an_unreadable_local_lock_expires(tmp_path):
 def test_s3_lock_uses_conditional_writes(s3_server):
     """moto (like AWS S3) refuses a second If-None-Match create and an If-Match put on a changed object."""
     fs, path = fsspec.core.url_to_fs("s3://store/x/lock", endpoint_url=s3_server.meta.endpoint_url)
-    lock = models._S3LockObject(fs, path)
+    lock = lease._S3LockObject(fs, path)
     assert lock.create(b"a") and not lock.create(b"b")
     data, etag, _ = lock.read()
     assert data == b"a"

@@ -1,4 +1,4 @@
-"""Batch scoring with a model's own vocabulary (`dlrmflow score`, flows.scoring.score), on real Criteo rows and
+"""Batch scoring with a model's own vocabulary (`dlrmflow score`, nightly.scoring.score), on real Criteo rows and
 UCI Adult: raw rows encode to the same bytes as preprocessing wrote for them (vocabularies, hex ids, hash buckets,
 numerical transforms), the scores of a test split's raw rows equal the checkpoint's predictions that evaluation
 uses, unseen values map to index 0, bad rows follow the policy, the CLI runs end to end on 2 ranks, and bad
@@ -20,9 +20,9 @@ import pytest
 import feature_spec as fspec
 from common.errors import UserError
 from flows import artifacts
-from flows.models import CHAMPION_FILE, Champion
+from nightly.registry import CHAMPION_FILE, Champion
 from flows.score import score as score_flow
-from flows.scoring import ScoreConfig, score
+from nightly.scoring import ScoreConfig, score
 from preprocessing import PreprocessConfig, run as preprocess
 from helpers.fixtures import CHILD_ENV, CRITEO_ROWS
 from helpers.prefect import latest_artifacts

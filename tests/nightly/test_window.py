@@ -1,4 +1,4 @@
-"""Dated inputs and rolling windows (flows/window.py) and the pipeline settings they exclude."""
+"""Dated inputs and rolling windows (nightly/window.py) and the pipeline settings they exclude."""
 
 import datetime as dt
 
@@ -6,7 +6,7 @@ import pytest
 
 from common.errors import UserError
 from flows.config import PipelineConfig
-from flows.window import WindowConfig, day_of, resolve, run_date, window
+from nightly.window import WindowConfig, day_of, fill_date, run_date, window
 
 D = dt.date(2026, 11, 8)
 
@@ -19,8 +19,8 @@ def _days(root, *days, name="part-0.tsv"):
 
 
 def test_templates_resolve_iso_and_strftime_forms():
-    assert resolve("s3://logs/{date}/part-*.gz", D) == "s3://logs/2026-11-08/part-*.gz"
-    assert resolve("/logs/{date:%Y/%m/%d}/x-{date:%Y%m%d}.tsv", D) == "/logs/2026/11/08/x-20261108.tsv"
+    assert fill_date("s3://logs/{date}/part-*.gz", D) == "s3://logs/2026-11-08/part-*.gz"
+    assert fill_date("/logs/{date:%Y/%m/%d}/x-{date:%Y%m%d}.tsv", D) == "/logs/2026/11/08/x-20261108.tsv"
     with pytest.raises(UserError, match=r"\{day\}.*Fix"):
         window(["/logs/{day}/*"], D, WindowConfig(train_days=3))
     with pytest.raises(UserError, match="no strftime field"):

@@ -144,8 +144,9 @@ def test_irregular_blocks_fall_back(tmp_path, kind):
 
     def run(policy, use_fast):
         bad = BadRows(str(path), policy)
-        parts = [df if lines is None else to_intermediate(df, TRANSFORMS, lines, bad, None)
-                 for df, lines in readers.read(str(path), FMT, TYPES, bad, fast=fast if use_fast else None)]
+        parts = [df if from_fast_path else to_intermediate(df, TRANSFORMS, lines, bad, None)
+                 for df, lines, from_fast_path in readers.read(str(path), FMT, TYPES, bad,
+                                                               fast=fast if use_fast else None)]
         return pl.concat(parts), bad.count
 
     (with_fast, n_fast), (without, n_without) = run("skip", True), run("skip", False)

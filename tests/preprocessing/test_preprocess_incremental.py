@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from preprocessing import PreprocessConfig, file_parts, prune_file_parts, run
-from preprocessing.synthetic import generate
+from synthetic.generator import generate
 from helpers.datasets import assert_same_files
 
 ROWS = 4000

@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.metrics import log_loss, roc_auc
 from helpers.datasets import read_tsv
 
 from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_COLUMNS, CRITEO_NUMERICAL
 from flows.cli import main
-from preprocessing import synthetic_columns as sc
-from preprocessing.synthetic import (BLOCK_ROWS, METADATA_FILE, SynthConfig, SyntheticData, generate, log_loss,
-                                     roc_auc)
+from synthetic import columns as sc
+from synthetic.generator import BLOCK_ROWS, METADATA_FILE, SynthConfig, SyntheticData, generate
 
 HEX = re.compile(rb"^[0-9a-f]{8}$")
 INT = re.compile(rb"^-?\d+$")
@@ -126,7 +126,7 @@ def test_large_data_has_the_real_share_of_values_seen_once():
 @pytest.fixture
 def fresh_from_10k(monkeypatch):
     """Fresh ids already at 10k rows (the generator's caches cleared around the change)."""
-    from preprocessing import synthetic
+    from synthetic import generator as synthetic
     monkeypatch.setattr(sc, "FRESH_MIN_ROWS", 10_000)
     for cached in (synthetic._shapes, synthetic._calibration):
         cached.cache_clear()

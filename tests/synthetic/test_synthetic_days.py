@@ -12,8 +12,9 @@ import pytest
 from helpers.datasets import read_tsv
 
 from flows.cli import main
-from preprocessing.synthetic import (EPOCH, METADATA_FILE, SynthConfig, SyntheticData, day_folder, generate_days,
-                                     read_day, roc_auc, write_days)
+from common.metrics import roc_auc
+from synthetic.generator import (EPOCH, METADATA_FILE, SynthConfig, SyntheticData, day_folder, generate_days,
+                                 read_day, write_days)
 
 NOV = dt.date(2026, 11, 1)
 

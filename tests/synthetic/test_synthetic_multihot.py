@@ -12,9 +12,10 @@ import pytest
 
 import feature_spec as fspec
 from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_COLUMNS
+from common.metrics import roc_auc
 from flows.cli import main
 from preprocessing import PreprocessConfig, run
-from preprocessing.synthetic import METADATA_FILE, SPEC_FILE, SynthConfig, SyntheticData, generate, roc_auc
+from synthetic.generator import METADATA_FILE, SPEC_FILE, SynthConfig, SyntheticData, generate
 
 MLPERF = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 ROWS = 3_000

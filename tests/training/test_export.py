@@ -19,7 +19,7 @@ import torch
 
 import feature_spec as fspec
 from common.errors import UserError
-from flows.scoring import ScoreConfig, score
+from nightly.scoring import ScoreConfig, score
 from helpers.fixtures import CHILD_ENV as ENV
 from helpers.paths import REPO
 from helpers.processes import python

@@ -361,7 +361,7 @@ def test_real_list_table_preprocess_train_evaluate_score(tmp_path, criteo_10k):
     columns on purpose: with them a logistic regression reaches 0.747-0.752 on these 8,000 training rows, at or
     above the DLRM's 0.74 (as for the one-hot rows: training/presets/criteo-sample.yaml), so no DLRM bar holds
     there; measured: DLRM 0.742-0.744, this baseline 0.720."""
-    from flows.scoring import ScoreConfig, score
+    from nightly.scoring import ScoreConfig, score
     from helpers.list_table import real_list_table
     from preprocessing import PreprocessConfig, run as preprocess
     from training.config import EvaluateConfig
@@ -412,7 +412,7 @@ def test_planted_multi_hot_model_within_0_01_of_its_best_auc(tmp_path):
     (one-hot rows: 0.767 vs 0.785), so this needs the one-hot test's 500k rows: 0.7777 vs 0.7853 (~100 s)."""
     from flows.config import PipelinePreset
     from preprocessing import PreprocessConfig, run as preprocess
-    from preprocessing.synthetic import SPEC_FILE, generate
+    from synthetic.generator import SPEC_FILE, generate
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
 

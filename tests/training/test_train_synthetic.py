@@ -7,7 +7,7 @@ import pytest
 
 from flows.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
-from preprocessing.synthetic import generate
+from synthetic.generator import generate
 from helpers.runs import train
 from training.config import EvaluateConfig
 from training.evaluate import evaluate_run

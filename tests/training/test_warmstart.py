@@ -30,7 +30,7 @@ def days(tmp_path_factory, trained_runs):
     """Datasets A (train day 1, test day 2) and B (day 2, day 3) of drifting synthetic days: B's vocabularies
     gained and lost values; and a run trained on A with 2 ranks."""
     from preprocessing import PreprocessConfig, run
-    from preprocessing.synthetic import SynthConfig, write_days
+    from synthetic.generator import SynthConfig, write_days
 
     root = tmp_path_factory.mktemp("warm")
     write_days(SynthConfig(out=str(root / "logs"), days=3, start="2026-01-01", rows_per_day=3000, seed=1))

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from common.errors import UserError
-from training.rundir import RunDir, storage_options
+from common.store import filesystem
+from training.rundir import RunDir
 
 if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
     from training.config import TrainConfig
@@ -124,21 +125,18 @@ class Launcher(ABC):
 def check_dataset(cfg: TrainConfig) -> None:
     """Fail fast, before torchrun starts, when the dataset, its training or validation split or one of
     the training split's files is missing: a one-line UserError here instead of every rank failing."""
-    import fsspec
-
-    from feature_spec import load, resolve
+    from feature_spec import file_uri, load
 
     if not cfg.dataset:
         raise UserError("no dataset given. Fix: set dataset (--dataset) to a folder written by preprocessing.")
-    options = storage_options(cfg.dataset)
-    spec = load(cfg.dataset, **options)
+    spec = load(cfg.dataset)
     cfg.check_splits(spec.splits)
     split = cfg.data.train_split
     if not spec.is_dataset:
         raise UserError(f"{cfg.dataset}: this feature spec describes raw input, not a split_binary dataset. "
                         "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
-    files = sorted({resolve(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
-    fs, _ = fsspec.core.url_to_fs(files[0], **options)
+    files = sorted({file_uri(cfg.dataset, f) for chunk in spec.source_spec[split] for f in chunk.files})
+    fs, _ = filesystem(files[0])
     missing = [f for f in files if not fs.exists(f)]
     if missing:
         raise UserError(f"{missing[0]}: data file of split '{split}' is missing"

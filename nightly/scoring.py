@@ -13,7 +13,6 @@ What ``dlrmflow score``, the score flow and the pipeline's champion/challenger c
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from typing import Any, Callable, Literal
@@ -71,15 +70,15 @@ def export(config: ExportConfig) -> dict[str, Any]:
     the bundle's manifest (``training.export.export_bundle``)."""
     from training.export import export_bundle
 
-    found = resolve(config)
+    found = locate_checkpoint(config)
     return export_bundle(found["run"], found["step"], config.out)
 
 
-def resolve(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
+def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
-    from flows.models import CHAMPION_FILE, load_champion
-    from training.evaluate import checkpoint_of
+    from nightly.registry import CHAMPION_FILE, load_champion
+    from training.checkpoint import checkpoint_of
     from training.rundir import RunDir
 
     given = [name for name in ("model", "run", "bundle") if getattr(config, name, None)]
@@ -104,41 +103,42 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     """Score ``config.inputs`` (see the module doc). Returns the summary: rows, bad_rows, out, run, step,
     dataset, and the metrics (auc, logloss, ...) when the inputs carry labels. ``on_line`` gets each line of
     progress text (default: printed)."""
-    from preprocessing.apply import SCORE_SPLIT, encode_inputs
-    from training.score import predict_parts, write_scores
-
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     config = _with_champion_bundle(config)
-    if config.bundle:
-        if config.model or config.run:
-            resolve(config)   # the error naming both
-        return _score_bundle(config, say)
-    found = resolve(config)
-    if found["warning"]:
-        say(f"warning: {found['warning']}")
-    folder = tempfile.mkdtemp(prefix="dlrmflow-score-")
-    try:
-        say(f"encoding {len(config.inputs)} input(s) with the vocabularies of {found['dataset']}")
-        encoded = encode_inputs(found["dataset"], config.inputs, folder, on_bad_row=config.on_bad_row,
-                                max_bad_fraction=config.max_bad_fraction, progress=config.progress)
-        say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with "
-            f"{found['run']} step {found['step']} on {config.nproc} rank(s)")
-        parts = f"{folder}/parts"
-        predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, nproc=config.nproc,
-                      env=env, on_line=on_line)
-        summary = write_scores(encoded.positions, parts, config.out)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    summary |= {"bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"],
-                "dataset": found["dataset"]}
+    if config.bundle and (config.model or config.run):
+        locate_checkpoint(config)   # the error naming both
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-score-", ignore_cleanup_errors=True) as folder:
+        summary = _score_bundle(config, say, folder) if config.bundle else \
+            _score_checkpoint(config, say, folder, env, on_line)
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary
 
 
+def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, env: dict[str, str] | None,
+                      on_line: Callable[[str], None] | None) -> dict[str, Any]:
+    """``score`` with a run's checkpoint: encode with its dataset's vocabularies, predict on ranks (torchrun)."""
+    from preprocessing.apply import SCORE_SPLIT, encode_inputs
+    from training.score import predict_parts, write_scores
+
+    found = locate_checkpoint(config)
+    if found["warning"]:
+        say(f"warning: {found['warning']}")
+    say(f"encoding {len(config.inputs)} input(s) with the vocabularies of {found['dataset']}")
+    encoded = encode_inputs(found["dataset"], config.inputs, folder, on_bad_row=config.on_bad_row,
+                            max_bad_fraction=config.max_bad_fraction, progress=config.progress)
+    say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with "
+        f"{found['run']} step {found['step']} on {config.nproc} rank(s)")
+    parts = f"{folder}/parts"
+    predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, nproc=config.nproc,
+                  env=env, on_line=on_line)
+    return write_scores(encoded.positions, parts, config.out) | {
+        "bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"], "dataset": found["dataset"]}
+
+
 def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
     """A model's champion scores with its serving bundle when it has one (one process, no torchrun)."""
-    from flows.models import load_champion
+    from nightly.registry import load_champion
 
     if not config.model or config.run or config.bundle:
         return config
@@ -148,29 +148,22 @@ def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
     return config.model_copy(update={"model": None, "bundle": champion.bundle})
 
 
-def _score_bundle(config: ScoreConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def _score_bundle(config: ScoreConfig, say: Callable[[str], None], folder: str) -> dict[str, Any]:
     """``score`` with a serving bundle: encode with its vocabularies and input spec, predict in this process."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
     from training.export import load_bundle, predict_split
     from training.score import write_scores
 
-    folder = tempfile.mkdtemp(prefix="dlrmflow-score-")
-    try:
-        bundle = load_bundle(config.bundle, cache=f"{folder}/bundle")
-        source = bundle.manifest["source"]
-        say(f"encoding {len(config.inputs)} input(s) with the vocabularies of the bundle {config.bundle}")
-        encoded = encode_inputs(str(bundle.folder), config.inputs, f"{folder}/encoded", spec=bundle.input_spec,
-                                on_bad_row=config.on_bad_row, max_bad_fraction=config.max_bad_fraction,
-                                progress=config.progress)
-        say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with the bundle "
-            f"of {source['run']} step {source['step']} in this process")
-        parts = f"{folder}/parts"
-        predict_split(bundle, encoded.dataset, SCORE_SPLIT, parts)
-        summary = write_scores(encoded.positions, parts, config.out)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    summary |= {"bad_rows": encoded.bad_rows, "run": source["run"], "step": source["step"],
-                "dataset": source["dataset"], "bundle": config.bundle}
-    say(f"wrote {summary['rows']:,} scores to {config.out}" +
-        (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
-    return summary
+    bundle = load_bundle(config.bundle, cache=f"{folder}/bundle")
+    source = bundle.manifest["source"]
+    say(f"encoding {len(config.inputs)} input(s) with the vocabularies of the bundle {config.bundle}")
+    encoded = encode_inputs(str(bundle.folder), config.inputs, f"{folder}/encoded", spec=bundle.input_spec,
+                            on_bad_row=config.on_bad_row, max_bad_fraction=config.max_bad_fraction,
+                            progress=config.progress)
+    say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with the bundle "
+        f"of {source['run']} step {source['step']} in this process")
+    parts = f"{folder}/parts"
+    predict_split(bundle, encoded.dataset, SCORE_SPLIT, parts)
+    return write_scores(encoded.positions, parts, config.out) | {
+        "bad_rows": encoded.bad_rows, "run": source["run"], "step": source["step"], "dataset": source["dataset"],
+        "bundle": config.bundle}

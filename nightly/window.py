@@ -1,8 +1,8 @@
 """Dated inputs and rolling windows: a run is for a date; input URI templates hold ``{date}`` (ISO) or
 ``{date:%Y/%m/%d}`` (strftime); the run trains on the days before its date and tests on the date itself.
 
-``Window.resolve`` turns templates and a date into the ``split=URI`` inputs of the `files` split rule, after
-checking that every day it needs is there (a missing day fails before any work, naming the date and URI)."""
+``window`` checks that every day a run needs is there (a missing day fails before any work, naming the date and
+URI); its ``Window.inputs`` are the ``split=URI`` inputs of the `files` split rule (``fill_date`` fills a template)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-import fsspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.errors import UserError
+from common.store import filesystem
 
 _PLACEHOLDER = re.compile(r"\{date(?::([^{}]*))?\}")
 _BRACES = re.compile(r"[{}]")
@@ -62,7 +62,7 @@ def is_dated(uri: str) -> bool:
     return bool(_PLACEHOLDER.search(uri))
 
 
-def resolve(template: str, day: dt.date) -> str:
+def fill_date(template: str, day: dt.date) -> str:
     """``template`` with its ``{date}`` / ``{date:FORMAT}`` placeholders filled in for ``day``."""
     def fill(m: re.Match) -> str:
         fmt = m.group(1)
@@ -81,7 +81,7 @@ def check_template(template: str) -> None:
         if m.group(1) is not None and "%" not in m.group(1):
             raise UserError(f"input template '{template}': format '{m.group(1)}' has no strftime field. Fix: use "
                             "e.g. {date:%Y/%m/%d}, or {date} for YYYY-MM-DD.")
-    resolve(template, dt.date(2000, 1, 1))
+    fill_date(template, dt.date(2000, 1, 1))
 
 
 def run_date(given: dt.date | str | None, scheduled: dt.datetime | None, config: WindowConfig) -> dt.date:
@@ -119,13 +119,13 @@ class Window:
 
     def inputs(self) -> list[str]:
         """The ``split=URI`` inputs (the `files` split rule): train, then val, then test."""
-        return [f"{split}={resolve(t, day)}" for split, days in (("train", self.train), ("val", self.val),
+        return [f"{split}={fill_date(t, day)}" for split, days in (("train", self.train), ("val", self.val),
                                                                  ("test", (self.date,)))
                 for day in days for t in self.templates]
 
     def test_inputs(self) -> list[str]:
         """The test day's input URIs (globs as given)."""
-        return [resolve(t, self.date) for t in self.templates]
+        return [fill_date(t, self.date) for t in self.templates]
 
     def owns(self, uri: str) -> dt.date | None:
         """The day of an input file ``uri`` of these templates, None when it is not one of theirs."""
@@ -170,9 +170,9 @@ def window(templates: list[str], date: dt.date, config: WindowConfig, check: boo
 def _missing(templates: list[str], day: dt.date) -> str | None:
     """The first URI of ``day`` that matches no file, else None."""
     for t in templates:
-        uri = resolve(t, day)
+        uri = fill_date(t, day)
         try:
-            fs, path = fsspec.core.url_to_fs(uri)
+            fs, path = filesystem(uri)
             found = fs.glob(path) if any(ch in path for ch in "*?[") else fs.exists(path)
         except FileNotFoundError:
             found = False

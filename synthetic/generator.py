@@ -1,6 +1,6 @@
 """Synthetic Criteo-format click logs with labels from a known (planted) model.
 
-Rows look like the real Kaggle DAC ``train.txt`` (see ``synthetic_columns``); the label is
+Rows look like the real Kaggle DAC ``train.txt`` (see ``synthetic.columns``); the label is
 Bernoulli(sigmoid(logit)) of a planted model, so the best achievable ROC AUC and log loss
 (those of the true probabilities) are known and recorded in ``_synth_metadata.json`` (a leading ``_``: folder inputs skip it).
 Rows depend only on (seed, rows): they come in fixed blocks of ``BLOCK_ROWS`` rows with one
@@ -35,18 +35,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated
 
-import fsspec
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from common.atomic import atomic_open, write_atomic
-
 from common.errors import UserError
+from common.metrics import log_loss, roc_auc
+from common.store import filesystem
 from feature_spec.presets import CRITEO_CATEGORICAL, CRITEO_NUMERICAL
-
-from . import synthetic_columns as sc
+from synthetic import columns as sc
 
 GENERATOR_VERSION = 2  # 2: fresh ids give large-N data the real share of values seen once
 BLOCK_ROWS = 65_536
@@ -56,6 +55,7 @@ METADATA_FILE = "_synth_metadata.json"
 SPEC_FILE = "_synth_spec.yaml"   # multi-hot: the input spec of the rows (a leading ``_``: folder inputs skip it)
 LIST_SEP = "|"
 GZIP_LEVEL = 6
+BEST_EPS = 1e-15   # the clip of the probabilities in the recorded best log loss
 
 EFFECT_CATEGORICAL = ("C1", "C2", "C4", "C6", "C8", "C10", "C11", "C13", "C15", "C18", "C19", "C24", "C26")
 EFFECT_NUMERICAL = ("I1", "I3", "I5", "I6", "I7", "I11", "I13")
@@ -468,7 +468,7 @@ def _file_rows(rows: int, files: int, index: int) -> tuple[int, int]:
 def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None] | None = None):
     """Write part file ``index`` atomically; return its true probabilities and labels."""
     cfg = data.config
-    fs, root = fsspec.core.url_to_fs(data.out)
+    fs, root = filesystem(data.out)
     start, stop = _file_rows(data.rows, cfg.files, index)
     path = f"{root}/{file_name(index, cfg.gzip)}"
     probs, labels = [], []
@@ -487,30 +487,13 @@ def _write_file(data: SyntheticData, index: int, progress: Callable[[int], None]
     return np.concatenate(probs), np.concatenate(labels)
 
 
-def roc_auc(score: np.ndarray, label: np.ndarray) -> float:
-    """Exact ROC AUC (ties count one half), via average ranks."""
-    _, inverse, counts = np.unique(score, return_inverse=True, return_counts=True)
-    avg_rank = np.cumsum(counts) - (counts - 1) / 2
-    pos = int(label.sum())
-    neg = label.shape[0] - pos
-    if pos == 0 or neg == 0:
-        return float("nan")  # undefined with a single class
-    return float((avg_rank[inverse][label.astype(bool)].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def log_loss(p: np.ndarray, label: np.ndarray) -> float:
-    """Mean binary cross-entropy of probabilities ``p``."""
-    p = np.clip(p, 1e-15, 1 - 1e-15)
-    return float(-np.mean(np.where(label, np.log(p), np.log1p(-p))))
-
-
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
 def _prepare_output(out: str):
     """Make the folder; remove an earlier run's files (ours by name) but refuse to touch anything else."""
-    fs, root = fsspec.core.url_to_fs(out)
+    fs, root = filesystem(out)
     fs.makedirs(root, exist_ok=True)
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
     foreign = [n for n in names if n not in (METADATA_FILE, SPEC_FILE) and not n.startswith("part-")]
@@ -529,7 +512,7 @@ def _prepare_output(out: str):
 def _pool(config: SynthConfig) -> ProcessPoolExecutor | None:
     """The processes that write part files in parallel; None where files are written in this process."""
     workers = config.workers or min(config.files, os.cpu_count() or 1)
-    fs, _ = fsspec.core.url_to_fs(config.out)
+    fs, _ = filesystem(config.out)
     if fs.protocol in ("memory", ("memory",)) or workers == 1 or config.files == 1:
         return None
     # spawn, not fork: polars' thread pool does not survive a fork
@@ -553,6 +536,7 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
     y = np.concatenate([part[1] for part in parts])
     rate = float(y.mean())
     prior = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else float("nan")
+    # the generator's name as recorded since version 1 (its module is synthetic.generator now)
     metadata = {"generator": "dlrmflow.preprocessing.synthetic", "generator_version": GENERATOR_VERSION,
                 "format": "criteo-tsv"}
     if cfg.multi_hot_sizes is not None:
@@ -567,8 +551,8 @@ def _write_data(data: SyntheticData, pool: ProcessPoolExecutor | None,
                   for i, (a, b) in enumerate(_file_rows(data.rows, cfg.files, i) for i in range(cfg.files))],
         "label_rate": rate,
         "best_auc": _finite(roc_auc(p, y)),
-        "best_logloss": log_loss(p, y),
-        "best_normalized_entropy": _finite(log_loss(p, y) / prior),
+        "best_logloss": log_loss(p, y, BEST_EPS),
+        "best_normalized_entropy": _finite(log_loss(p, y, BEST_EPS) / prior),
         "expected_label_rate": float(p.mean()),
         "vocabulary_sizes": {c: int(v) for c, v in data.vocab.items()},
         "fresh_id_shares": {c: prof.fresh for c, (prof, _) in data.shapes.items() if prof.fresh},
@@ -623,7 +607,7 @@ def day_dates(config: SynthConfig) -> list[dt.date]:
 def read_day(config: SynthConfig, date: dt.date) -> dict | None:
     """The metadata of ``date``'s folder when it is complete and was written with ``config``'s day settings
     (``DAY_IDENTITY``) by this generator version, else None."""
-    fs, root = fsspec.core.url_to_fs(day_folder(config.out, date))
+    fs, root = filesystem(day_folder(config.out, date))
     try:
         metadata = json.loads(fs.cat_file(f"{root}/{METADATA_FILE}"))
     except (FileNotFoundError, ValueError):  # absent, or not ours: the day is written again

@@ -1,10 +1,10 @@
-"""The artifact store: one root URI (a local folder or s3://bucket/prefix) for everything.
+"""The artifact store: one root URI (a local folder or s3://bucket/prefix) for everything, and the only
+module that names its top-level folders (the constants below; ``RunDir`` names what is inside a run).
 
-Layout (DESIGN.md): ``datasets/<name>-<fingerprint>/``, ``runs/<run-id>/``, and the embedded
-default's raw data under ``synthetic/``. S3 settings come from the standard AWS variables
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``,
-``AWS_REGION``), which s3fs/botocore read in every process, torchrun's ranks included; or from a
-Prefect Secret block (``use_credentials_block``). No secret is ever stored in a config.
+S3 settings come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), which s3fs/botocore read in every process,
+torchrun's ranks included (or a Prefect Secret block: ``flows.pipeline``). No secret is ever stored in a config.
+``filesystem`` is the one way from a URI to an fsspec filesystem and path.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from typing import Any
 from urllib.parse import urlparse
 
 import fsspec
 
 from common.errors import UserError
+
+DATASETS = "datasets"     # <name>-<fingerprint>/: preprocessed datasets (preprocessing.job)
+RUNS = "runs"             # <run-id>/: training runs (training.rundir.RunDir)
+MODELS = "models"         # <name>/: named models, their champion and history (nightly.registry)
+FILES = "_files"          # <key>/: each input file's parse and counts, shared by datasets (preprocessing.work)
+WORK = "_work"            # <dataset key>/: one preprocessing job's work folder (preprocessing.work)
+SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"
@@ -26,6 +34,24 @@ _SCHEMES = ("file", "s3", "s3a", "memory")
 # fail in seconds, not minutes, when an endpoint does not answer
 _CHECK_OPTIONS = {"skip_instance_cache": True,
                   "config_kwargs": {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attempts": 1}}}
+
+
+def storage_options(uri: str) -> dict[str, Any]:
+    """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return {"endpoint_url": endpoint} if uri.startswith(("s3://", "s3a://")) and endpoint else {}
+
+
+def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``)."""
+    return fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
+
+
+def read_text(uri: str, **options: Any) -> str:
+    """The text of the file ``uri`` (FileNotFoundError when there is none); ``options``: ``filesystem``'s."""
+    fs, path = filesystem(uri, **options)
+    with fs.open(path, "r") as f:
+        return f.read()
 
 
 def default_store() -> str:
@@ -53,20 +79,20 @@ class Store:
         return posixpath.join(self.uri, *parts)
 
     def run_uri(self, run_id: str) -> str:
-        return self.join("runs", run_id)
+        return self.join(RUNS, run_id)
 
     def synthetic_uri(self, rows: int, seed: int) -> str:
-        return self.join("synthetic", f"criteo-{rows}-seed{seed}")
+        return self.join(SYNTHETIC, f"criteo-{rows}-seed{seed}")
 
     def synthetic_days_uri(self, rows_per_day: int, seed: int) -> str:
         """The folder of the drifting synthetic days (``<date>/part-*`` under it)."""
-        return self.join("synthetic", f"criteo-days-{rows_per_day}-seed{seed}")
+        return self.join(SYNTHETIC, f"criteo-days-{rows_per_day}-seed{seed}")
 
     def check(self) -> None:
         """Fail fast with a clear error when the store cannot be written: a missing bucket, missing or
         wrong credentials, an endpoint that does not answer. Writes and removes one small file."""
         if not self.is_s3:
-            fs, root = fsspec.core.url_to_fs(self.uri)
+            fs, root = filesystem(self.uri)
             try:
                 fs.makedirs(root, exist_ok=True)
                 self._probe(fs, root)
@@ -106,27 +132,6 @@ class Store:
         path = posixpath.join(root, f".dlrmflow-check-{uuid.uuid4().hex[:8]}")
         fs.pipe_file(path, b"ok")
         fs.rm_file(path)
-
-
-def use_credentials_block(name: str) -> None:
-    """Load a Prefect Secret block holding ``{"AWS_ACCESS_KEY_ID": ..., ...}`` (keys from ``BLOCK_KEYS``)
-    into this process's environment, where s3fs and the torchrun ranks find it."""
-    from prefect.blocks.system import Secret
-
-    try:
-        value = Secret.load(name).get()
-    except ValueError as e:
-        raise UserError(f"credentials block '{name}': {e}. Fix: create a Secret block with that name.") from None
-    if not isinstance(value, dict) or not set(value) <= set(BLOCK_KEYS):
-        raise UserError(f"credentials block '{name}' must be a JSON object with keys among {', '.join(BLOCK_KEYS)}.")
-    os.environ.update({k: str(v) for k, v in value.items()})
-
-
-def transient(task, task_run, state) -> bool:
-    """Prefect ``retry_condition_fn``: retry remote I/O failures (timeouts, dropped connections), never a
-    missing file, a refused permission, bad input or a bug."""
-    exc = state.data
-    return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError, UserError))
 
 
 def redact(text: str) -> str:

@@ -1,0 +1,224 @@
+"""Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
+(one line per pipeline run: date, window, challenger and champion metrics, decision).
+
+``record`` is the one writer: under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
+checked before each write) it re-reads the champion, ``decide``s (``nightly.decision``), appends the history line,
+then writes champion.json when the challenger wins. Local folders and s3:// alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+import re
+from datetime import datetime, timezone
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.atomic import write_uri
+from common.errors import UserError
+from common.lease import lease
+from common.store import MODELS, filesystem, read_text
+from nightly.decision import PROMOTING, check_margin, decide
+
+CHAMPION_FILE = "champion.json"
+BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
+HISTORY_FILE = "history.jsonl"
+LOCK_FILE = "promotion.lock"
+LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
+LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; promotion takes seconds
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+
+
+class Champion(BaseModel):
+    """The model in use: a training run's checkpoint with the dataset (and so the vocabularies) it was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The model's name (its folder under models/).")
+    run: str = Field(description="URI of the training run folder.")
+    step: int = Field(description="The checkpoint step of that run.")
+    dataset: str = Field(description="URI of the dataset the run trained on (its vocab/ holds the vocabularies).")
+    vocab: str = Field(description="URI of the dataset's vocabulary folder.")
+    date: str = Field(description="The run's date (ISO), the day it was tested on.")
+    window: list[str] = Field(default_factory=list, description="The dates it trained and validated on.")
+    metrics: dict[str, float | int] = Field(default_factory=dict, description="auc, logloss and rows on its test "
+                                            "day.")
+    promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
+    bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), once written.")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it can name a model folder, else a UserError saying how to fix it."""
+    if not re.match(NAME_PATTERN, name):
+        raise UserError(f"model name {name!r} cannot name a folder. Fix: use letters, digits, '.', '_' or '-' "
+                        "(at most 64, starting with a letter or digit).")
+    return name
+
+
+def model_uri(store: str, name: str) -> str:
+    """``<store>/models/<name>``."""
+    return posixpath.join(store.rstrip("/"), MODELS, check_name(name))
+
+
+def load_champion(model: str) -> Champion | None:
+    """The champion of the model folder ``model`` (``<store>/models/<name>``), None when it has none yet."""
+    text = _read(model, CHAMPION_FILE)
+    if text is None:
+        return None
+    try:
+        return Champion.model_validate_json(text)
+    except ValidationError as e:
+        raise UserError(f"{posixpath.join(model, CHAMPION_FILE)} is not a champion record: {e}. Fix: remove it "
+                        "(the next run's challenger becomes the champion), or restore it from a backup.") from None
+
+
+def _read(model: str, name: str) -> str | None:
+    """The text of ``<model>/<name>``, None when there is no such file."""
+    try:
+        return read_text(posixpath.join(model, name))
+    except FileNotFoundError:
+        return None
+
+
+def promotion_lock(model: str, owner: str | None, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
+                   poll_s: float = 0.2, say: Callable[[str], None] | None = None):
+    """Hold ``<model>/promotion.lock`` for the block (a ``common.lease.lease``): a ``Lease``."""
+    return lease(posixpath.join(model, LOCK_FILE), owner, "promotion lock", model, timeout_s, stale_s, poll_s, say)
+
+
+# --- history and record -------------------------------------------------------------------------------------
+
+def history(model: str) -> list[dict]:
+    """Every line of ``<model>/history.jsonl``, oldest first ([] when the model has none yet)."""
+    text = _read(model, HISTORY_FILE) or ""
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            lines.append(json.loads(line))
+        except ValueError as e:
+            raise UserError(f"{posixpath.join(model, HISTORY_FILE)} line {number} is not JSON ({e}). Fix: repair or "
+                            "remove that line.") from None
+    return lines
+
+
+def _plain(metrics: dict | None) -> dict | None:
+    """auc, logloss and rows of ``metrics`` as JSON values (NaN as null)."""
+    if metrics is None:
+        return None
+    out = {}
+    for key in ("auc", "logloss", "rows"):
+        value = metrics.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[key] = int(value) if key == "rows" and value is not None else value
+    return out
+
+
+def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
+           margin: float = 0.0, score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
+           timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
+           say: Callable[[str], None] | None = None) -> dict:
+    """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
+    dataset, vocab, date, window, metrics {auc, logloss, rows} on day ``date``) and record it, under the
+    model's promotion lock: re-read the champion (another run may have promoted since), ``decide`` against its
+    metrics on the same day (``champion_metrics`` when they are of ``champion_run``, the current champion;
+    else ``score_champion(champion)``; else the champion is kept), append the history line, then write
+    champion.json if the challenger won. Returns the history line. A re-run for the same date and run returns
+    the line recorded before (and completes a promotion a crash cut short)."""
+    name = posixpath.basename(model.rstrip("/"))
+    try:
+        challenger = Champion(**{**candidate, "name": check_name(name), "promoted_at": ""})
+        problems = [f"metrics.{k}: missing" for k in ("auc", "logloss", "rows") if k not in challenger.metrics]
+    except ValidationError as e:
+        problems = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+    if problems:
+        raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
+                        "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
+    check_margin(margin)
+    with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
+        lines = history(model)
+        done = next((e for e in reversed(lines) if (e.get("date"), e.get("run")) == (challenger.date, challenger.run)),
+                    None)
+        if done is not None:
+            last_promoted = next((e for e in reversed(lines) if e.get("decision") in PROMOTING), None)
+            current = load_champion(model)
+            if done is last_promoted and (current is None or current.run != challenger.run):
+                lock.check()
+                _write_champion(model, challenger, done["at"])
+            return done
+        current = load_champion(model)
+        reason_prefix = ""
+        if current is None:
+            measured = None
+        elif current.date > challenger.date:   # a backfill, or runs that started out of order
+            measured = None
+            reason_prefix = (f"the champion was tested on a later day ({current.date}) than this run "
+                             f"({challenger.date}), and an older day's model never replaces a newer one: ")
+        elif champion_metrics is not None and champion_run == current.run:
+            measured = champion_metrics
+        elif score_champion is not None:
+            measured = score_champion(current)
+        else:
+            measured = None
+            reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
+                             f"no metrics of it on {challenger.date} are known: ")
+        if current is not None and measured is None:
+            decision, reason = "kept", reason_prefix + "champion kept"
+        else:
+            decision, reason = decide(challenger.metrics, measured, margin)
+        entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
+                 "challenger": _plain(challenger.metrics), "champion": _plain(measured),
+                 "champion_run": current.run if current else None, "promote_margin": margin, "decision": decision,
+                 "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        lock.check()
+        text = _read(model, HISTORY_FILE) or ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n")
+        if decision in PROMOTING:
+            lock.check()
+            _write_champion(model, challenger, entry["at"])
+    return entry
+
+
+def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None,
+                  owner: str | None = None) -> bool:
+    """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
+    (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
+    the champion before it (kept for a rollback)."""
+    with promotion_lock(model, owner, say=say) as lock:
+        current = load_champion(model)
+        if current is None or current.run != run:
+            return False
+        lock.check()
+        write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(update={"bundle": bundle})
+                  .model_dump_json(indent=2))
+        promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
+    keep = {bundle_name(r) for r in promoted[-2:]}
+    fs, bundles = filesystem(posixpath.join(model, BUNDLES))
+    for folder in fs.ls(bundles, detail=False) if fs.exists(bundles) else []:
+        if posixpath.basename(folder.rstrip("/")) not in keep:
+            fs.rm(folder, recursive=True)
+    return True
+
+
+def champion_init(init):
+    """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
+    checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
+    champion = load_champion(init.run) if init is not None else None
+    return init if champion is None else init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
+
+
+def bundle_name(run: str) -> str:
+    """The folder name of a run's bundle under ``<model>/bundles/``."""
+    return posixpath.basename(run.rstrip("/"))
+
+
+def _write_champion(model: str, challenger: Champion, promoted_at: str) -> None:
+    champion = challenger.model_copy(update={"promoted_at": promoted_at})
+    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2))
