@@ -19,7 +19,8 @@ from common.errors import UserError
 
 from common.store import default_store
 from nightly.registry import NAME_PATTERN as MODEL_NAME
-from nightly.window import WindowConfig, is_dated
+from nightly.config import WindowConfig
+from nightly.window import is_dated
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule

@@ -18,7 +18,7 @@ from flows import artifacts
 from flows.config import PipelineConfig
 from flows.errors import user_errors
 from nightly import registry, scoring
-from nightly.scoring import ScoreConfig
+from nightly.config import ScoreConfig
 from nightly.window import Window
 from training.export import export_bundle
 from training.rundir import RunDir

@@ -9,7 +9,8 @@ from prefect.cache_policies import NONE
 from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
-from nightly.scoring import ScoreConfig, score as score_rows
+from nightly.config import ScoreConfig
+from nightly.scoring import score as score_rows
 
 
 @task(cache_policy=NONE)  # no retries: a failed scoring is a bug or bad input, a retry would hide it

@@ -15,54 +15,10 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from typing import Any, Callable, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any, Callable
 
 from common.errors import UserError
-
-
-class _Checkpoint(BaseModel):
-    """Which checkpoint: a named model's champion, or a run's checkpoint."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | None = Field(None, description="A named model's folder, STORE/models/NAME: its champion "
-                              "(run, checkpoint step, dataset).")
-    run: str | None = Field(None, description="A training run folder instead of a model, with the run's own "
-                            "dataset.")
-    checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
-                            "`latest` or a step number.")
-
-    @field_validator("checkpoint", mode="before")
-    @classmethod
-    def _checkpoint(cls, v: Any) -> str:
-        from training.config import EvaluateConfig
-
-        return EvaluateConfig._best_latest_or_step(v)   # the same rule as evaluation's
-
-
-class ScoreConfig(_Checkpoint):
-    """What to score with which model, and where the scores go."""
-
-    bundle: str | None = Field(None, description="A serving bundle (`dlrmflow export`'s folder, local or s3://) "
-                               "instead of a model or run: scores in this process with its TorchScript module.")
-    inputs: list[str] = Field(description="Raw input files, folders or globs in the format of the model's "
-                              "dataset's input spec (Criteo TSV, or the CSV/Parquet its spec describes).")
-    out: str = Field(description="The output Parquet file (local path or s3://...): file, row, [id], "
-                     "probability, [label].")
-    nproc: int = Field(1, ge=1, description="Processes (ranks) that predict.")
-    on_bad_row: Literal["error", "skip"] | None = Field(None, description="Bad-row policy; default: the one the "
-                                                        "model's dataset was preprocessed with.")
-    max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "
-                                           "this fraction of bad rows; default: the dataset's.")
-    progress: bool = Field(True, description="Show progress bars on stderr (only when it is a terminal).")
-
-
-class ExportConfig(_Checkpoint):
-    """Which model's checkpoint to export as a serving bundle, and where."""
-
-    out: str = Field(description="The bundle folder to write (local path or s3://...).")
+from nightly.config import ExportConfig, ScoreConfig
 
 
 def export(config: ExportConfig) -> dict[str, Any]:

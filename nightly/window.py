@@ -12,49 +12,12 @@ import re
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
 from common.errors import UserError
 from common.store import filesystem
+from nightly.config import WindowConfig
 
 _PLACEHOLDER = re.compile(r"\{date(?::([^{}]*))?\}")
 _BRACES = re.compile(r"[{}]")
-
-
-class WindowConfig(BaseModel):
-    """Which days a dated run trains, validates and tests on (used when the inputs hold `{date}`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    train_days: int | None = Field(None, ge=2, description="Days before the run's date to train on (the last "
-                                   "`val_days` of them validate, held out of training); the date itself is the test "
-                                   "day. Needed when the inputs hold {date}.")
-    val_days: int = Field(1, ge=1, description="The last days of the window that validate instead of training.")
-    min_days: int | None = Field(None, ge=2, description="Run with fewer days when some are missing, down to this "
-                                 "many (default: train_days; a missing test day always fails).")
-    lag_days: int = Field(1, ge=0, description="Without a date, the run's date is its scheduled day minus this many "
-                          "days (a 02:00 run processes yesterday).")
-    timezone: str = Field("UTC", description="Time zone in which a scheduled time becomes the run's day.")
-    retain_days: int = Field(0, ge=0, description="Keep the parsed parts of this many days before the next night's "
-                             "window too (for backfills); older ones are removed after a run.")
-
-    @field_validator("timezone")
-    @classmethod
-    def _timezone(cls, name: str) -> str:
-        try:
-            ZoneInfo(name)
-        except (KeyError, ValueError):
-            raise ValueError(f"{name!r} is not a time zone; e.g. UTC or Europe/Berlin") from None
-        return name
-
-    @model_validator(mode="after")
-    def _days(self) -> "WindowConfig":
-        if self.train_days is not None and self.train_days <= self.val_days:
-            raise ValueError(f"train_days ({self.train_days}) must exceed val_days ({self.val_days}): the window "
-                             "needs at least one training day")
-        if self.min_days is not None and self.train_days is not None and self.min_days > self.train_days:
-            raise ValueError(f"min_days ({self.min_days}) exceeds train_days ({self.train_days})")
-        return self
 
 
 def is_dated(uri: str) -> bool:

@@ -290,3 +290,17 @@ def _checkpoint_name(v: Any) -> str:
 def preset_names() -> list[str]:
     """Names of the built-in presets."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+class PlanConfig(BaseModel):
+    """What to plan for: the tables (a dataset's or given sizes) and the ranks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str | None = Field(None, description="Dataset folder or URI: its feature_spec.yaml gives the tables.")
+    cardinalities: list[int] | None = Field(None, description="Table sizes, for a dataset that does not exist yet.")
+    world_size: int = Field(ge=1, description="Total number of ranks (GPUs).")
+    local_world_size: int | None = Field(None, ge=1, description="Ranks per node (default: the profile's).")
+    batch_size: int | None = Field(None, ge=1, description="Per-rank batch size the planner assumes (default: the "
+                                   "config's global data.batch_size / world size).")
+    out: str | None = Field(None, description="Also write the plan text to this path or URI.")

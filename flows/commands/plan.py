@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from common.errors import UserError
 
 HELP = "Plan embedding sharding for a hardware profile and world size (no training, no GPUs needed)."
@@ -29,26 +27,12 @@ EVERYDAY = ("--dataset", "--cardinalities", "--world-size", "--local-world-size"
             "--sharding.profile", "--arch.embedding-dim", "--precision.embeddings")
 
 
-class PlanConfig(BaseModel):
-    """What to plan for: the tables (a dataset's or given sizes) and the ranks."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    dataset: str | None = Field(None, description="Dataset folder or URI: its feature_spec.yaml gives the tables.")
-    cardinalities: list[int] | None = Field(None, description="Table sizes, for a dataset that does not exist yet.")
-    world_size: int = Field(ge=1, description="Total number of ranks (GPUs).")
-    local_world_size: int | None = Field(None, ge=1, description="Ranks per node (default: the profile's).")
-    batch_size: int | None = Field(None, ge=1, description="Per-rank batch size the planner assumes (default: the "
-                                   "config's global data.batch_size / world size).")
-    out: str | None = Field(None, description="Also write the plan text to this path or URI.")
-
-
 _TABLE_SECTIONS = ("arch", "optimizer", "precision", "sharding")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from training.config import TrainConfig
+    from training.config import PlanConfig, TrainConfig
 
     add_options(parser, PlanConfig, root="plan")
     parser.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours: its arch, "
@@ -59,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from flows.options import build
-    from training.config import TrainConfig
+    from training.config import PlanConfig, TrainConfig
 
     request = build(PlanConfig, args, root="plan")
     if bool(request.dataset) == bool(request.cardinalities):
@@ -70,7 +54,7 @@ def _config(args):
     return request, cfg, batch
 
 
-def _spec(request: PlanConfig):
+def _spec(request):
     from feature_spec import Feature, FeatureSpec, load
 
     if request.dataset:

@@ -31,14 +31,15 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from nightly.scoring import ScoreConfig
+    from nightly.config import ScoreConfig
 
     add_options(p, ScoreConfig, root="score")
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from nightly.scoring import ScoreConfig, score
+    from nightly.config import ScoreConfig
+    from nightly.scoring import score
     from training.report import format_table
 
     summary = score(build(ScoreConfig, args, root="score"))

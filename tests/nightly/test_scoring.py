@@ -22,7 +22,8 @@ from common.errors import UserError
 from flows import artifacts
 from nightly.registry import CHAMPION_FILE, Champion
 from flows.score import score as score_flow
-from nightly.scoring import ScoreConfig, score
+from nightly.config import ScoreConfig
+from nightly.scoring import score
 from preprocessing import PreprocessConfig, run as preprocess
 from helpers.fixtures import CHILD_ENV, CRITEO_ROWS
 from helpers.prefect import latest_artifacts

@@ -6,7 +6,8 @@ import pytest
 
 from common.errors import UserError
 from flows.config import PipelineConfig
-from nightly.window import WindowConfig, day_of, fill_date, run_date, window
+from nightly.config import WindowConfig
+from nightly.window import day_of, fill_date, run_date, window
 
 D = dt.date(2026, 11, 8)
 

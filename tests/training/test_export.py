@@ -19,7 +19,8 @@ import torch
 
 import feature_spec as fspec
 from common.errors import UserError
-from nightly.scoring import ScoreConfig, score
+from nightly.config import ScoreConfig
+from nightly.scoring import score
 from helpers.fixtures import CHILD_ENV as ENV
 from helpers.paths import REPO
 from helpers.processes import python

@@ -361,7 +361,8 @@ def test_real_list_table_preprocess_train_evaluate_score(tmp_path, criteo_10k):
     columns on purpose: with them a logistic regression reaches 0.747-0.752 on these 8,000 training rows, at or
     above the DLRM's 0.74 (as for the one-hot rows: training/presets/criteo-sample.yaml), so no DLRM bar holds
     there; measured: DLRM 0.742-0.744, this baseline 0.720."""
-    from nightly.scoring import ScoreConfig, score
+    from nightly.config import ScoreConfig
+    from nightly.scoring import score
     from helpers.list_table import real_list_table
     from preprocessing import PreprocessConfig, run as preprocess
     from training.config import EvaluateConfig

@@ -1,0 +1,87 @@
+"""The config models of the recurring runs: the dated window, batch scoring and export."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class WindowConfig(BaseModel):
+    """Which days a dated run trains, validates and tests on (used when the inputs hold `{date}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_days: int | None = Field(None, ge=2, description="Days before the run's date to train on (the last "
+                                   "`val_days` of them validate, held out of training); the date itself is the test "
+                                   "day. Needed when the inputs hold {date}.")
+    val_days: int = Field(1, ge=1, description="The last days of the window that validate instead of training.")
+    min_days: int | None = Field(None, ge=2, description="Run with fewer days when some are missing, down to this "
+                                 "many (default: train_days; a missing test day always fails).")
+    lag_days: int = Field(1, ge=0, description="Without a date, the run's date is its scheduled day minus this many "
+                          "days (a 02:00 run processes yesterday).")
+    timezone: str = Field("UTC", description="Time zone in which a scheduled time becomes the run's day.")
+    retain_days: int = Field(0, ge=0, description="Keep the parsed parts of this many days before the next night's "
+                             "window too (for backfills); older ones are removed after a run.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, name: str) -> str:
+        try:
+            ZoneInfo(name)
+        except (KeyError, ValueError):
+            raise ValueError(f"{name!r} is not a time zone; e.g. UTC or Europe/Berlin") from None
+        return name
+
+    @model_validator(mode="after")
+    def _days(self) -> "WindowConfig":
+        if self.train_days is not None and self.train_days <= self.val_days:
+            raise ValueError(f"train_days ({self.train_days}) must exceed val_days ({self.val_days}): the window "
+                             "needs at least one training day")
+        if self.min_days is not None and self.train_days is not None and self.min_days > self.train_days:
+            raise ValueError(f"min_days ({self.min_days}) exceeds train_days ({self.train_days})")
+        return self
+
+
+class _Checkpoint(BaseModel):
+    """Which checkpoint: a named model's champion, or a run's checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="A named model's folder, STORE/models/NAME: its champion "
+                              "(run, checkpoint step, dataset).")
+    run: str | None = Field(None, description="A training run folder instead of a model, with the run's own "
+                            "dataset.")
+    checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
+                            "`latest` or a step number.")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _checkpoint(cls, v: Any) -> str:
+        from training.config import EvaluateConfig
+
+        return EvaluateConfig._best_latest_or_step(v)   # the same rule as evaluation's
+
+
+class ScoreConfig(_Checkpoint):
+    """What to score with which model, and where the scores go."""
+
+    bundle: str | None = Field(None, description="A serving bundle (`dlrmflow export`'s folder, local or s3://) "
+                               "instead of a model or run: scores in this process with its TorchScript module.")
+    inputs: list[str] = Field(description="Raw input files, folders or globs in the format of the model's "
+                              "dataset's input spec (Criteo TSV, or the CSV/Parquet its spec describes).")
+    out: str = Field(description="The output Parquet file (local path or s3://...): file, row, [id], "
+                     "probability, [label].")
+    nproc: int = Field(1, ge=1, description="Processes (ranks) that predict.")
+    on_bad_row: Literal["error", "skip"] | None = Field(None, description="Bad-row policy; default: the one the "
+                                                        "model's dataset was preprocessed with.")
+    max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "
+                                           "this fraction of bad rows; default: the dataset's.")
+    progress: bool = Field(True, description="Show progress bars on stderr (only when it is a terminal).")
+
+
+class ExportConfig(_Checkpoint):
+    """Which model's checkpoint to export as a serving bundle, and where."""
+
+    out: str = Field(description="The bundle folder to write (local path or s3://...).")
