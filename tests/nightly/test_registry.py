@@ -120,7 +120,7 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
     assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
 
-    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715},
+    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715, "logloss": 0.45},
                           champion_run="/store/runs/r2")
     assert third["decision"] == "kept"
     champion = models.load_champion(model)
@@ -146,17 +146,17 @@ def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
 
 def test_champion_changed_while_training(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
-    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70},
+    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70, "logloss": 0.45},
                   champion_run="/store/runs/r1")
     # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
     scored = []
-    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70},
+    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70, "logloss": 0.45},
                           champion_run="/store/runs/r1", score_champion=lambda c: scored.append(c.run) or
                           {"auc": 0.76, "logloss": 0.4, "rows": 1000})
     assert scored == ["/store/runs/r2"]
     assert (entry["decision"], entry["champion_run"], entry["champion"]["auc"]) == ("kept", "/store/runs/r2", 0.76)
     # without a way to score it, the champion is kept
-    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5},
+    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5, "logloss": 0.45},
                           champion_run="/store/runs/r1")
     assert entry["decision"] == "kept" and "no metrics of it" in entry["reason"]
     assert models.load_champion(model).run == "/store/runs/r2"
