@@ -151,14 +151,13 @@ def lines_kept(lines: np.ndarray, ok: pl.Series | None) -> np.ndarray:
 
 def check_numerical(out: pl.DataFrame, transforms: Transforms, max_abs: float, where, raw_value=None) -> None:
     """NumericalRangeError at the first transformed numerical (Float32, nulls filled) of ``out`` that is not finite
-    or above ``max_abs`` in magnitude: one vectorised compare per column. ``where(i)``: the file and line of row i;
-    ``raw_value(name, i)``: its value in the input."""
+    or above ``max_abs`` in magnitude: a min and a max per column (the row is looked for only then).
+    ``where(i)``: the file and line of row i; ``raw_value(name, i)``: its value in the input."""
     for name, transform in transforms.numerical:
         values = out[name].to_numpy()
-        bad = ~(np.abs(values) <= max_abs)   # NaN and inf compare False
-        if not bad.any():
+        if len(values) == 0 or (values.max() <= max_abs and values.min() >= -max_abs):   # NaN propagates: False
             continue
-        i = int(np.argmax(bad))
+        i = int(np.argmax(~(np.abs(values) <= max_abs)))
         raw = raw_value(name, i) if raw_value else float(values[i])
         problem = (f"is {values[i]} after its {transform} transform" if not np.isfinite(values[i]) else
                    f"is {values[i]:g} after its {transform} transform, above the output dtype's largest value "
