@@ -125,7 +125,7 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
     ok = _check(df, out, transforms, lines, bad)
     if ok is not None:
         out = out.filter(ok)
-    check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {lines_kept(lines, ok)[i]}",
+    check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {_lines_kept(lines, ok)[i]}",
                     lambda name, i: df.filter(ok)[name][i] if ok is not None else df[name][i])
     for c in transforms.categorical:
         if c.hash_buckets is not None:
@@ -145,7 +145,7 @@ def _label(transforms: Transforms) -> pl.Expr:
     return pl.when(col == 1).then(1).when(col == 0).then(0).otherwise(None).cast(pl.Int8)
 
 
-def lines_kept(lines: np.ndarray, ok: pl.Series | None) -> np.ndarray:
+def _lines_kept(lines: np.ndarray, ok: pl.Series | None) -> np.ndarray:
     return lines if ok is None else lines[ok.to_numpy()]
 
 
