@@ -217,6 +217,10 @@ def champion_init(init):
     """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
     checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
     champion = load_champion(init.run) if init is not None else None
+    if champion is not None and not finite(champion.metrics):
+        raise UserError(f"init_from {init.run}: its champion ({champion.run}, step {champion.step}) has non-finite "
+                        f"recorded metrics {champion.metrics}, so it counts as absent and its weights are not used. "
+                        "Fix: train from scratch (no init_from), or name a run's checkpoint to start from.")
     return init if champion is None else init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
 
 

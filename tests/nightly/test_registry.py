@@ -398,3 +398,10 @@ def test_init_from_a_model_folder_is_its_champion(model):
     assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
     other = InitFrom(run="/store/runs/r9", checkpoint="latest")
     assert models.champion_init(other) == other and models.champion_init(None) is None
+    # a champion whose recorded metrics are not finite (a diverged model) is never started from
+    champion = json.loads(read(model, models.CHAMPION_FILE))
+    fs, path = fsspec.core.url_to_fs(model)
+    with fs.open(f"{path}/{models.CHAMPION_FILE}", "w") as f:
+        f.write(json.dumps({**champion, "metrics": {"auc": 1.0, "logloss": None, "rows": 10}}))
+    with pytest.raises(UserError, match=r"non-finite recorded metrics .* Fix: train from scratch"):
+        models.champion_init(InitFrom(run=model))
