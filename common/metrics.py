@@ -8,11 +8,17 @@ import numpy as np
 EPS = 1e-7  # probabilities are clipped to [EPS, 1 - EPS] for log losses
 
 
+def count_nonfinite(probs: np.ndarray) -> int:
+    """How many predictions are NaN or +-inf."""
+    return int(np.size(probs) - np.count_nonzero(np.isfinite(probs)))
+
+
 def roc_auc(probs: np.ndarray, labels: np.ndarray) -> float:
-    """Exact ROC AUC (Mann-Whitney U with average ranks for ties); NaN if one class is absent."""
+    """Exact ROC AUC (Mann-Whitney U with average ranks for ties); NaN if one class is absent or any
+    probability is not finite (NaN or inf scores have no rank: an AUC from them would be made up)."""
     p, pos = np.asarray(probs).ravel(), np.asarray(labels).ravel() > 0.5
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
+    if n_pos == 0 or n_neg == 0 or count_nonfinite(p):
         return float("nan")
     order = np.argsort(p, kind="mergesort")
     sorted_p = p[order]
@@ -25,9 +31,10 @@ def roc_auc(probs: np.ndarray, labels: np.ndarray) -> float:
 
 
 def log_loss(probs: np.ndarray, labels: np.ndarray, eps: float = EPS) -> float:
-    """Mean binary cross-entropy of probabilities (clipped to [eps, 1 - eps]); NaN without rows."""
+    """Mean binary cross-entropy of probabilities (clipped to [eps, 1 - eps]); NaN without rows or when any
+    probability is not finite (clipping would turn an inf into a plausible number)."""
     p, y = np.asarray(probs, np.float64).ravel(), np.asarray(labels, np.float64).ravel()
-    if len(p) == 0:
+    if len(p) == 0 or count_nonfinite(p):
         return float("nan")
     p = np.clip(p, eps, 1 - eps)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))

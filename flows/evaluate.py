@@ -36,7 +36,9 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
     log = get_run_logger()
     run = RunDir(run_uri)
     previous, wanted = run.eval_metrics(config.split) or {}, check_inputs(run, config)
-    if (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"]):
+    # a record without a log loss is of an evaluation before non-finite predictions were refused: done again
+    if (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"]) \
+            and previous.get("logloss") is not None:
         log.info("evaluation of this checkpoint on '%s' already complete, reusing it", config.split)
         if wanted["warning"]:
             log.warning("warning: %s", wanted["warning"])

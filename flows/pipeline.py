@@ -25,6 +25,7 @@ from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
 from flows.train import train
+from nightly.decision import finite
 from nightly.registry import load_champion, model_uri
 from nightly.window import Window, run_date, window
 from preprocessing import PreprocessConfig
@@ -108,6 +109,10 @@ def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> Flo
         return config.train
     champion = load_champion(model_uri(store.uri, config.model))
     if champion is None or champion.date >= day.isoformat():
+        return config.train
+    if not finite(champion.metrics):   # a diverged model: its weights would make every challenger diverge too
+        log.warning("no warm start: the champion of model %s (%s) has non-finite recorded metrics %s, so it counts "
+                    "as absent; training from scratch", config.model, champion.run, champion.metrics)
         return config.train
     log.info("warm start from the champion of model %s: %s step %d (tested on %s)", config.model, champion.run,
              champion.step, champion.date)

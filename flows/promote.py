@@ -19,6 +19,7 @@ from flows.config import PipelineConfig
 from flows.errors import user_errors
 from nightly import registry, scoring
 from nightly.config import ScoreConfig
+from nightly.decision import finite
 from nightly.window import Window
 from training.export import export_bundle
 from training.rundir import RunDir
@@ -53,7 +54,8 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             mine = score(run=run.uri, checkpoint=metrics["step"])
         champion = registry.load_champion(model)
         theirs = None
-        if champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat():
+        if (champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat()
+                and finite(champion.metrics)):   # one with non-finite recorded metrics counts as absent (record)
             log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
                      days.date)
             theirs = score(model=model)

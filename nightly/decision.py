@@ -25,20 +25,28 @@ def check_margin(margin: float) -> None:
                         "over the champion, e.g. 0 or 0.001.")
 
 
+def finite(metrics: dict | None) -> bool:
+    """Whether ``metrics`` hold a finite AUC and a finite log loss (what a comparison needs of each side)."""
+    return all(math.isfinite(_number(metrics, key)) for key in ("auc", "logloss"))
+
+
 def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tuple[str, str]:
     """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day:
-    the challenger wins when there is no champion or when its AUC >= the champion's AUC + ``margin``; a NaN
-    AUC (a day with one class) never promotes. The reason reports both AUCs and log losses."""
+    the challenger wins when there is no champion or when its AUC >= the champion's AUC + ``margin``. Both sides
+    need a finite AUC and log loss: a NaN or infinite one (a day with one class, a diverged model) never
+    promotes. The reason reports both AUCs and log losses."""
     check_margin(margin)
     new = _number(challenger, "auc")
     if champion is None:
-        if math.isnan(new):
-            return "kept", f"no champion yet, but the challenger's AUC is NaN ({_summary(challenger)}): not promoted"
+        if not finite(challenger):
+            return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
+                            "not promoted")
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
     old = _number(champion, "auc")
-    if math.isnan(new) or math.isnan(old):
-        return "kept", (f"an AUC is NaN, so the models cannot be compared: champion kept (challenger "
-                        f"{_summary(challenger)}; champion {_summary(champion)})")
+    if not finite(challenger) or not finite(champion):
+        side = "challenger's" if not finite(challenger) else "champion's"
+        return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
+                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)})")
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
     if new >= old + margin:
         return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g}; {losses}"

@@ -21,7 +21,7 @@ from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
 from common.store import MODELS, filesystem, read_text
-from nightly.decision import PROMOTING, check_margin, decide
+from nightly.decision import PROMOTING, check_margin, decide, finite
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
@@ -44,8 +44,8 @@ class Champion(BaseModel):
     vocab: str = Field(description="URI of the dataset's vocabulary folder.")
     date: str = Field(description="The run's date (ISO), the day it was tested on.")
     window: list[str] = Field(default_factory=list, description="The dates it trained and validated on.")
-    metrics: dict[str, float | int] = Field(default_factory=dict, description="auc, logloss and rows on its test "
-                                            "day.")
+    metrics: dict[str, float | int | None] = Field(default_factory=dict, description="auc, logloss and rows on "
+                                                   "its test day (null: not finite).")
     promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
     bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), once written.")
 
@@ -153,7 +153,12 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             return done
         current = load_champion(model)
         reason_prefix = ""
-        if current is None:
+        if current is not None and not finite(current.metrics):   # e.g. a diverged model promoted before this check
+            measured = None
+            reason_prefix = (f"the champion ({current.run}) has non-finite recorded metrics (auc "
+                             f"{current.metrics.get('auc')}, logloss {current.metrics.get('logloss')}) and counts as "
+                             "absent; ")
+        elif current is None:
             measured = None
         elif current.date > challenger.date:   # a backfill, or runs that started out of order
             measured = None
@@ -167,10 +172,11 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             measured = None
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
-        if current is not None and measured is None:
+        if current is not None and measured is None and finite(current.metrics):
             decision, reason = "kept", reason_prefix + "champion kept"
         else:
             decision, reason = decide(challenger.metrics, measured, margin)
+            reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None, "promote_margin": margin, "decision": decision,
@@ -211,6 +217,10 @@ def champion_init(init):
     """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
     checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
     champion = load_champion(init.run) if init is not None else None
+    if champion is not None and not finite(champion.metrics):
+        raise UserError(f"init_from {init.run}: its champion ({champion.run}, step {champion.step}) has non-finite "
+                        f"recorded metrics {champion.metrics}, so it counts as absent and its weights are not used. "
+                        "Fix: train from scratch (no init_from), or name a run's checkpoint to start from.")
     return init if champion is None else init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
 
 

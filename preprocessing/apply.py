@@ -33,7 +33,7 @@ from .config import PreprocessConfig
 from .errors import BadRows
 from .job import Job
 from .pipeline import _dataset_spec
-from .transforms import to_intermediate
+from .transforms import numerical_max, to_intermediate
 
 SCORE_SPLIT = "score"
 POSITIONS = "positions.parquet"
@@ -127,9 +127,9 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
                 if not has_label:   # any valid label: it is never written out
                     df = df.with_columns(pl.lit("" if t.positive else 0.0, job.types[t.label]).alias(t.label))
                 bad.lines.clear()
-                parsed = to_intermediate(df, t, lines, bad, lambda s: s)
+                parsed = to_intermediate(df, t, lines, bad, lambda s: s, numerical_max(job.config.numerical_dtype))
                 keep = ~np.isin(lines, np.fromiter(bad.lines, np.int64)) if bad.lines else slice(None)
-                columns = stages.encode_batch(t, job.config.numerical_dtype, dtypes, parsed, encode)
+                columns = stages.encode_batch(t, job.config.numerical_dtype, dtypes, parsed, encode, source=f.uri)
                 for name, values in columns.items():
                     if name in listed:
                         index0[listed[name]] += lists.write(values, listed[name],

@@ -5,7 +5,9 @@ of up to 15 digits or empty, categoricals of 1-8 hex digits or empty) is parsed 
 the parse stage's intermediate columns (label Int8, log1p numericals Float32, hex ids UInt32
 with nulls where missing), bit-identical to ``readers`` + ``transforms.to_intermediate``.
 Any other block (a bad row, CRLF, quotes, "1.0", "-0", ...) goes to the general polars path,
-which reports the problem with its file, line and column as before.
+which reports the problem with its file, line and column as before. Its numericals need no range check
+(``transforms.check_numerical``): log1p(max(x, 0)) of at most 15 digits is below 35, finite and within float16;
+``nan``/``inf`` are not regular, so the polars path reads them (``nan`` as missing, ``inf`` as an error).
 
 Used only for the ``criteo`` chunk type with the standard layout (label, I1..I13 with log1p,
 C1..C26 hex, one value each; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``

@@ -36,7 +36,7 @@ from feature_spec import categorical_file_name
 from . import fastparse, lists, parallel, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
-from .transforms import SPLIT_COLUMN, Transforms, to_intermediate
+from .transforms import SPLIT_COLUMN, Transforms, check_numerical, numerical_max, to_intermediate
 from .work import WorkFolder
 
 LABEL_FILE, NUMERICAL_FILE = "label.bin", "numerical.bin"
@@ -75,7 +75,8 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
             if coded:
                 df, dictionaries = df.rows, df.dictionaries
             out = df if parsed.fast else \
-                to_intermediate(df, t, parsed.lines, bad, lambda s: splits.column_names(job.rule, s))
+                to_intermediate(df, t, parsed.lines, bad, lambda s: splits.column_names(job.rule, s),
+                                numerical_max(job.config.numerical_dtype))
             found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
             counts = None
             if len(out):
@@ -252,7 +253,7 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
         """A batch -> (rows, [(split, output file name, rows of it, their zeros)] in output order; a list
         feature's rows are written (and their zeros counted) by ``lists.write``)."""
         df, dictionaries, codes = load()
-        columns = _encode(job, dtypes, df, dictionaries, encode_rows)
+        columns = _encode(job, dtypes, df, dictionaries, encode_rows, i)
         pieces = []
         for code, rows in _split_rows(codes):
             for name, values in columns.items():
@@ -298,17 +299,22 @@ def _split_rows(codes: np.ndarray):
 
 
 def _encode(job: Job, dtypes: dict[str, str], df: pl.DataFrame, dictionaries: dict[str, np.ndarray],
-            encode: vocab.Encoder) -> dict[str, np.ndarray]:
-    return encode_batch(job.transforms, job.config.numerical_dtype, dtypes, df, encode, dictionaries)
+            encode: vocab.Encoder, i: int) -> dict[str, np.ndarray]:
+    return encode_batch(job.transforms, job.config.numerical_dtype, dtypes, df, encode, dictionaries,
+                        source=f"{job.inputs[i].uri} (parsed before, for another numerical dtype)")
 
 
 def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df: pl.DataFrame,
-                 encode: vocab.Encoder, dictionaries: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                 encode: vocab.Encoder, dictionaries: dict[str, np.ndarray] | None = None,
+                 source: str = "input") -> dict[str, np.ndarray]:
     """Output arrays of a batch of parsed rows by output file name: label (0/1 bytes), numerical [n, k],
     cat_<f> indices (``dictionaries``: of the columns that hold codes, see ``vocab.dictionary_encode``;
-    hash-bucket features are already indices); a list feature's: [n, hotness] or a ``lists.Ragged``."""
+    hash-bucket features are already indices); a list feature's: [n, hotness] or a ``lists.Ragged``.
+    A numerical that does not fit ``numerical_dtype`` is a NumericalRangeError (the parse names its line; this
+    catches parts parsed for a wider dtype, ``source`` naming their file)."""
     out = {LABEL_FILE: df[t.label].to_numpy().astype(np.uint8)}
     if t.numerical:
+        check_numerical(df, t, numerical_max(numerical_dtype), lambda row: f"{source}, parsed row {row + 1} of a block")
         num = np.empty((len(df), len(t.numerical)), numerical_dtype)
         for j, (n, _) in enumerate(t.numerical):
             num[:, j] = df[n].to_numpy()   # converted while copied in

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from common.errors import UserError
 from feature_spec import FeatureSpec, categorical_dtype
 
 from . import lists
@@ -92,11 +93,24 @@ class Transforms:
         return types
 
 
+class NumericalRangeError(UserError):
+    """A numerical value that is not finite after its transform, or does not fit the output dtype."""
+
+
+def numerical_max(dtype: str) -> float:
+    """The largest magnitude a numerical output dtype holds (float16: 65504)."""
+    return float(np.finfo(dtype).max)
+
+
 def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray, bad: BadRows,
-                    split_names) -> pl.DataFrame:
+                    split_names, max_abs: float = np.inf) -> pl.DataFrame:
     """Typed raw rows -> label (Int8), transformed numericals (Float32), categoricals (hex -> UInt32,
     int -> Int64, str -> String, hashed -> final Int64 index), and ``__split`` (String) for column rules.
-    Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy."""
+    Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy. A numerical
+    ``nan`` is missing, as an empty field is; one that is not finite after its transform or above ``max_abs``
+    (the output dtype's largest value, ``numerical_max``) is a ``NumericalRangeError`` naming feature, file
+    (``bad.uri``), line and value, whatever the bad-row policy (it is no malformed row: it needs another transform
+    or dtype)."""
     cols = [_label(transforms).alias(transforms.label)]
     cols += [_numerical(n, t).alias(n) for n, t in transforms.numerical]
     for c in transforms.categorical:
@@ -111,6 +125,8 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
     ok = _check(df, out, transforms, lines, bad)
     if ok is not None:
         out = out.filter(ok)
+    check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {_lines_kept(lines, ok)[i]}",
+                    lambda name, i: df.filter(ok)[name][i] if ok is not None else df[name][i])
     for c in transforms.categorical:
         if c.hash_buckets is not None:
             index = lists.hashed(out[c.name], c.hash_buckets, hashed_index) if c.multi_valued \
@@ -129,8 +145,31 @@ def _label(transforms: Transforms) -> pl.Expr:
     return pl.when(col == 1).then(1).when(col == 0).then(0).otherwise(None).cast(pl.Int8)
 
 
+def _lines_kept(lines: np.ndarray, ok: pl.Series | None) -> np.ndarray:
+    return lines if ok is None else lines[ok.to_numpy()]
+
+
+def check_numerical(out: pl.DataFrame, transforms: Transforms, max_abs: float, where, raw_value=None) -> None:
+    """NumericalRangeError at the first transformed numerical (Float32, nulls filled) of ``out`` that is not finite
+    or above ``max_abs`` in magnitude: a min and a max per column (the row is looked for only then).
+    ``where(i)``: the file and line of row i; ``raw_value(name, i)``: its value in the input."""
+    for name, transform in transforms.numerical:
+        values = out[name].to_numpy()
+        if len(values) == 0 or (values.max() <= max_abs and values.min() >= -max_abs):   # NaN propagates: False
+            continue
+        i = int(np.argmax(~(np.abs(values) <= max_abs)))
+        raw = raw_value(name, i) if raw_value else float(values[i])
+        problem = (f"is {values[i]} after its {transform} transform" if not np.isfinite(values[i]) else
+                   f"is {values[i]:g} after its {transform} transform, above the output dtype's largest value "
+                   f"{max_abs:g}")
+        raise NumericalRangeError(
+            f"{where(i)}: numerical feature {name!r}: value {raw!r} {problem}, so it would be written as inf. "
+            f"Fix: give {name!r} a `transform: log1p` (or `log3p`) in the input spec, or write float32 numericals "
+            "(--numerical-dtype float32).")
+
+
 def _numerical(name: str, transform: str) -> pl.Expr:
-    col = pl.col(name)
+    col = pl.col(name).fill_nan(None)   # a literal nan is a missing value, as an empty field is
     if transform == "log1p":
         col = col.clip(lower_bound=0).log1p()
     elif transform == "log3p":   # as NVIDIA DLRM's Spark job: log(x + 3), and 0 where that is undefined

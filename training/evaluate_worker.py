@@ -15,7 +15,7 @@ import sys
 from training import distributed
 from training.config import EvaluateConfig
 from training.evaluate import check_inputs
-from training.report import write_report
+from training.report import summary, write_report
 from training.rundir import RunDir
 
 
@@ -31,9 +31,7 @@ def evaluate(run: RunDir, config: EvaluateConfig) -> None:
         record = write_report(run, config.split, probs, labels,
                               {"checkpoint": config.checkpoint, "step": info["step"], "dataset": info["dataset"],
                                "run": run.uri, "world_size": env.world_size, "warning": info["warning"]})
-        print(f"evaluated step {info['step']} on '{config.split}' ({record['rows']:,} rows, {env.world_size} "
-              f"rank(s)): auc {record['auc']:.4f} logloss {record['logloss']:.4f} -> {run.eval_dir(config.split)}",
-              flush=True)
+        print(f"{summary(record)} -> {run.eval_dir(config.split)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

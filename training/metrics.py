@@ -60,12 +60,18 @@ def _thresholds(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return p[last], tp.astype(np.float64), fp.astype(np.float64)
 
 
+def count_nonfinite(probs: np.ndarray, labels: np.ndarray) -> int:
+    """How many valid rows' predictions are NaN or +-inf (a diverged model's)."""
+    return common_metrics.count_nonfinite(valid(probs, labels)[0])
+
+
 def average_precision(probs: np.ndarray, labels: np.ndarray) -> float:
     """PR AUC as average precision: sum over distinct thresholds of (recall step) x precision
-    (the step-wise definition, without interpolation; ties form one step). NaN without positives."""
+    (the step-wise definition, without interpolation; ties form one step). NaN without positives or
+    when any prediction is not finite."""
     p, y = valid(probs, labels)
     n_pos = float((y > 0.5).sum())
-    if n_pos == 0:
+    if n_pos == 0 or common_metrics.count_nonfinite(p):
         return float("nan")
     _, tp, fp = _thresholds(p, y)
     precision = tp / (tp + fp)
@@ -101,6 +107,9 @@ def calibration_bins(probs: np.ndarray, labels: np.ndarray, n_bins: int = 10) ->
 def compute_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
     """Every evaluation metric of predicted click probabilities against 0/1 labels (rows with a
     negative label are padding and dropped):
+
+    Any NaN or infinite prediction makes ``auc``, ``pr_auc``, ``logloss`` and ``normalized_entropy`` NaN
+    (``count_nonfinite`` counts them; the evaluation report refuses such predictions).
 
     - ``auc``: exact ROC AUC; ``pr_auc``: average precision
     - ``logloss``: mean binary cross-entropy (probabilities clipped to [1e-7, 1 - 1e-7])

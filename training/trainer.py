@@ -79,6 +79,7 @@ class Trainer(Stateful):
         self.best: dict[str, Any] | None = None
         self.bad_evals = 0
         self.stopped_early = False
+        self.last_finite: tuple[int, float] | None = None  # (step, loss) of the last finite per-step loss read
 
     # ---- building ------------------------------------------------------------------------
     def dataset(self, split: str) -> SplitBinaryDataset:
@@ -235,6 +236,7 @@ class Trainer(Stateful):
                 finally:
                     getattr(batches, "close", lambda: None)()
             if ckpt:
+                self._check_finite()
                 ckpt.save(self.step, self.state_dict())
         finally:
             bar.close()
@@ -300,7 +302,8 @@ class Trainer(Stateful):
         start, start_step, losses = self._window
         # one all-reduce of the stacked per-step losses: the same float32 sums as one all-reduce per step,
         # divided and averaged on the host in float64 as before (logged values stay bit-identical)
-        loss = float(np.mean([v / self.env.world_size for v in all_reduce_sum(torch.stack(losses)).tolist()]))
+        steps = self._window_losses()
+        loss = float(np.mean(steps))
         rate = (self.step - start_step) * self.cfg.data.batch_size / max(time.perf_counter() - start, 1e-9)
         bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:,.0f}", refresh=False)
         f = lr_factor(self.cfg.optimizer, self.step - 1)
@@ -309,15 +312,64 @@ class Trainer(Stateful):
                      "lr_embedding": self.cfg.optimizer.embedding.lr * f, "lr_dense": self.cfg.optimizer.dense.lr * f})
         self._window = (time.perf_counter(), self.step, [])
 
+    def _window_losses(self) -> list[float]:
+        """The per-step losses of the window so far, averaged over the ranks (one all-reduce, one host sync);
+        a UserError at the first step whose loss is not finite (on every rank: the values are all-reduced)."""
+        start_step, losses = self._window[1], self._window[2]
+        if not losses:
+            return []
+        steps = [v / self.env.world_size for v in all_reduce_sum(torch.stack(losses)).tolist()]
+        for i, v in enumerate(steps):
+            if not math.isfinite(v):
+                raise self._diverged(start_step + i + 1, f"the loss is {v}")
+            self.last_finite = (start_step + i + 1, v)
+        return steps
+
+    def _diverged(self, step: int, what: str) -> UserError:
+        last = (f"last finite loss {self.last_finite[1]:.4f} at step {self.last_finite[0]}" if self.last_finite
+                else "no finite loss read before it")
+        kept = ""
+        if self.run is not None:
+            latest = Checkpointer(self.run).step_of("latest")
+            kept = (f" Checkpoint 'latest' stays step {latest}, the last one saved (its weights are finite)."
+                    if latest is not None else " No checkpoint was saved.")
+        return UserError(
+            f"training diverged at step {step}: {what} ({last}); the run stops here.{kept} Likely cause: "
+            "numerical features above float16's 65504 become inf (preprocess with a log1p/log3p transform or "
+            "--numerical-dtype float32), or a learning rate too high (lower optimizer.dense.lr / "
+            "optimizer.embedding.lr, or add optimizer.warmup_steps).")
+
+    def _check_finite(self) -> None:
+        """Before a validation or a checkpoint: the window's losses so far and the model's weights are finite,
+        else UserError (so a checkpoint never holds non-finite weights, and ``latest`` stays the last good one).
+        Two all-reduces and one pass over the weights, once per validation or checkpoint."""
+        self._window_losses()
+        names, flags = [], []  # one flag per key, the same keys on every rank (a rank may hold no shard of one)
+        for name, t in self.dmp.state_dict().items():
+            flag = torch.zeros((), dtype=torch.int64, device=self.env.device)
+            for local in [s.tensor for s in t.local_shards()] if hasattr(t, "local_shards") else [t]:
+                if local.is_floating_point() and local.numel():
+                    flag = flag + (~torch.isfinite(local)).any().to(device=flag.device, dtype=torch.int64)
+            names.append(name)
+            flags.append(flag)
+        counts = all_reduce_sum(torch.stack(flags)).tolist() if flags else []
+        if any(counts):
+            bad = sorted({n for n, c in zip(names, counts) if c})
+            raise self._diverged(self.step, f"non-finite weights in {', '.join(bad[:4])}"
+                                 + (f" and {len(bad) - 4} more" if len(bad) > 4 else ""))
+
     def _after_segment(self, log: MetricsLog | None, ckpt: Checkpointer | None) -> None:
         epoch_end = self.step_in_epoch == self.steps_per_epoch()
         if epoch_end:
             self.epoch, self.step_in_epoch = self.epoch + 1, 0
         every = self.cfg.eval_every
         best = None
-        if self.eval_split and ((self.step % every == 0) if every else epoch_end):
-            best = self._validate(log)
+        validate_due = self.eval_split and ((self.step % every == 0) if every else epoch_end)
         checkpoint_due = self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0
+        if validate_due or (ckpt and checkpoint_due):
+            self._check_finite()
+        if validate_due:
+            best = self._validate(log)
         if ckpt and (best is not None or checkpoint_due):
             ckpt.save(self.step, self.state_dict(), best=best)
         if log:

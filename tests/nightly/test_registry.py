@@ -57,12 +57,49 @@ def read(model: str, name: str) -> str | None:
     (math.nan, None, 0.0, "kept"),
     (0.70, math.nan, 0.0, "kept"),
     (None, 0.70, 0.0, "kept"),           # a missing AUC counts as NaN
+    (math.inf, 0.70, 0.0, "kept"),
+    (0.70, -math.inf, 0.0, "kept"),
 ])
 def test_decide(challenger, champion, margin, decision):
     got, reason = decide({"auc": challenger, "logloss": 0.41},
                                 None if champion is None else {"auc": champion, "logloss": 0.43}, margin)
     assert got == decision
     assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
+
+
+@pytest.mark.parametrize("challenger_ll, champion_ll, side", [
+    (math.nan, 0.43, "challenger's"), (None, 0.43, "challenger's"), (math.inf, 0.43, "challenger's"),
+    (0.41, math.nan, "champion's"), (0.41, None, "champion's"), (0.41, math.inf, "champion's"),
+])
+def test_decide_needs_finite_log_loss_on_both_sides(challenger_ll, champion_ll, side):
+    """A better AUC with a non-finite log loss (a model predicting NaN or 0/1 where it is wrong) never promotes."""
+    got, reason = decide({"auc": 0.9, "logloss": challenger_ll}, {"auc": 0.7, "logloss": champion_ll})
+    assert got == "kept" and f"the {side} metrics are not finite" in reason
+    got, reason = decide({"auc": 0.9, "logloss": challenger_ll}, None)
+    assert got == ("first" if side == "champion's" else "kept")
+
+
+def test_record_champion_with_non_finite_metrics_counts_as_absent(tmp_path):
+    """A champion promoted with non-finite metrics (e.g. AUC 1.0 from NaN ranks and a null log loss, before this
+    check) is replaced by a healthy challenger, without scoring it; a non-finite challenger is never promoted."""
+    model = str(tmp_path / "store" / "models" / "ctr")
+    os.makedirs(model)
+    bad = {**candidate("diverged", "2026-11-01", 1.0), "name": "ctr", "promoted_at": "2026-11-01T00:00:00+00:00"}
+    bad["metrics"] = {"auc": 1.0, "logloss": None, "rows": 1000}
+    with open(os.path.join(model, models.CHAMPION_FILE), "w") as f:
+        json.dump(bad, f)
+    assert models.load_champion(model).metrics["logloss"] is None
+
+    def never(_):
+        raise AssertionError("a champion that counts as absent is not scored")
+
+    kept = models.record(model, candidate("nan", "2026-11-02", math.nan, math.nan), score_champion=never)
+    assert kept["decision"] == "kept" and "not finite" in kept["reason"]
+    assert models.load_champion(model).run == "/store/runs/diverged"
+    entry = models.record(model, candidate("healthy", "2026-11-03", 0.71), score_champion=never)
+    assert entry["decision"] == "first" and "counts as absent" in entry["reason"]
+    assert entry["champion_run"] == "/store/runs/diverged"
+    assert models.load_champion(model).run == "/store/runs/healthy"
 
 
 @pytest.mark.parametrize("margin", [-0.01, math.nan, math.inf])
@@ -83,7 +120,7 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
     assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
 
-    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715},
+    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715, "logloss": 0.45},
                           champion_run="/store/runs/r2")
     assert third["decision"] == "kept"
     champion = models.load_champion(model)
@@ -109,17 +146,17 @@ def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
 
 def test_champion_changed_while_training(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
-    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70},
+    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70, "logloss": 0.45},
                   champion_run="/store/runs/r1")
     # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
     scored = []
-    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70},
+    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70, "logloss": 0.45},
                           champion_run="/store/runs/r1", score_champion=lambda c: scored.append(c.run) or
                           {"auc": 0.76, "logloss": 0.4, "rows": 1000})
     assert scored == ["/store/runs/r2"]
     assert (entry["decision"], entry["champion_run"], entry["champion"]["auc"]) == ("kept", "/store/runs/r2", 0.76)
     # without a way to score it, the champion is kept
-    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5},
+    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5, "logloss": 0.45},
                           champion_run="/store/runs/r1")
     assert entry["decision"] == "kept" and "no metrics of it" in entry["reason"]
     assert models.load_champion(model).run == "/store/runs/r2"
@@ -361,3 +398,10 @@ def test_init_from_a_model_folder_is_its_champion(model):
     assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
     other = InitFrom(run="/store/runs/r9", checkpoint="latest")
     assert models.champion_init(other) == other and models.champion_init(None) is None
+    # a champion whose recorded metrics are not finite (a diverged model) is never started from
+    champion = json.loads(read(model, models.CHAMPION_FILE))
+    fs, path = fsspec.core.url_to_fs(model)
+    with fs.open(f"{path}/{models.CHAMPION_FILE}", "w") as f:
+        f.write(json.dumps({**champion, "metrics": {"auc": 1.0, "logloss": None, "rows": 10}}))
+    with pytest.raises(UserError, match=r"non-finite recorded metrics .* Fix: train from scratch"):
+        models.champion_init(InitFrom(run=model))

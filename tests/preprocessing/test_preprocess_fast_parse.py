@@ -165,3 +165,17 @@ def test_irregular_blocks_fall_back(tmp_path, kind):
 def test_no_trailing_newline_and_empty_block():
     assert fastparse.parse_block(_row().encode()) is None
     assert fastparse.parse_block(b"") is None
+
+
+def test_a_nan_integer_falls_back_and_is_missing_like_an_empty_field():
+    """`nan` is no regular Criteo integer: the C parse declines the block, and the polars path reads it as missing,
+    bit for bit what the C parse makes of an empty field (no NaN reaches numerical.bin)."""
+    ints = ["5", "", "nan", "NaN", "70000"] + ["1"] * 8
+    nan_block = ("\n".join([_row(ints=ints), _row()]) + "\n").encode()
+    empty_block = nan_block.replace(b"\tnan\t", b"\t\t").replace(b"\tNaN\t", b"\t\t")
+    assert fastparse.parse_block(nan_block) is None
+    fast = fastparse.parse_block(empty_block)
+    slow, bad = _polars(nan_block)
+    assert bad == 0
+    _assert_same(fast, slow)
+    assert np.isfinite(slow.select(CRITEO_COLUMNS[1:14]).to_numpy()).all()

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from training.metrics import (average_precision, binary_entropy, calibration_bins, compute_metrics, log_loss,
-                              roc_auc, roc_curve)
+from training.metrics import (average_precision, binary_entropy, calibration_bins, compute_metrics, count_nonfinite,
+                              log_loss, roc_auc, roc_curve)
 
 
 def _data(n=200, seed=0, decimals=1):
@@ -120,3 +120,48 @@ def test_degenerate_inputs():
         compute_metrics(np.array([0.5]), np.array([-1]))
     with pytest.raises(ValueError, match="differ in length"):
         compute_metrics(np.array([0.5, 0.2]), np.array([1]))
+
+
+# --- non-finite predictions ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("how_many", ["one", "all"])
+def test_non_finite_predictions_make_auc_log_loss_and_ne_nan(bad, how_many):
+    """NaN scores have no rank: sorting them by label once gave all-NaN predictions AUC 1.0. Clipping an inf
+    gave a plausible log loss. Any non-finite prediction makes every score of the ranking NaN instead."""
+    from common import metrics as common_metrics
+
+    p, y = _data()
+    p = p.copy()
+    if how_many == "one":
+        p[3] = bad
+    else:
+        p[:] = bad
+        y = np.sort(y)  # labels in order: the ranks of the NaN scores would have given AUC 1.0
+    m = compute_metrics(p, y)
+    for key in ("auc", "pr_auc", "logloss", "normalized_entropy"):
+        assert math.isnan(m[key]), key
+    assert math.isnan(common_metrics.roc_auc(p, y)) and math.isnan(common_metrics.log_loss(p, y))
+    assert count_nonfinite(p, y) == (1 if how_many == "one" else len(p))
+    assert count_nonfinite(np.r_[p, 0.5], np.r_[y, -1]) == count_nonfinite(p, y) == \
+        count_nonfinite(np.r_[p, math.nan], np.r_[y, -1])  # padded rows do not count
+
+
+def test_report_refuses_non_finite_predictions_and_writes_nothing(tmp_path):
+    """The evaluation of a diverged model fails naming the split and the count, before anything is written:
+    no metrics.json is left for a re-run to reuse."""
+    from common.errors import UserError
+    from training.report import summary, write_report
+    from training.rundir import RunDir
+
+    run = RunDir(str(tmp_path / "run"))
+    p, y = _data()
+    p = p.copy()
+    p[[1, 5, 7]] = [math.nan, math.inf, math.nan]
+    with pytest.raises(UserError, match=r"split 'test': 3 of 200 predictions are not finite .* Fix: .*65504"):
+        write_report(run, "test", p, y, {"step": 7})
+    assert run.eval_metrics("test") is None and not (tmp_path / "run" / "eval" / "test").exists()
+    # a day with one class: AUC is undefined (null), and the printed line says n/a instead of failing after the write
+    record = write_report(run, "test", np.full(10, 0.2), np.zeros(10), {"step": 7, "world_size": 1})
+    assert record["auc"] is None and run.eval_metrics("test")["auc"] is None
+    assert "auc n/a logloss 0.2231" in summary(record)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -184,3 +186,30 @@ def test_bad_dataset_or_config_is_a_one_line_error(dataset, tmp_path, capsys):
     msg = one_line_error(capsys, "--dataset", str(dataset), "--run", str(tmp_path / "r6"), "--set", "data.batch_size=0")
     assert "data.batch_size" in msg
     assert not any((tmp_path / f"r{i}").exists() for i in range(1, 8))  # nothing written, nothing launched
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_non_finite_loss_stops_the_run_at_its_step_and_latest_stays_finite(tmp_path):
+    """A float16 numerical column that overflowed to inf (an `identity` value above 65504) from row 800 on: with
+    batches of 32 in file order, step 26 is the first to read it. The run stops there with an error naming the
+    step, the last finite loss and the likely cause; `latest` is the checkpoint of step 20, and its weights are finite."""
+    data = write_dataset(tmp_path / "ds", {"train": 2048, "val": 64})
+    numerical = np.fromfile(data / "train" / "numerical.bin", np.float16).reshape(2048, -1)
+    numerical[800:, 0] = np.inf
+    numerical.tofile(data / "train" / "numerical.bin")
+    run = tmp_path / "run"
+    proc = subprocess.run(cli("--dataset", str(data), "--run", str(run), "--set", "data.batch_size=32",
+                              "--set", "data.shuffle=false", "--set", "log_every=5", "--checkpoint-every", "10",
+                              "--max-steps", "40"),
+                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=110)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert re.search(r"training diverged at step 26: the loss is nan \(last finite loss \d+\.\d{4} at step 25\)", out), \
+        out[-3000:]
+    assert "Checkpoint 'latest' stays step 20" in out and "65504" in out and "--numerical-dtype float32" in out
+    assert json.loads((run / "checkpoints" / "latest").read_text())["step"] == 20
+    assert sorted(int(p.parent.name) for p in (run / "checkpoints").glob("*/_COMPLETE")) == [10, 20]
+    tensors = checkpoint_tensors(run, 20, tmp_path)
+    assert all(torch.isfinite(t).all() for t in tensors.values() if t.is_floating_point())
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [5, 10, 15, 20, 25]
