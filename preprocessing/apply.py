@@ -109,6 +109,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     encode = vocab.Encoder(vocabs)
     id_column = job.spec.metadata.get(ID_KEY)
     out = folder / "dataset"
+    (out / writer.SUCCESS).unlink(missing_ok=True)   # a scratch encoding, made again (never a stored dataset)
     (out / SCORE_SPLIT).mkdir(parents=True, exist_ok=True)
     files: dict = {}
     rows = bad_rows = 0
