@@ -1,0 +1,187 @@
+"""Invariants that turn silent loss into a loud error (issue 19, section 2): a missing or unreadable part fails
+naming its input file (and a rerun parses it again), a finished dataset is never written again, a short split
+file fails its loading, `inspect --verify` names every damaged file, the bad-row budget holds for each file."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+import feature_spec as fspec
+from common.errors import UserError
+from preprocessing import PreprocessConfig, Preprocessing, prune_file_parts, run
+from preprocessing.parallel import ThreadExecutor
+
+ROWS = {"train": 300, "val": 100, "test": 100}
+
+
+@pytest.fixture(scope="module")
+def raw(criteo_10k, tmp_path_factory) -> dict[str, Path]:
+    """Three small day files of real Criteo rows, mapped to train/val/test."""
+    root = tmp_path_factory.mktemp("raw")
+    with gzip.open(criteo_10k, "rt") as f:
+        lines = [next(f) for _ in range(sum(ROWS.values()))]
+    start, files = 0, {}
+    for split, n in ROWS.items():
+        files[split] = root / f"{split}.tsv"
+        files[split].write_text("".join(lines[start:start + n]))
+        start += n
+    return files
+
+
+def _config(raw, out, **kw) -> PreprocessConfig:
+    return PreprocessConfig(inputs=[f"{s}={p}" for s, p in raw.items()], out=str(out), progress=False,
+                            workers=1, **kw)
+
+
+@pytest.fixture(scope="module")
+def dataset(raw, tmp_path_factory) -> Path:
+    return Path(run(_config(raw, tmp_path_factory.mktemp("store"), frequency_threshold=2)))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+class _Between(ThreadExecutor):
+    """Threads, calling ``hook(stage)`` before each stage: another job acting between two stages of this one."""
+
+    def __init__(self, hook):
+        super().__init__(1, False)
+        self.hook = hook
+
+    def map(self, stage, fn, files, rows=None):
+        self.hook(stage)
+        return super().map(stage, fn, files, rows)
+
+    def call(self, stage, fn):
+        self.hook(stage)
+        return super().call(stage, fn)
+
+
+def _parts_of(store: Path, uri: Path) -> Path:
+    import json
+    return next(p.parent for p in (store / "_files").glob("*/entry.json") if json.loads(p.read_text())["uri"] ==
+                str(uri))
+
+
+@pytest.mark.parametrize("damage", ["pruned", "truncated"])
+def test_missing_or_unreadable_part_fails_naming_the_file_and_a_rerun_parses_it_again(raw, dataset, tmp_path,
+                                                                                         damage):
+    store = tmp_path / "store"
+
+    def hook(stage):   # the issue's race: a prune (or a damaged disk) between the parse and the encode
+        if stage != "encode":
+            return
+        if damage == "pruned":
+            prune_file_parts(str(store), lambda uri: uri == str(raw["test"]))
+        else:
+            ipc = sorted((_parts_of(store, raw["test"]) / "parsed").glob("*.ipc"))[0]
+            ipc.write_bytes(ipc.read_bytes()[:len(ipc.read_bytes()) // 2])
+
+    job = Preprocessing(_config(raw, store, frequency_threshold=2))
+    with pytest.raises(UserError) as e:
+        job.run(_Between(hook), say=lambda _: None)
+    msg = str(e.value)
+    assert f"input file {raw['test']}" in msg and "run the same command again" in msg
+    assert ("is missing (100 rows were parsed)" if damage == "pruned" else "is unreadable") in msg
+    assert not list(store.glob("datasets/*/_SUCCESS")) and not list(store.glob("datasets/*/*/*.bin"))
+    again = Path(run(_config(raw, store, frequency_threshold=2)))   # the damaged file's parse is made again
+    assert again.name == dataset.name and _files(again) == _files(dataset)
+
+
+def test_short_part_and_lost_work_folder_fail_before_the_dataset_is_written(raw, tmp_path):
+    store = tmp_path / "store"
+    job = Preprocessing(_config(raw, store, frequency_threshold=2))
+
+    def hook(stage):   # another run of the same key removed this one's work folder (the issue's second run)
+        if stage == "write_dataset":
+            job.job.work.remove()
+
+    with pytest.raises(UserError, match=r"input file .*train.tsv: its encoded part .* is missing .* Fix: run the "
+                                        r"same command again"):
+        job.run(_Between(hook), say=lambda _: None)
+    assert not list(store.glob("datasets/*/_SUCCESS"))
+
+
+def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path):
+    from preprocessing import writer
+
+    store = tmp_path / "store"
+    second = Preprocessing(_config(raw, store, frequency_threshold=2))
+    finished = {}
+    said = []
+
+    def hook(stage):   # a first run of the same key finishes (and removes its work folder) before the writer
+        if stage == "write_dataset":
+            finished["ds"] = Path(run(_config(raw, store, frequency_threshold=2)))
+            finished["files"] = _files(finished["ds"])
+
+    assert Path(second.run(_Between(hook), say=said.append)) == finished["ds"]
+    assert "finished meanwhile by another run, reusing it" in said[-1]
+    assert _files(finished["ds"]) == finished["files"] == _files(dataset)
+    # the writer itself refuses: split files, vocabularies, the spec and _SUCCESS
+    ds = str(finished["ds"])
+    for write in (lambda: writer.write_splits(ds, [], ["train"], ["label.bin"]),
+                  lambda: writer.write_vocab(ds, {"C1": tmp_path / "none.parquet"}),
+                  lambda: writer.finish(ds, fspec.load(ds))):
+        with pytest.raises(writer.FinishedDataset, match=f"{ds} is a finished dataset .* never written again"):
+            write()
+    assert _files(finished["ds"]) == finished["files"]
+
+
+def test_short_split_file_fails_its_loading_naming_it(dataset, tmp_path):
+    import shutil
+
+    from training.data import SplitBinaryDataset
+
+    copy = tmp_path / dataset.name
+    shutil.copytree(dataset, copy)
+    assert SplitBinaryDataset(str(copy), "test").num_rows == 100
+    numerical = copy / "test" / "numerical.bin"   # cut by whole rows: the other files still agree with each other
+    numerical.write_bytes(numerical.read_bytes()[:-13 * 2 * 10])
+    with pytest.raises(UserError) as e:
+        SplitBinaryDataset(str(copy), "test")
+    assert f"{numerical}: {90 * 26} bytes, but the dataset's metadata (100 rows in split 'test') needs " \
+           f"{100 * 26} bytes" in str(e.value)
+
+
+def test_inspect_verify(dataset, tmp_path, capsys):
+    import shutil
+
+    from flows.cli import main
+
+    assert main(["inspect", str(dataset), "--verify"]) == 0
+    assert "verified: " in capsys.readouterr().out
+    copy = tmp_path / dataset.name
+    shutil.copytree(dataset, copy)
+    label = copy / "val" / "label.bin"   # same size, other content
+    label.write_bytes(bytes(1 - b for b in label.read_bytes()))
+    (copy / "train" / "cat_C3.bin").write_bytes(b"")
+    (copy / "vocab" / "C5.parquet").unlink()
+    assert main(["inspect", str(copy), "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "3 of " in err and "files do not match the dataset's metadata" in err
+    assert "val/label.bin: checksum blake2b:" in err and "differs from the recorded" in err
+    need = fspec.load(str(dataset)).file_sizes("train")["train/cat_C3.bin"]
+    assert need > 0 and f"train/cat_C3.bin: 0 bytes, the metadata's rows need {need}" in err
+    assert "vocab/C5.parquet: missing" in err and "Fix: " in err
+
+
+def test_bad_row_budget_holds_for_each_day(raw, tmp_path):
+    """A day whose rows are all malformed fails the window, though the window's total is within budget."""
+    days = tmp_path / "days"
+    days.mkdir()
+    lines = raw["train"].read_text().splitlines(keepends=True) + raw["val"].read_text().splitlines(keepends=True)
+    (days / "day1.tsv").write_text("".join(lines[:250]))
+    (days / "day2.tsv").write_text("".join(lines[250:]))
+    bad = days / "day3.tsv"
+    bad.write_text("".join(ln.rstrip("\n") + "\textra\n" for ln in raw["test"].read_text().splitlines()[:3]))
+    config = PreprocessConfig(inputs=[f"train={days / 'day1.tsv'}", f"train={days / 'day2.tsv'}", f"test={bad}"],
+                              out=str(tmp_path / "store"), on_bad_row="skip", max_bad_fraction=0.01, progress=False)
+    with pytest.raises(UserError) as e:   # 3 bad of 403 rows is 0.74%: within the window's budget
+        run(config)
+    assert str(e.value).startswith(f"input file {bad}: 3 of 3 rows are malformed (100.00%), more than "
+                                   "--max-bad-fraction 0.01 (the budget holds for each input file")
