@@ -73,7 +73,8 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
     t = job.transforms
     cards = {c.name: c.hash_buckets for c in t.categorical if c.hash_buckets is not None}
     todo = {}
-    counts = [p for i in range(len(job.inputs)) if (p := stages.counts_path(job, placement, i)) is not None]
+    counted = [(i, p) for i in range(len(job.inputs)) if (p := stages.counts_path(job, placement, i)) is not None]
+    counts = [p for _, p in counted]
     for c in t.categorical:
         if c.hash_buckets is not None:
             continue
@@ -85,8 +86,9 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
             pl.UInt32 if c.kind == "hex" else job.types[c.name]
         todo[c.name] = (counts, c.threshold, dtype)
     if todo:
-        for p in counts:
-            job.mirror.pull(p)
+        for i, p in counted:
+            if not job.mirror.pull(p):
+                raise stages.broken_part(job, i, "is missing (its counts were removed meanwhile)", p)
     for name, table in vocab.build_many(todo).items():
         with atomic_path(job.work.vocab(name)) as tmp:
             table.write_parquet(tmp, statistics=False)

@@ -199,15 +199,18 @@ def file_rows(placement: Placement, i: int) -> int:
     return end - placement.starts[i]
 
 
-def broken_part(job: Job, i: int, problem: str) -> UserError:
-    """The error for input file ``i`` whose parsed part is missing, unreadable or short (removed by a prune or
-    another job meanwhile, or damaged): its parse is forgotten, so that a rerun parses the file again."""
+def broken_part(job: Job, i: int, problem: str, part: Path | None = None) -> UserError:
+    """The error for input file ``i`` whose parsed part (or ``part``, another of its parts) is missing,
+    unreadable or short (removed by a prune or another job meanwhile, or damaged). A broken or missing parse is
+    forgotten, so that a rerun parses the file again (a missing count is made again from the parse)."""
     parts = job.parts[i]
-    for part in (parts.parse_meta, parts.parsed, parts.counts):
-        job.mirror.remove(part)
-    return UserError(f"input file {job.inputs[i].uri}: its parsed part {parts.parsed} {problem}. Nothing was "
-                     "written to the dataset. Fix: run the same command again; the file will be parsed again "
-                     "(and do not prune parts while a preprocessing that uses them runs).")
+    if part is None or not job.mirror.complete(parts.parsed):
+        for p in (parts.parse_meta, parts.parsed, parts.counts):
+            job.mirror.remove(p)
+    return UserError(f"input file {job.inputs[i].uri}: its {'parsed part' if part is None else 'part'} "
+                     f"{part or parts.parsed} {problem}. Nothing was written to the dataset. Fix: run the same "
+                     "command again; the missing parts are made again (and prune no parts while a preprocessing "
+                     "that uses them runs).")
 
 
 def _batches(job: Job, placement: Placement, i: int, columns: list[str] | None = None):

@@ -67,26 +67,34 @@ def _parts_of(store: Path, uri: Path) -> Path:
                 str(uri))
 
 
-@pytest.mark.parametrize("damage", ["pruned", "truncated"])
+@pytest.mark.parametrize("damage,stage,split,words", [
+    ("pruned", "encode", "test", "its parsed part {} is missing (100 rows were parsed)"),
+    ("truncated", "encode", "test", "its parsed part {} is unreadable"),
+    ("pruned", "build_vocabulary", "train", "its part {} is missing (its counts were removed meanwhile)"),
+])
 def test_missing_or_unreadable_part_fails_naming_the_file_and_a_rerun_parses_it_again(raw, dataset, tmp_path,
-                                                                                         damage):
+                                                                                         damage, stage, split, words):
     store = tmp_path / "store"
+    folder = {}
 
-    def hook(stage):   # the race: a prune (or a damaged disk) between the parse and the encode
-        if stage != "encode":
+    def hook(now):   # the race: a prune (or a damaged disk) between two stages
+        if now != stage:
             return
+        folder["parts"] = _parts_of(store, raw[split])
         if damage == "pruned":
-            prune_file_parts(str(store), lambda uri: uri == str(raw["test"]))
+            prune_file_parts(str(store), lambda uri: uri == str(raw[split]))
         else:
-            ipc = sorted((_parts_of(store, raw["test"]) / "parsed").glob("*.ipc"))[0]
+            ipc = sorted((folder["parts"] / "parsed").glob("*.ipc"))[0]
             ipc.write_bytes(ipc.read_bytes()[:len(ipc.read_bytes()) // 2])
 
     job = Preprocessing(_config(raw, store, frequency_threshold=2))
     with pytest.raises(UserError) as e:
         job.run(_Between(hook), say=lambda _: None)
     msg = str(e.value)
-    assert f"input file {raw['test']}" in msg and "run the same command again" in msg
-    assert ("is missing (100 rows were parsed)" if damage == "pruned" else "is unreadable") in msg
+    part = folder["parts"] / ("parsed" if stage == "encode" else "counts")
+    assert msg.startswith(f"input file {raw[split]}: " + words.format(part))
+    assert "Nothing was written to the dataset. Fix: run the same command again; the missing parts are made " \
+           "again" in msg
     assert not list(store.glob("datasets/*/_SUCCESS")) and not list(store.glob("datasets/*/*/*.bin"))
     again = Path(run(_config(raw, store, frequency_threshold=2)))   # the damaged file's parse is made again
     assert again.name == dataset.name and _files(again) == _files(dataset)
