@@ -178,7 +178,7 @@ def test_inspect_verify(dataset, tmp_path, capsys):
     assert "vocab/C5.parquet: missing" in err and "Fix: " in err
 
 
-def test_bad_row_budget_holds_for_each_day(raw, tmp_path):
+def test_bad_row_budget_holds_for_each_day(raw, dataset, tmp_path):
     """A day whose rows are all malformed fails the window, though the window's total is within budget."""
     days = tmp_path / "days"
     days.mkdir()
@@ -192,4 +192,10 @@ def test_bad_row_budget_holds_for_each_day(raw, tmp_path):
     with pytest.raises(UserError) as e:   # 3 bad of 403 rows is 0.74%: within the window's budget
         run(config)
     assert str(e.value).startswith(f"input file {bad}: 3 of 3 rows are malformed (100.00%), more than "
-                                   "--max-bad-fraction 0.01 (the budget holds for each input file")
+                                   "--max-bad-fraction 0.01. Fix: ")
+    # and when a model scores raw days with its dataset's encoders (3 bad of 303 rows in all)
+    from preprocessing.apply import encode_inputs
+
+    with pytest.raises(UserError, match=f"^input file {bad}: 3 of 3 rows are malformed"):
+        encode_inputs(str(dataset), [str(raw["train"]), str(bad)], tmp_path / "enc", on_bad_row="skip",
+                      max_bad_fraction=0.01, progress=False)
