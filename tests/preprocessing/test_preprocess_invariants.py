@@ -1,6 +1,7 @@
 """Invariants that turn silent loss into a loud error (issue 19, section 2): a missing or unreadable part fails
-naming its input file (and a rerun parses it again), a finished dataset is never written again, a short split
-file fails its loading, `inspect --verify` names every damaged file, the bad-row budget holds for each file."""
+naming its input file (and a rerun parses it again), a finished dataset is never written again, `inspect --verify`
+names every damaged file, the bad-row budget holds for each file (the size check on loading: tests/training/
+test_training_data.py)."""
 
 from __future__ import annotations
 
@@ -138,22 +139,6 @@ def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path):
         with pytest.raises(writer.FinishedDataset, match=f"{ds} is a finished dataset .* never written again"):
             write()
     assert _files(finished["ds"]) == finished["files"]
-
-
-def test_short_split_file_fails_its_loading_naming_it(dataset, tmp_path):
-    import shutil
-
-    from training.data import SplitBinaryDataset
-
-    copy = tmp_path / dataset.name
-    shutil.copytree(dataset, copy)
-    assert SplitBinaryDataset(str(copy), "test").num_rows == 100
-    numerical = copy / "test" / "numerical.bin"   # cut by whole rows: the other files still agree with each other
-    numerical.write_bytes(numerical.read_bytes()[:-13 * 2 * 10])
-    with pytest.raises(UserError) as e:
-        SplitBinaryDataset(str(copy), "test")
-    assert f"{numerical}: {90 * 26} bytes, but the dataset's metadata (100 rows in split 'test') needs " \
-           f"{100 * 26} bytes" in str(e.value)
 
 
 def test_inspect_verify(dataset, tmp_path, capsys):
