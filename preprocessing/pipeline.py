@@ -122,6 +122,11 @@ def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list
                             "meanwhile, e.g. by another run of the same dataset). Nothing was written to the "
                             "dataset. Fix: run the same command again; the missing parts are made again.")
     rows = {s: sum(st[s]["rows"] for st in stats) for s in names}
+    planned = stages.planned_rows(job, placement)
+    if planned is not None and planned != rows or sum(rows.values()) != placement.total_rows:
+        raise UserError(f"the encoded rows per split {rows} are not the planned ones "
+                        f"{planned or placement.total_rows} (split rule {job.rule.text()}); nothing was written to "
+                        "the dataset. Fix: run the same command again; if it happens again, report it as a bug.")
     index0 = {s: {c.name: sum(st[s]["index0"][c.name] for st in stats) for c in t.categorical} for s in names}
     list_lengths = {s: {f: lists.merge_stats(st[s]["lists"][f] for st in stats) for f in _listed(job)}
                     for s in names}

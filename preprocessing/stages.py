@@ -199,6 +199,18 @@ def file_rows(placement: Placement, i: int) -> int:
     return end - placement.starts[i]
 
 
+def planned_rows(job: Job, placement: Placement) -> dict[str, int] | None:
+    """The rows each split gets by the split rule and the parsed row counts alone: ``files`` (the rows of the
+    files mapped to it), ``ordered`` (its share of the rows); None where the rows decide (random, column)."""
+    names = placement.split_names
+    if job.rule.kind == "files":
+        return {s: sum(file_rows(placement, i) for i, f in enumerate(job.inputs) if f.split == s) for s in names}
+    if job.rule.kind == "ordered":
+        ends = splits.ordered_bounds(job.rule.fractions, placement.total_rows).tolist()
+        return {s: int(end - start) for s, start, end in zip(names, [0] + ends[:-1], ends)}
+    return None
+
+
 def broken_part(job: Job, i: int, problem: str, part: Path | None = None) -> UserError:
     """The error for input file ``i`` whose parsed part (or ``part``, another of its parts) is missing,
     unreadable or short (removed by a prune or another job meanwhile, or damaged). A broken or missing parse is

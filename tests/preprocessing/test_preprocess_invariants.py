@@ -115,6 +115,28 @@ def test_short_part_and_lost_work_folder_fail_before_the_dataset_is_written(raw,
     assert not list(store.glob("datasets/*/_SUCCESS"))
 
 
+def test_split_rows_other_than_planned_fail_before_the_dataset_is_written(raw, tmp_path):
+    import json
+
+    store = tmp_path / "store"
+    job = Preprocessing(_config(raw, store, frequency_threshold=2))
+
+    def interrupt(stage):
+        if stage == "write_dataset":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):   # an interrupted run leaves its encoded parts
+        job.run(_Between(interrupt), say=lambda _: None)
+    stats = job.job.work.encoded(2) / "stats.json"   # test.tsv's part now says its rows are val rows
+    st = json.loads(stats.read_text())
+    st["val"], st["test"] = st["test"], st["val"]
+    stats.write_text(json.dumps(st))
+    with pytest.raises(UserError, match=r"the encoded rows per split \{'train': 300, 'val': 200, 'test': 0\} are "
+                                        r"not the planned ones \{'train': 300, 'val': 100, 'test': 100\}"):
+        run(_config(raw, store, frequency_threshold=2))
+    assert not list(store.glob("datasets/*/_SUCCESS")) and not list(store.glob("datasets/*/*/*.bin"))
+
+
 def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path):
     from preprocessing import writer
 
