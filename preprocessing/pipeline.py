@@ -132,10 +132,13 @@ def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list
                     for s in names}
     spec = _dataset_spec(job, placement, cards, rows, index0, {}, sum(m["bad_rows"] for m in metas), list_lengths)
     sizes = {rel: n for s in names for rel, n in spec.file_sizes(s).items()}   # the planned rows' bytes
-    checksums = writer.write_splits(job.dataset, parts, names, files, offsets, sizes)
-    checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
-    spec.metadata["checksums"] = checksums
-    writer.finish(job.dataset, spec)
+    try:
+        checksums = writer.write_splits(job.dataset, parts, names, files, offsets, sizes)
+        checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
+        spec.metadata["checksums"] = checksums
+        writer.finish(job.dataset, spec)
+    except writer.FinishedDataset:
+        return False   # finished by another run while this one wrote: its files are kept, reused
     return True
 
 

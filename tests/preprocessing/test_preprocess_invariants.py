@@ -137,7 +137,7 @@ def test_split_rows_other_than_planned_fail_before_the_dataset_is_written(raw, t
     assert not list(store.glob("datasets/*/_SUCCESS")) and not list(store.glob("datasets/*/*/*.bin"))
 
 
-def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path):
+def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path, monkeypatch):
     from preprocessing import writer
 
     store = tmp_path / "store"
@@ -153,6 +153,23 @@ def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path):
     assert Path(second.run(_Between(hook), say=said.append)) == finished["ds"]
     assert "finished meanwhile by another run, reusing it" in said[-1]
     assert _files(finished["ds"]) == finished["files"] == _files(dataset)
+    # finished by the other run while this one writes: the rest of this one's writes are refused, it reuses
+    store, said = tmp_path / "store2", []
+    third = Preprocessing(_config(raw, store, frequency_threshold=2))
+    write_vocab = writer.write_vocab
+
+    def other_run_finishes_first(dataset, sources):
+        if "ds2" not in finished:   # (the other run's own writes go straight through)
+            finished["ds2"] = Path("")
+            finished["ds2"] = Path(run(_config(raw, store, frequency_threshold=2)))
+            finished["files2"] = _files(finished["ds2"])
+        return write_vocab(dataset, sources)
+
+    monkeypatch.setattr(writer, "write_vocab", other_run_finishes_first)
+    assert Path(third.run(_Between(lambda _: None), say=said.append)) == finished["ds2"]
+    assert "finished meanwhile by another run, reusing it" in said[-1]
+    assert _files(finished["ds2"]) == finished["files2"] == _files(dataset)
+    monkeypatch.undo()
     # the writer itself refuses: split files, vocabularies, the spec and _SUCCESS
     ds = str(finished["ds"])
     for write in (lambda: writer.write_splits(ds, [], ["train"], ["label.bin"]),
