@@ -160,6 +160,33 @@ class FeatureSpec(BaseModel):
                         fix=f"list its values file and then its offsets file: files: [{split}/"
                         f"{categorical_file_name(feature)}, {split}/{offsets_file_name(feature)}].")
 
+    def file_sizes(self, split: str) -> dict[str, int]:
+        """The bytes each file of a split-binary ``split`` must have, by relative path, from ``metadata.rows``
+        (and a variable-length list's values file from ``metadata.list_lengths``); empty where the metadata
+        holds no row count for the split (NVIDIA's tools write none). The label is one byte a row, the
+        numericals one value per feature a row, a categorical ``values_per_row`` indices a row, offsets
+        ``rows + 1`` int64."""
+        rows = (self.metadata.get("rows") or {}).get(split)
+        if not isinstance(rows, int):
+            return {}
+        sizes: dict[str, int] = {}
+        for chunk in self.source_spec.get(split, []):
+            if chunk.type != OUTPUT_CHUNK_TYPE or not chunk.files:
+                continue
+            first = self.feature_spec[chunk.features[0]]
+            if chunk.features[0] == self.label_feature:
+                sizes[chunk.files[0]] = rows
+            elif chunk.features[0] in self.categorical_features and first.variable_length:
+                values = ((self.metadata.get("list_lengths") or {}).get(split) or {}).get(chunk.features[0])
+                if values is not None:
+                    sizes[chunk.files[0]] = values["values"] * _itemsize(first.dtype)
+                if len(chunk.files) == 2:
+                    sizes[chunk.files[1]] = (rows + 1) * 8
+            else:
+                width = sum(self.feature_spec[f].values_per_row or 1 for f in chunk.features)
+                sizes[chunk.files[0]] = rows * width * _itemsize(first.dtype or "float16")
+        return sizes
+
     # ---- validation -----------------------------------------------------------------
     def validate_spec(self) -> "FeatureSpec":
         """Check the cross-section rules; raise SpecError naming section, feature and fix."""
@@ -337,6 +364,11 @@ def check_relative_path(path: str, *, where: str) -> None:
         if depth < 0:
             raise SpecError(f"file path '{path}' escapes the folder of the YAML file.", section=where.split(".")[0],
                             feature=where.split(".", 1)[-1], fix="keep data files in or below the YAML's folder.")
+
+
+def _itemsize(dtype: str | None) -> int:
+    import numpy as np   # on first use: the spec's model is imported by the CLI's --help
+    return np.dtype(dtype or "bool").itemsize
 
 
 def categorical_dtype(cardinality: int) -> str:

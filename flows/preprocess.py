@@ -43,7 +43,9 @@ class PrefectExecutor:
         return [f.result() for f in futures]
 
     def call(self, stage: str, fn):
-        return _task(stage, fn)()
+        # through the state: a plain call would return the Failed state of a UserError (flows.errors.user_errors)
+        # as if it were the stage's result, and the flow would go on
+        return _task(stage, fn)(return_state=True).result()
 
 
 def _task(stage: str, fn, **options):

@@ -109,6 +109,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     encode = vocab.Encoder(vocabs)
     id_column = job.spec.metadata.get(ID_KEY)
     out = folder / "dataset"
+    (out / writer.SUCCESS).unlink(missing_ok=True)   # a scratch encoding, made again (never a stored dataset)
     (out / SCORE_SPLIT).mkdir(parents=True, exist_ok=True)
     files: dict = {}
     rows = bad_rows = 0
@@ -122,7 +123,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     try:
         for f in job.inputs:
             bad = _Recorded(f.uri, job.config.on_bad_row)
-            first = 2 if job.fmt.header else 1
+            first, before = (2 if job.fmt.header else 1), rows
             for df, lines, _ in readers.read(f.uri, job.fmt, types, bad):   # no fast path: every block has lines
                 if not has_label:   # any valid label: it is never written out
                     df = df.with_columns(pl.lit("" if t.positive else 0.0, job.types[t.label]).alias(t.label))
@@ -145,6 +146,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
                 positions.add(f.uri, lines[keep] - first, ids, columns[stages.LABEL_FILE])
                 rows += len(parsed)
                 bar.update(len(df))
+            stages.check_bad_rows(bad.count, rows - before, job.config.max_bad_fraction, resumable=False, where=f.uri)
             bad_rows += bad.count
     finally:
         for handle in files.values():

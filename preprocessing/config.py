@@ -31,7 +31,8 @@ class PreprocessConfig(BaseModel):
     on_bad_row: Literal["error", "skip"] = Field(default="error", description="A malformed row stops the run with "
                                                  "its file, line and column (error) or is skipped and counted (skip).")
     max_bad_fraction: float = Field(default=0.001, ge=0, le=1, description="With on_bad_row=skip: fail when more "
-                                    "than this fraction of all rows is bad.")
+                                    "than this fraction of the rows of any input file (so of any day), or of all "
+                                    "rows, is bad.")
     workers: int | None = Field(default=None, ge=1, description="Worker threads: input files processed at once, "
                                 "and blocks of one file processed at once. Default: the machine's cores (where "
                                 "it runs). Does not change the output.")

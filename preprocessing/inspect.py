@@ -1,10 +1,16 @@
 """Summary of a preprocessed dataset: rows per split, per-feature cardinality, dtype, share of index 0 (of the
-rows; of the elements for a list feature, marked '/el'), hotness and mean/max list length."""
+rows; of the elements for a list feature, marked '/el'), hotness and mean/max list length; and ``verify``: every
+file against the sizes its metadata gives and the checksums it records."""
 
 from __future__ import annotations
 
+import hashlib
+
 import feature_spec as fspec
+from common.errors import UserError
 from common.store import filesystem
+
+_READ_BYTES = 16 << 20
 
 
 def _rows_from_files(dataset: str, spec: fspec.FeatureSpec) -> dict[str, int]:
@@ -62,3 +68,39 @@ def _lengths(f: fspec.Feature, stats: dict | None) -> tuple[str, str, str]:
         return hotness, f"{stats['values'] / stats['rows']:.2f}", str(stats["max"])
     n = f.values_per_row
     return (hotness, str(n), str(n)) if n else (hotness, "?", "?")
+
+
+def verify(dataset: str) -> str:
+    """Re-read every file the dataset's metadata records a checksum of (its split files and vocabularies) and
+    compare size (from ``metadata.rows``) and checksum; returns a line saying how many files were checked, or
+    raises UserError naming each bad file (missing, wrong size, other content)."""
+    spec = fspec.load(dataset)
+    checksums = spec.metadata.get("checksums") or {}
+    if not checksums:
+        raise UserError(f"{dataset}: its metadata records no checksums (not written by dlrmflow, or before "
+                        "checksums), so it cannot be verified. Fix: nothing to verify; or preprocess it again.")
+    sizes = {rel: n for split in spec.splits for rel, n in spec.file_sizes(split).items()}
+    bad = []
+    for rel, recorded in sorted(checksums.items()):
+        fs, path = filesystem(fspec.file_uri(dataset, rel))
+        if not fs.exists(path):
+            bad.append(f"{rel}: missing")
+            continue
+        size = fs.size(path)
+        if rel in sizes and size != sizes[rel]:
+            bad.append(f"{rel}: {size} bytes, the metadata's rows need {sizes[rel]}")
+            continue
+        algorithm, _, digest = recorded.partition(":")
+        found = hashlib.new(algorithm, digest_size=len(digest) // 2) if algorithm == "blake2b" else \
+            hashlib.new(algorithm)
+        with fs.open(path, "rb") as f:
+            while chunk := f.read(_READ_BYTES):
+                found.update(chunk)
+        if found.hexdigest() != digest:
+            bad.append(f"{rel}: checksum {algorithm}:{found.hexdigest()[:16]}... differs from the recorded "
+                       f"{recorded[:len(algorithm) + 17]}...")
+    if bad:
+        raise UserError(f"{dataset}: {len(bad)} of {len(checksums)} files do not match the dataset's metadata:\n  "
+                        + "\n  ".join(bad) + "\nFix: the dataset was damaged after it was written; delete the "
+                        "dataset folder and run preprocessing again.")
+    return f"verified: {len(checksums)} files match their recorded sizes and checksums"

@@ -12,6 +12,7 @@ from typing import Callable
 import polars as pl
 
 from common.atomic import atomic_path
+from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name, offsets_file_name
 
 from . import lists, stages, vocab, writer
@@ -54,9 +55,10 @@ class Preprocessing:
         say(f"vocabularies built: {len(cards)} categorical features, {sum(cards.values())} embedding rows in all")
         stats = executor.map("encode", partial(stages.encode_file, job, placement, cards), files,
                              placement.total_rows)
-        executor.call("write_dataset", partial(write_dataset, job, placement, metas, stats, cards))
+        written = executor.call("write_dataset", partial(write_dataset, job, placement, metas, stats, cards))
         job.work.remove()
-        say(f"dataset written: {job.dataset}")
+        say(f"dataset written: {job.dataset}" if written is not False else
+            f"dataset finished meanwhile by another run, reusing it: {job.dataset}")
         return job.dataset
 
 
@@ -71,7 +73,8 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
     t = job.transforms
     cards = {c.name: c.hash_buckets for c in t.categorical if c.hash_buckets is not None}
     todo = {}
-    counts = [p for i in range(len(job.inputs)) if (p := stages.counts_path(job, placement, i)) is not None]
+    counted = [(i, p) for i in range(len(job.inputs)) if (p := stages.counts_path(job, placement, i)) is not None]
+    counts = [p for _, p in counted]
     for c in t.categorical:
         if c.hash_buckets is not None:
             continue
@@ -83,8 +86,9 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
             pl.UInt32 if c.kind == "hex" else job.types[c.name]
         todo[c.name] = (counts, c.threshold, dtype)
     if todo:
-        for p in counts:
-            job.mirror.pull(p)
+        for i, p in counted:
+            if not job.mirror.pull(p):
+                raise stages.broken_part(job, i, "is missing (its counts were removed meanwhile)", p)
     for name, table in vocab.build_many(todo).items():
         with atomic_path(job.work.vocab(name)) as tmp:
             table.write_parquet(tmp, statistics=False)
@@ -93,25 +97,49 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
     return {c.name: cards[c.name] for c in t.categorical}
 
 
-def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list[dict], cards: dict[str, int]) -> None:
-    """The split files, vocabularies and feature spec in the dataset folder (``_SUCCESS`` last)."""
+def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list[dict], cards: dict[str, int]) -> bool:
+    """The split files, vocabularies and feature spec in the dataset folder (``_SUCCESS`` last); False, writing
+    nothing, when the dataset was finished meanwhile (by another run of the same key). Every input file's
+    encoded part must be there and hold its parsed rows, and every split file the bytes of its planned rows."""
+    if writer.is_complete(job.dataset):
+        return False
     t, names = job.transforms, placement.split_names
     files = [LABEL_FILE] + ([NUMERICAL_FILE] if t.numerical else []) + \
         [categorical_file_name(c.name) for c in t.categorical]
     variable = [c.name for c in t.categorical if c.multi_valued and c.hotness is None]
     offsets = {lists.lengths_file_name(f): offsets_file_name(f) for f in variable}
     parts = [job.work.encoded(i) for i in range(len(job.inputs))]
-    for p in parts + [job.work.vocab(f) for f in t.vocab_features]:
-        job.mirror.pull(p)
-    checksums = writer.write_splits(job.dataset, parts, names, files, offsets)
-    checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
+    for i, p in enumerate(parts):
+        encoded = sum(stats[i][s]["rows"] for s in names)
+        if not job.mirror.pull(p) or encoded != stages.file_rows(placement, i):
+            raise UserError(f"input file {job.inputs[i].uri}: its encoded part {p} is missing or holds {encoded} "
+                            f"rows of the {stages.file_rows(placement, i)} parsed (its work folder was removed "
+                            "meanwhile, e.g. by another run of the same dataset). Nothing was written to the "
+                            "dataset. Fix: run the same command again; the missing parts are made again.")
+    for f in t.vocab_features:
+        if not job.mirror.pull(job.work.vocab(f)):
+            raise UserError(f"the vocabulary of '{f}' ({job.work.vocab(f)}) is missing (its work folder was removed "
+                            "meanwhile, e.g. by another run of the same dataset). Nothing was written to the "
+                            "dataset. Fix: run the same command again; the missing parts are made again.")
     rows = {s: sum(st[s]["rows"] for st in stats) for s in names}
+    planned = stages.planned_rows(job, placement)
+    if planned is not None and planned != rows or sum(rows.values()) != placement.total_rows:
+        raise UserError(f"the encoded rows per split {rows} are not the planned ones "
+                        f"{planned or placement.total_rows} (split rule {job.rule.text()}); nothing was written to "
+                        "the dataset. Fix: run the same command again; if it happens again, report it as a bug.")
     index0 = {s: {c.name: sum(st[s]["index0"][c.name] for st in stats) for c in t.categorical} for s in names}
     list_lengths = {s: {f: lists.merge_stats(st[s]["lists"][f] for st in stats) for f in _listed(job)}
                     for s in names}
-    spec = _dataset_spec(job, placement, cards, rows, index0, checksums, sum(m["bad_rows"] for m in metas),
-                         list_lengths)
-    writer.finish(job.dataset, spec)
+    spec = _dataset_spec(job, placement, cards, rows, index0, {}, sum(m["bad_rows"] for m in metas), list_lengths)
+    sizes = {rel: n for s in names for rel, n in spec.file_sizes(s).items()}   # the planned rows' bytes
+    try:
+        checksums = writer.write_splits(job.dataset, parts, names, files, offsets, sizes)
+        checksums |= writer.write_vocab(job.dataset, {f: job.work.vocab(f) for f in t.vocab_features})
+        spec.metadata["checksums"] = checksums
+        writer.finish(job.dataset, spec)
+    except writer.FinishedDataset:
+        return False   # finished by another run while this one wrote: its files are kept, reused
+    return True
 
 
 def _listed(job: Job) -> list[str]:

@@ -128,18 +128,25 @@ def place(job: Job, metas: list[dict]) -> Placement:
 
 
 def _check_bad(job: Job, metas: list[dict]) -> None:
+    """The budget holds for each input file (so for each day of a dated window) and for all of them: a file
+    whose rows are all malformed cannot vanish into the budget of the others."""
+    for f, m in zip(job.inputs, metas):
+        check_bad_rows(m["bad_rows"], m["rows"], job.config.max_bad_fraction, where=f.uri)
     check_bad_rows(sum(m["bad_rows"] for m in metas), sum(m["rows"] for m in metas), job.config.max_bad_fraction)
 
 
-def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True) -> None:
+def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True, where: str | None = None) -> None:
     """The bad-row budget: UserError when more than ``limit`` of all rows (``rows`` good + ``bad``) are bad,
-    or when there are no good rows (``resumable``: the message says that a rerun reuses the parsed files)."""
+    or when there are no good rows (``resumable``: the message says that a rerun reuses the parsed files).
+    ``where``: the one input file these rows are of (then a file with no rows at all passes): the budget holds
+    for each input file, and so for each day of a dated window."""
     total = bad + rows
     if bad and bad > limit * total:
-        raise UserError(f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
+        raise UserError((f"input file {where}: " if where else "")
+                        + f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
                         f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction"
                         + ("; the parsed files are kept, so a rerun does not parse them again." if resumable else "."))
-    if total - bad == 0:
+    if total - bad == 0 and where is None:
         raise UserError("the inputs hold no rows. Fix: check the input files.")
 
 
@@ -187,21 +194,68 @@ def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:
     return {f: column[0].to_numpy() for f, column in pl.read_ipc(path).to_dict().items()}
 
 
+def file_rows(placement: Placement, i: int) -> int:
+    """The rows that the parse of file ``i`` recorded (its place in the global row numbers)."""
+    end = placement.starts[i + 1] if i + 1 < len(placement.starts) else placement.total_rows
+    return end - placement.starts[i]
+
+
+def planned_rows(job: Job, placement: Placement) -> dict[str, int] | None:
+    """The rows each split gets by the split rule and the parsed row counts alone: ``files`` (the rows of the
+    files mapped to it), ``ordered`` (its share of the rows); None where the rows decide (random, column)."""
+    names = placement.split_names
+    if job.rule.kind == "files":
+        return {s: sum(file_rows(placement, i) for i, f in enumerate(job.inputs) if f.split == s) for s in names}
+    if job.rule.kind == "ordered":
+        ends = splits.ordered_bounds(job.rule.fractions, placement.total_rows).tolist()
+        return {s: int(end - start) for s, start, end in zip(names, [0] + ends[:-1], ends)}
+    return None
+
+
+def broken_part(job: Job, i: int, problem: str, part: Path | None = None) -> UserError:
+    """The error for input file ``i`` whose parsed part (or ``part``, another of its parts) is missing,
+    unreadable or short (removed by a prune or another job meanwhile, or damaged). A broken or missing parse is
+    forgotten, so that a rerun parses the file again (a missing count is made again from the parse)."""
+    parts = job.parts[i]
+    if part is None or not job.mirror.complete(parts.parsed):
+        for p in (parts.parse_meta, parts.parsed, parts.counts):
+            job.mirror.remove(p)
+    return UserError(f"input file {job.inputs[i].uri}: its {'parsed part' if part is None else 'part'} "
+                     f"{part or parts.parsed} {problem}. Nothing was written to the dataset. Fix: run the same "
+                     "command again; the missing parts are made again (and prune no parts while a preprocessing "
+                     "that uses them runs).")
+
+
 def _batches(job: Job, placement: Placement, i: int, columns: list[str] | None = None):
     """Loaders of the batches of a parsed part, in order: each, called (in any thread), gives (rows: ``columns``
-    or all, their coded columns' dictionaries, split codes)."""
-    job.mirror.pull(job.parts[i].parsed)
+    or all, their coded columns' dictionaries, split codes). The part must hold the rows its parse recorded:
+    a missing, unreadable or short part is an error (``broken_part``), never fewer rows."""
+    expected = file_rows(placement, i)
+    if not job.mirror.pull(job.parts[i].parsed):
+        raise broken_part(job, i, f"is missing ({expected} rows were parsed)")
     offset = placement.starts[i]
     if columns is not None and job.transforms.split_column:
         columns = [*columns, SPLIT_COLUMN]
-    for path in sorted(job.parts[i].parsed.glob("*.ipc")):
+    paths = sorted(job.parts[i].parsed.glob("*.ipc"))
+    try:
+        sizes = [pl.scan_ipc(path).select(pl.len()).collect().item() for path in paths]
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise broken_part(job, i, f"is unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") \
+            from None
+    if sum(sizes) != expected:
+        raise broken_part(job, i, f"holds {sum(sizes)} rows but its parse recorded {expected}")
+    for path, n in zip(paths, sizes):
         yield partial(_batch, job, placement, i, path, offset, columns)
-        offset += pl.scan_ipc(path).select(pl.len()).collect().item()
+        offset += n
 
 
 def _batch(job: Job, placement: Placement, i: int, path: Path, offset: int, columns: list[str] | None):
-    df = pl.read_ipc(path, columns=columns)
-    return df, _read_dictionaries(path.with_suffix(_DICTIONARIES)), _codes(job, placement, i, df, offset)
+    try:
+        df = pl.read_ipc(path, columns=columns)
+        dictionaries = _read_dictionaries(path.with_suffix(_DICTIONARIES))
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise broken_part(job, i, f"is unreadable ({type(e).__name__} in {path.name})") from None
+    return df, dictionaries, _codes(job, placement, i, df, offset)
 
 
 def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int) -> np.ndarray:
@@ -283,6 +337,11 @@ def encode_file(job: Job, placement: Placement, cards: dict[str, int], i: int, p
                 progress(n)
         for f in files.values():
             f.close()
+        encoded = sum(st["rows"] for st in stats.values())
+        if encoded != file_rows(placement, i):   # the parse's rows, every one in exactly one split
+            raise UserError(f"input file {job.inputs[i].uri}: encoded {encoded} rows but parsed "
+                            f"{file_rows(placement, i)}; nothing was written to the dataset. Fix: run the same "
+                            "command again; if it happens again, report it as a bug.")
         (tmp / _STATS).write_text(json.dumps(stats, sort_keys=True))
     mirror.push(target)
     return stats

@@ -1,5 +1,9 @@
 """The final dataset through fsspec: split files concatenated from the parts in input order,
-checksums, vocabularies, the output feature spec and ``_SUCCESS`` (written last)."""
+checksums, vocabularies, the output feature spec and ``_SUCCESS`` (written last).
+
+A dataset folder with ``_SUCCESS`` is finished: it is never written again (every write here refuses, checked
+again just before each file is committed), and each split file must come out at the size its planned rows
+give, or it is not committed."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.atomic import atomic_open, write_uri
+from common.errors import UserError
 from common.store import filesystem
 from feature_spec import FeatureSpec, join_uri, save
 
@@ -25,6 +30,18 @@ def is_complete(dataset: str) -> bool:
     return fs.exists(posixpath.join(path, SUCCESS))
 
 
+class FinishedDataset(UserError):
+    """A write into a dataset folder that already has ``_SUCCESS``."""
+
+
+def refuse_finished(dataset: str) -> None:
+    """FinishedDataset when ``dataset`` is complete: a finished dataset is never written again."""
+    if is_complete(dataset):
+        raise FinishedDataset(f"{dataset} is a finished dataset (it has {SUCCESS}); its files are never written "
+                              "again. Fix: nothing to do, use it as it is (a run with the same inputs and settings "
+                              "reuses it); to rebuild it, delete the folder first.")
+
+
 def _copied(sources: list[Path]) -> Iterator[bytes]:
     for src in sources:
         with open(src, "rb") as f:
@@ -32,30 +49,41 @@ def _copied(sources: list[Path]) -> Iterator[bytes]:
                 yield chunk
 
 
-def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied) -> str:
-    """Write ``chunks(sources)`` (default: the concatenation of local ``sources``) to dataset/rel atomically;
-    returns its blake2b."""
+def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied, size: int | None = None) -> str:
+    """Write ``chunks(sources)`` (default: the concatenation of local ``sources``) to dataset/rel atomically,
+    committed only if it has ``size`` bytes (when given) and the dataset is not finished meanwhile; returns
+    its blake2b."""
     fs, path = filesystem(join_uri(dataset, rel))
     digest = hashlib.blake2b(digest_size=32)
+    written = 0
     with atomic_open(path, "wb", fs) as out:
         for chunk in chunks(sources):
             digest.update(chunk)
             out.write(chunk)
+            written += len(chunk)
+        if size is not None and written != size:
+            raise UserError(f"{join_uri(dataset, rel)}: the parts give {written} bytes but the planned rows need "
+                            f"{size}; the file is not written and the dataset is not finished. Fix: run the same "
+                            "command again (the parts are checked and made again); if it happens again, report "
+                            "it as a bug.")
+        refuse_finished(dataset)   # finished by another run while this one wrote: keep its files
     return "blake2b:" + digest.hexdigest()
 
 
 def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list[str],
-                 offsets: dict[str, str] | None = None) -> dict[str, str]:
+                 offsets: dict[str, str] | None = None, sizes: dict[str, int] | None = None) -> dict[str, str]:
     """Each <split>/<file> from the encoded parts in input order, and each variable-length list's offsets file
-    from its parts' lengths files (``offsets``: lengths file -> offsets file name, see ``lists``); returns
-    checksums by relative path."""
+    from its parts' lengths files (``offsets``: lengths file -> offsets file name, see ``lists``); ``sizes``:
+    the bytes each file must have (by relative path); returns checksums by relative path."""
+    refuse_finished(dataset)
+    sizes = sizes or {}
     jobs = [(f"{split}/{name}", f"{split}/{name}", _copied) for split in splits for name in files]
     jobs += [(f"{split}/{name}", f"{split}/{lengths}", lists.offsets_chunks)
              for split in splits for lengths, name in (offsets or {}).items()]
     # hashing and file I/O release the GIL: two files at a time keep both cores busy
     with ThreadPoolExecutor(2) as pool:
-        sums = list(pool.map(lambda j: _put(dataset, j[0], [p / j[1] for p in parts if (p / j[1]).exists()], j[2]),
-                             jobs))
+        sums = list(pool.map(lambda j: _put(dataset, j[0], [p / j[1] for p in parts if (p / j[1]).exists()], j[2],
+                                            sizes.get(j[0])), jobs))
     return {rel: s for (rel, _, _), s in zip(jobs, sums)}
 
 
@@ -66,10 +94,12 @@ def vocab_file(feature: str) -> str:
 
 def write_vocab(dataset: str, sources: dict[str, Path]) -> dict[str, str]:
     """Each feature's vocabulary (a local file) copied to the dataset; returns checksums by relative path."""
+    refuse_finished(dataset)
     return {vocab_file(f): _put(dataset, vocab_file(f), [path]) for f, path in sources.items()}
 
 
 def finish(dataset: str, spec: FeatureSpec) -> None:
     """Write feature_spec.yaml, then ``_SUCCESS``."""
+    refuse_finished(dataset)
     save(spec, dataset)
     write_uri(join_uri(dataset, SUCCESS), "")

@@ -66,6 +66,7 @@ class SplitBinaryDataset:
             raise UserError(f"{dataset_uri}: this feature spec describes raw input, not a split_binary dataset. "
                             "Fix: run `dlrmflow preprocess` on it and pass the dataset folder it writes.")
         self._files: dict[str, np.ndarray] = {}   # the files whose row count is the split's
+        self._sizes = spec.file_sizes(split)   # bytes per file from metadata.rows (none: NVIDIA's datasets)
         self._label = self._open(spec.label_feature, "bool", 1)[:, 0]
         self._numerical = self._open(spec.numerical_features[0], self._numerical_dtype(),
                                      len(spec.numerical_features)) if spec.numerical_features else None
@@ -111,6 +112,13 @@ class SplitBinaryDataset:
         except FileNotFoundError:
             raise UserError(f"{uri}: data file is missing (named for '{feature}' in source_spec.{self.split} of "
                             "the feature spec). Fix: re-run preprocessing, or correct the path in the spec.") from None
+        expected = self._sizes.get(relative)
+        if expected is not None and size != expected:
+            rows = (self.spec.metadata.get("rows") or {}).get(self.split)
+            raise UserError(f"{uri}: {size} bytes, but the dataset's metadata ({rows} rows in split "
+                            f"'{self.split}') needs {expected} bytes. Fix: the file is truncated or was replaced; "
+                            "delete the dataset folder and run preprocessing again (`dlrmflow inspect DATASET "
+                            "--verify` checks every file).")
         dt = np.dtype(dtype or "bool")
         row_bytes = dt.itemsize * width
         if size % row_bytes:

@@ -35,3 +35,24 @@ def test_parse_and_write_retry_transient_errors():
     assert _task("parse", step).retries == 2 and _task("write_dataset", step).retries == 2
     assert _task("parse", step).retry_condition_fn is transient
     assert _task("count", step).retries == 0
+
+
+def test_a_user_error_of_a_called_stage_fails_the_flow(prefect_harness):
+    """build_vocabulary and write_dataset run as plain task calls: their UserError (e.g. a missing part) must
+    fail the flow, not come back as a returned state that the flow takes for the stage's result."""
+    import pytest
+    from prefect import flow
+
+    from common.errors import UserError
+    from flows.preprocess import PrefectExecutor
+
+    def write():
+        raise UserError("input file x: its encoded part is missing. Fix: run the same command again.")
+
+    @flow
+    def stage():
+        PrefectExecutor(1).call("write_dataset", write)
+        return "dataset written"
+
+    with pytest.raises(UserError, match="its encoded part is missing"):
+        stage()

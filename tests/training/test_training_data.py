@@ -206,6 +206,23 @@ def test_bad_datasets_name_the_file_and_the_fix(tmp_path, damage, match):
     assert "Fix:" in str(e.value)
 
 
+def test_files_shorter_than_the_metadata_rows_name_the_file_and_the_bytes(tmp_path):
+    """Every file cut by the same whole rows still agrees with the others: only ``metadata.rows`` tells."""
+    from feature_spec import load
+
+    root = write_dataset(tmp_path, {"train": 8})
+    spec = load(str(root))
+    spec.metadata["rows"] = {"train": 8}
+    save(spec, str(root))
+    assert SplitBinaryDataset(str(root), "train").num_rows == 8
+    for f in (root / "train").iterdir():
+        f.write_bytes(f.read_bytes()[:len(f.read_bytes()) * 6 // 8])
+    with pytest.raises(UserError) as e:
+        SplitBinaryDataset(str(root), "train")
+    assert str(e.value).startswith(f"{root}/train/label.bin: 6 bytes, but the dataset's metadata (8 rows in split "
+                                   "'train') needs 8 bytes. Fix: ") and "--verify" in str(e.value)
+
+
 def test_unknown_split_lists_the_splits(dataset):
     with pytest.raises(UserError, match=r"no split 'tset' \(it has: train, val\)"):
         SplitBinaryDataset(str(dataset), "tset")
