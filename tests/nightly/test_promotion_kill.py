@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.fixtures import CRITEO_FAST
+from common.errors import UserError
 from nightly import registry
 from training.export import export_verified, verify_bundle
 
@@ -134,3 +135,22 @@ def test_killed_after_each_write_a_rerun_ends_as_an_uninterrupted_night(promoted
         champion = registry.load_champion(str(model))
         assert verify_bundle(champion.bundle, champion.run, champion.step) == champion.bundle_sha256
         assert not (model / registry.LOCK_FILE).exists()
+
+
+def test_a_rerun_exports_a_missing_or_altered_bundle_again(promoted_twice, tmp_path):
+    store, night = promoted_twice
+    shutil.copytree(store / "models", tmp_path / "models")
+    model = tmp_path / "models" / "ctr"
+    record(model, night)
+    lines = registry.history(str(model))
+    bundle = model / registry.BUNDLES / "r-c"
+    with open(bundle / "weights.pt", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(UserError, match="weights.pt was altered"):
+        verify_bundle(str(bundle), night["run"], night["step"])
+    for damage in ("altered", "removed"):
+        assert record(model, night) == lines[-1]
+        champion = registry.load_champion(str(model))
+        assert verify_bundle(champion.bundle, champion.run, champion.step) == champion.bundle_sha256, damage
+        assert registry.history(str(model)) == lines
+        shutil.rmtree(bundle)
