@@ -5,6 +5,7 @@ parsed parts of days no later window needs are removed."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import posixpath
 import tempfile
@@ -21,7 +22,7 @@ from nightly import registry, scoring
 from nightly.config import ScoreConfig
 from nightly.decision import finite
 from nightly.window import Window
-from training.export import export_bundle
+from training.export import export_verified
 from training.rundir import RunDir
 
 METRICS = ("auc", "logloss", "rows")   # what the comparison records of each model on the test day
@@ -32,14 +33,21 @@ METRICS = ("auc", "logloss", "rows")   # what the comparison records of each mod
 def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dataset: str,
             metrics: dict) -> dict:
     """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
-    (promoted or kept) under the model's lock; returns the history entry, also shown as artifacts."""
+    (promoted or kept: ``nightly.registry.record``'s ordered commit, the bundle first) under the model's lock;
+    a re-run of a decided night scores nothing and repairs. Returns the history entry, also shown as artifacts."""
     log = get_run_logger()
     owner = f"flow run {fr.flow_run.name} ({fr.flow_run.id})" if (fr := FlowRunContext.get()) and fr.flow_run else None
     model = registry.model_uri(store.uri, config.model)
-    done = [e for e in registry.history(model) if (e["date"], e["run"]) == (days.date.isoformat(), run.uri)]
-    if done:   # a re-run of a night already decided (a backfill of a done date): nothing to score again
-        log.info("model %s on %s: already decided (%s)", config.model, days.date, done[-1]["decision"])
-        return done[-1]
+    candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
+                 "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
+                 "window": [d.isoformat() for d in days.days]}
+    done = registry.decided(model, days.date.isoformat(), run.uri)
+    if done is not None:   # a re-run of a night already decided: nothing to score again; record() repairs
+        log.info("model %s on %s: already decided (%s)", config.model, days.date, done["decision"])
+        mine = {k: math.nan if v is None else v for k, v in done["challenger"].items()}
+        entry = registry.record(model, {**candidate, "metrics": mine}, say=log.info, owner=owner,
+                                export=export_verified)
+        return entry
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
 
         def score(**which) -> dict:
@@ -59,18 +67,13 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
                      days.date)
             theirs = score(model=model)
-        candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
-                     "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
-                     "window": [d.isoformat() for d in days.days], "metrics": mine}
-        entry = registry.record(model, candidate, theirs, champion.run if champion else None,
+        entry = registry.record(model, {**candidate, "metrics": mine}, theirs, champion.run if champion else None,
                                 margin=config.promote_margin, score_champion=lambda _: score(model=model),
-                                say=log.info, owner=owner)
+                                say=log.info, owner=owner, export=export_verified)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
     if entry["decision"] in registry.PROMOTING:
-        bundle = posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri))
-        export_bundle(run.uri, metrics["step"], bundle)
-        if registry.attach_bundle(model, run.uri, bundle, say=log.info, owner=owner):
-            log.info("serving bundle of the new champion: %s", bundle)
+        log.info("serving bundle of the new champion: %s",
+                 posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri)))
     artifacts.model_history(model, config.model, entry)
     return entry
 

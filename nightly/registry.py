@@ -1,17 +1,27 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, challenger and champion metrics, decision).
+(one line per pipeline run: date, window, challenger and champion metrics, decision), and ``bundles/`` (the
+serving bundles of the champion and of the one before it, kept for a rollback).
 
-``record`` is the one writer: under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
-checked before each write) it re-reads the champion, ``decide``s (``nightly.decision``), appends the history line,
-then writes champion.json when the challenger wins. Local folders and s3:// alike.
+``record`` is the one writer. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
+checked before each write) it re-reads the champion and ``decide``s (``nightly.decision``); a promotion is one
+ordered commit: (1) the bundle is exported and verified (every file re-read against its manifest), (2)
+champion.json is written once, with the bundle, the sha256 of its manifest and the history line, (3) the line is
+appended to history.jsonl, (4) the bundles of older champions are removed. A re-run of a decided night decides
+nothing again but repairs what a crash cut short: a missing or unverifiable bundle, a history line missing for
+the champion, a champion.json older than the history's last promotion. Local folders and s3:// alike.
+
+Test hook: ``$DLRMFLOW_CRASH_AFTER`` set to one of ``WRITES`` kills the process (SIGKILL) right after that write
+(tests/nightly/test_promotion_kill.py); unset, it does nothing.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import posixpath
 import re
+import signal
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -30,6 +40,8 @@ LOCK_FILE = "promotion.lock"
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
 LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; promotion takes seconds
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+CRASH_AFTER = "DLRMFLOW_CRASH_AFTER"   # the test hook (see the module doc)
+WRITES = ("bundle", "champion", "history", "prune")   # a promotion's writes, in order
 
 
 class Champion(BaseModel):
@@ -47,7 +59,11 @@ class Champion(BaseModel):
     metrics: dict[str, float | int | None] = Field(default_factory=dict, description="auc, logloss and rows on "
                                                    "its test day (null: not finite).")
     promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
-    bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), once written.")
+    bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), written and "
+                               "verified before this file.")
+    bundle_sha256: str | None = Field(None, description="sha256 of the bundle's manifest.json.")
+    line: dict | None = Field(None, description="The history line of the decision that promoted it, written here "
+                              "before it is appended to history.jsonl (a re-run appends it if a crash came between).")
 
 
 def check_name(name: str) -> str:
@@ -119,17 +135,30 @@ def _plain(metrics: dict | None) -> dict | None:
     return out
 
 
+def decided(model: str, date: str, run: str) -> dict | None:
+    """The decision recorded for ``run`` on ``date``: its history line, or the line champion.json holds when a
+    crash came before it was appended; None when the night is not decided yet."""
+    line = next((e for e in reversed(history(model)) if (e.get("date"), e.get("run")) == (date, run)), None)
+    if line is None:
+        champion = load_champion(model)
+        if champion is not None and champion.line and (champion.line.get("date"), champion.line.get("run")) == (date, run):
+            line = champion.line
+    return line
+
+
 def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
            margin: float = 0.0, score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
            timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
-           say: Callable[[str], None] | None = None) -> dict:
+           say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None) -> dict:
     """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
     dataset, vocab, date, window, metrics {auc, logloss, rows} on day ``date``) and record it, under the
     model's promotion lock: re-read the champion (another run may have promoted since), ``decide`` against its
     metrics on the same day (``champion_metrics`` when they are of ``champion_run``, the current champion;
-    else ``score_champion(champion)``; else the champion is kept), append the history line, then write
-    champion.json if the challenger won. Returns the history line. A re-run for the same date and run returns
-    the line recorded before (and completes a promotion a crash cut short)."""
+    else ``score_champion(champion)``; else the champion is kept), then commit in order (module doc): bundle,
+    champion.json, history line, removal of older bundles. ``export(run, step, out)`` writes and verifies the
+    bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle. Returns
+    the history line. A re-run for the same date and run returns the line recorded before and repairs the
+    store (a promotion cut short, a missing or unverifiable bundle), ending as an uninterrupted run would."""
     name = posixpath.basename(model.rstrip("/"))
     try:
         challenger = Champion(**{**candidate, "name": check_name(name), "promoted_at": ""})
@@ -142,16 +171,16 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     check_margin(margin)
     with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
         lines = history(model)
-        done = next((e for e in reversed(lines) if (e.get("date"), e.get("run")) == (challenger.date, challenger.run)),
-                    None)
-        if done is not None:
-            last_promoted = next((e for e in reversed(lines) if e.get("decision") in PROMOTING), None)
-            current = load_champion(model)
-            if done is last_promoted and (current is None or current.run != challenger.run):
-                lock.check()
-                _write_champion(model, challenger, done["at"])
-            return done
         current = load_champion(model)
+        key = (challenger.date, challenger.run)
+        done = next((e for e in reversed(lines) if (e.get("date"), e.get("run")) == key), None)
+        if done is None and current is not None and current.line and \
+                (current.line.get("date"), current.line.get("run")) == key:
+            done = current.line   # champion.json was written, its history line not yet
+            lines = _append(model, lines, done, lock, say)
+        if done is not None:
+            _repair(model, challenger, done, lines, current, export, lock, say)
+            return done
         reason_prefix = ""
         if current is not None and not finite(current.metrics):   # e.g. a diverged model promoted before this check
             measured = None
@@ -181,36 +210,85 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
                  "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None, "promote_margin": margin, "decision": decision,
                  "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        lock.check()
-        text = _read(model, HISTORY_FILE) or ""
-        if text and not text.endswith("\n"):
-            text += "\n"
-        write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n")
         if decision in PROMOTING:
-            lock.check()
-            _write_champion(model, challenger, entry["at"])
+            _promote(model, challenger, entry, export, lock)
+        lines = _append(model, lines, entry, lock)
+        _remove_old_bundles(model, lines, lock)
     return entry
 
 
-def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None,
-                  owner: str | None = None) -> bool:
-    """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
-    (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
-    the champion before it (kept for a rollback)."""
-    with promotion_lock(model, owner, say=say) as lock:
-        current = load_champion(model)
-        if current is None or current.run != run:
-            return False
+def _promote(model: str, challenger: Champion, entry: dict, export, lock) -> None:
+    """Steps 1 and 2 of the commit: the verified bundle, then champion.json (with the line ``entry``)."""
+    bundle = sha = None
+    if export is not None:
+        bundle = posixpath.join(model, BUNDLES, bundle_name(challenger.run))
         lock.check()
-        write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(update={"bundle": bundle})
-                  .model_dump_json(indent=2))
-        promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
+        sha = export(challenger.run, challenger.step, bundle)
+        _written("bundle")
+    lock.check()
+    champion = challenger.model_copy(update={"promoted_at": entry["at"], "bundle": bundle, "bundle_sha256": sha,
+                                             "line": entry})
+    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2))
+    _written("champion")
+
+
+def _append(model: str, lines: list[dict], entry: dict, lock, say=None) -> list[dict]:
+    """Step 3: ``entry`` appended to history.jsonl; returns the lines with it."""
+    if say:
+        say(f"{model}: appending the history line of {entry['date']} (a crash cut the promotion short)")
+    lock.check()
+    text = _read(model, HISTORY_FILE) or ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n")
+    _written("history")
+    return [*lines, entry]
+
+
+def _repair(model: str, challenger: Champion, done: dict, lines: list[dict], current: Champion | None, export,
+            lock, say) -> None:
+    """A decided night again: champion.json and the bundle made what the recorded decision left, if it is
+    still the last promotion (a later night's promotion wins); then step 4."""
+    last = next((e for e in reversed(lines) if e.get("decision") in PROMOTING), None)
+    if last is not None and (last.get("date"), last.get("run")) == (done.get("date"), done.get("run")):
+        if current is None or current.run != challenger.run:   # history says promoted, champion.json older
+            if say:
+                say(f"{model}: writing champion.json of {challenger.run} (a crash cut the promotion short)")
+            _promote(model, challenger, done, export, lock)
+        elif export is not None:   # the bundle: missing, altered or never attached -> exported again
+            bundle = posixpath.join(model, BUNDLES, bundle_name(challenger.run))
+            lock.check()
+            sha = export(challenger.run, challenger.step, bundle)
+            if (current.bundle, current.bundle_sha256) != (bundle, sha):
+                if say:
+                    say(f"{model}: the champion's bundle {bundle} was exported again (it was missing or altered)")
+                lock.check()
+                write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(
+                    update={"bundle": bundle, "bundle_sha256": sha, "line": current.line or done})
+                    .model_dump_json(indent=2))
+                _written("champion")
+    _remove_old_bundles(model, lines, lock)
+
+
+def _remove_old_bundles(model: str, lines: list[dict], lock) -> None:
+    """Step 4, under the lock: every entry of ``<model>/bundles/`` but the bundles of the last two promoted runs
+    (the champion and the one before it, for a rollback), leftovers of a killed export included."""
+    promoted = [e["run"] for e in lines if e.get("decision") in PROMOTING]
     keep = {bundle_name(r) for r in promoted[-2:]}
     fs, bundles = filesystem(posixpath.join(model, BUNDLES))
-    for folder in fs.ls(bundles, detail=False) if fs.exists(bundles) else []:
-        if posixpath.basename(folder.rstrip("/")) not in keep:
-            fs.rm(folder, recursive=True)
-    return True
+    old = [f for f in (fs.ls(bundles, detail=False) if fs.exists(bundles) else [])
+           if posixpath.basename(f.rstrip("/")) not in keep]
+    for folder in old:
+        lock.check()
+        fs.rm(folder, recursive=True)
+    if old:
+        _written("prune")
+
+
+def _written(what: str) -> None:
+    """The test hook: SIGKILL this process when ``$DLRMFLOW_CRASH_AFTER`` names the write ``what`` just made."""
+    if os.environ.get(CRASH_AFTER) == what:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def champion_init(init):
@@ -227,8 +305,3 @@ def champion_init(init):
 def bundle_name(run: str) -> str:
     """The folder name of a run's bundle under ``<model>/bundles/``."""
     return posixpath.basename(run.rstrip("/"))
-
-
-def _write_champion(model: str, challenger: Champion, promoted_at: str) -> None:
-    champion = challenger.model_copy(update={"promoted_at": promoted_at})
-    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2))

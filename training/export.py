@@ -13,6 +13,9 @@
   encode exactly as for training (``preprocessing.apply.encode_inputs``);
 - ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them.
 
+``export_verified`` is what a promotion calls: export (or keep a bundle that verifies), re-read every file's
+sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records).
+
 A local bundle is built in a temporary sibling folder and renamed into place; on S3 the manifest is written
 after every other file, so a bundle without one is incomplete. Exporting the same run and step again finds
 the manifest and does nothing.
@@ -115,6 +118,34 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
             fs.put_file(str(Path(tmp) / name), posixpath.join(path, name))
         write_uri(posixpath.join(out, MANIFEST), (Path(tmp) / MANIFEST).read_bytes())
     return manifest
+
+
+def verify_bundle(uri: str, run: str, step: int) -> str:
+    """The sha256 of the bundle's ``manifest.json`` once every file at ``uri`` matches the manifest's sha256 and
+    the bundle is of checkpoint ``step`` of ``run``; UserError otherwise (what is missing or altered)."""
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-verify-") as cache:   # used only for a remote bundle
+        bundle = load_bundle(uri, cache=cache)
+    source = bundle.manifest.get("source") or {}
+    if (source.get("run"), source.get("step")) != (RunDir(run).uri, step):
+        raise UserError(f"{uri}: the bundle is of run {source.get('run')} step {source.get('step')}, not of {run} "
+                        f"step {step}. Fix: re-export it (dlrmflow export).")
+    fs, path = filesystem(uri)
+    return hashlib.sha256(fs.cat_file(posixpath.join(path, MANIFEST))).hexdigest()
+
+
+def export_verified(run: RunDir | str, step: int, out: str) -> str:
+    """``export_bundle``, then ``verify_bundle``: the sha256 of the manifest of a bundle at ``out`` whose files
+    were all re-read and checked. A bundle there that does not verify (a file missing or altered, another
+    checkpoint's) is removed and exported again."""
+    run = RunDir(run)
+    export_bundle(run, step, out)
+    try:
+        return verify_bundle(out, run.uri, step)
+    except UserError:
+        fs, path = filesystem(out)
+        fs.rm(path, recursive=True)
+    export_bundle(run, step, out)
+    return verify_bundle(out, run.uri, step)
 
 
 def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:

@@ -3,6 +3,7 @@ server), history and champion under concurrent promotions from two processes, an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing
@@ -184,22 +185,75 @@ def test_a_failure_before_the_writes_changes_nothing(model):
     assert entry["decision"] == "promoted" and models.load_champion(model).run == "/store/runs/r2"
 
 
-def test_a_rerun_completes_a_promotion_cut_short(tmp_path, monkeypatch):
+def test_a_rerun_repairs_history_saying_promoted_with_an_older_champion(tmp_path):
+    """What the order before issue 19 could leave (history line, then a crash before champion.json): a re-run
+    writes champion.json and decides nothing again."""
     model = str(tmp_path / "models" / "ctr")
     models.record(model, candidate("r1", "2026-11-01", 0.70))
-    real = models._write_champion
-
-    def crash(*args):
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(models, "_write_champion", crash)
-    with pytest.raises(OSError):
-        models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
-    assert models.load_champion(model).run == "/store/runs/r1"  # the history says promoted, champion.json not yet
-    monkeypatch.setattr(models, "_write_champion", real)
+    before = read(model, models.CHAMPION_FILE)
     entry = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
-    assert entry["decision"] == "promoted" and len(models.history(model)) == 2
-    assert models.load_champion(model).run == "/store/runs/r2"
+    champion = read(model, models.CHAMPION_FILE)
+    (tmp_path / "models" / "ctr" / models.CHAMPION_FILE).write_text(before)   # champion.json older than history
+    again = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0)
+    assert again == entry and len(models.history(model)) == 2
+    assert read(model, models.CHAMPION_FILE) == champion
+
+
+def test_a_rerun_appends_the_line_champion_json_holds(tmp_path):
+    """champion.json is written before the history line: a crash between leaves the line in champion.json only;
+    the flow sees the night as decided and a re-run appends it."""
+    model = str(tmp_path / "models" / "ctr")
+    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    entry = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
+    full = read(model, models.HISTORY_FILE)
+    assert models.load_champion(model).line == entry
+    (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text(full.splitlines(keepends=True)[0])
+    assert models.decided(model, "2026-11-02", "/store/runs/r2") == entry
+    assert models.decided(model, "2026-11-03", "/store/runs/r2") is None
+    said = []
+    assert models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0,
+                         say=said.append) == entry
+    assert read(model, models.HISTORY_FILE) == full
+    assert any("appending the history line of 2026-11-02" in s for s in said)
+
+
+def test_bundles_are_exported_before_champion_json_and_repaired(tmp_path):
+    """With an exporter: the champion records its bundle and the manifest's sha256; a re-run re-exports a
+    bundle that is gone and records the new sha256 when it differs; old bundles go, the previous one stays."""
+    model = str(tmp_path / "models" / "ctr")
+    calls, version = [], [1]
+
+    def export(run: str, step: int, out: str) -> str:   # keeps a bundle that "verifies", else writes it
+        calls.append(os.path.basename(out))
+        manifest, expected = os.path.join(out, "manifest.json"), f"{run} {step} v{version[0]}\n"
+        if not os.path.exists(manifest) or open(manifest).read() != expected:
+            os.makedirs(out, exist_ok=True)
+            with open(manifest, "w") as f:
+                f.write(expected)
+        return hashlib.sha256(expected.encode()).hexdigest()
+
+    for night, auc in enumerate([0.70, 0.72, 0.60, 0.74], 1):
+        models.record(model, candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored,
+                      export=export)
+    assert calls == ["r1", "r2", "r4"]   # the kept night exports nothing
+    bundles = tmp_path / "models" / "ctr" / models.BUNDLES
+    assert sorted(p.name for p in bundles.iterdir()) == ["r2", "r4"]
+    champion = models.load_champion(model)
+    assert champion.bundle == str(bundles / "r4") and champion.line["decision"] == "promoted"
+    assert champion.bundle_sha256 == hashlib.sha256((bundles / "r4" / "manifest.json").read_bytes()).hexdigest()
+
+    before = read(model, models.CHAMPION_FILE)
+    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)   # all well: nothing changes
+    assert read(model, models.CHAMPION_FILE) == before
+    (bundles / "r4" / "manifest.json").unlink()
+    (bundles / "r3.tmp-123").mkdir()   # a killed export's leftover
+    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)
+    assert read(model, models.CHAMPION_FILE) == before and sorted(p.name for p in bundles.iterdir()) == ["r2", "r4"]
+    version[0] = 2   # a re-export that writes other bytes: champion.json records the new sha256
+    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)
+    assert models.load_champion(model).bundle_sha256 == hashlib.sha256(
+        (bundles / "r4" / "manifest.json").read_bytes()).hexdigest() != champion.bundle_sha256
+    assert len(models.history(model)) == 4
 
 
 def test_bad_inputs(tmp_path):
