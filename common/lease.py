@@ -49,6 +49,9 @@ class _LocalLockFile:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        except FileNotFoundError:   # its folder was removed as empty meanwhile
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            return self.create(data)
         try:
             os.write(fd, data)
             os.fsync(fd)
