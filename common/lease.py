@@ -6,7 +6,8 @@ on S3. A lease past its expiry (a crashed holder) is taken over: on S3 by a PUT 
 ETag (``If-Match``), locally by renaming it away and checking it was the stale one. Limitations: the S3 endpoint
 must honour conditional writes (AWS S3, MinIO and moto do; one that ignores them gives no mutual exclusion, which
 the read-back after each take detects only sometimes); expiry compares wall clocks, so machines sharing a store
-need clocks within a small fraction of ``stale_s``; a holder that runs longer than ``stale_s`` can lose the
+need clocks within a small fraction of ``stale_s``; a lease of a process of this host (same hostname) that no
+longer exists is taken over at once (hosts sharing a store need distinct hostnames); a holder that runs longer than ``stale_s`` can lose the
 lease unless it renews it (``heartbeat_s``: a thread rewrites the record with a new expiry by the same
 conditional replace), and ``Lease.check`` tells a lost lease before each write.
 """
@@ -169,6 +170,22 @@ def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
         return {"owner": "unknown (unreadable lock)", "expires_at": _iso(mtime + stale_s)}
 
 
+def _expired(info: dict) -> bool:
+    """Past its expiry, or held by a process of this host that no longer exists (a killed run: taken over at
+    once rather than after ``stale_s``; a reused pid only makes it wait for the expiry)."""
+    if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
+        return True
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int) or info["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # exists, owned by another user
+        pass
+    return False
+
+
 def _describe(info: dict) -> str:
     where = f" (pid {info['pid']} on {info['host']})" if "pid" in info else ""
     since = f" since {info['acquired_at']}" if "acquired_at" in info else ""
@@ -191,7 +208,7 @@ def _live(held: tuple[bytes, object, float] | None, stale_s: float) -> dict | No
     if held is None:
         return None
     info = _holder(held[0], held[2], stale_s)
-    return info if datetime.fromisoformat(info["expires_at"]) >= datetime.now(timezone.utc) else None
+    return None if _expired(info) else info
 
 
 class Lease:
@@ -296,9 +313,9 @@ def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, s
         if info.get("token") == token:  # our create succeeded, but its answer was lost (and retried)
             data = held[0]
             break
-        if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
+        if _expired(info):
             if lock.replace(held[1], data):
-                say(f"took over {name} from {_describe(info)} (expired: a crashed run)")
+                say(f"took over {name} from {_describe(info)} (expired, or its process is gone: a crashed run)")
                 break
             continue
         if time.monotonic() > deadline:

@@ -2,6 +2,7 @@
 is reported by check(), holder/wait_released, the store lease. Real files, threads and a subprocess."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from common import lease
+from helpers.paths import REPO
 
 
 def test_a_heartbeat_keeps_a_lease_past_stale_s(tmp_path):
@@ -42,16 +44,19 @@ def test_a_stale_lease_is_taken_over_and_the_old_holder_learns_it(tmp_path):
     assert lease.holder(uri) is None
 
 
-def test_a_crashed_process_lease_is_taken_over(tmp_path):
-    """A holder killed without releasing (a subprocess that exits inside the block) leaves a lease that
-    expires and is taken over; while it is live, others wait."""
-    uri = str(tmp_path / "job.lease")
+def test_a_killed_local_process_lease_is_taken_over_at_once(tmp_path):
+    """A holder that died without releasing (a subprocess exiting inside the block) on this host: its lease is
+    taken over at once, not after stale_s."""
+    uri, said = str(tmp_path / "job.lease"), []
     code = ("import os; from common import lease; "
-            f"h = lease.acquire({uri!r}, 'killed', 'job lease', 'the job', timeout_s=0, stale_s=1.0); os._exit(0)")
-    subprocess.run([sys.executable, "-c", code], check=True)
-    assert lease.holder(uri)["owner"] == "killed"
-    with lease.lease(uri, "me", "job lease", "the job", timeout_s=10, stale_s=30) as held:
+            f"h = lease.acquire({uri!r}, 'killed', 'job lease', 'the job', timeout_s=0, stale_s=3600); os._exit(0)")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert json.loads((tmp_path / "job.lease").read_text())["owner"] == "killed"
+    assert lease.holder(uri) is None   # not live: its process is gone
+    with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30, say=said.append) as held:
         held.check()
+    assert any("took over" in s and "killed" in s for s in said)
 
 
 def test_wait_released_says_what_for_and_returns_when_free(tmp_path):
