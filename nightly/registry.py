@@ -189,8 +189,8 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
 def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] | None = None,
                   owner: str | None = None) -> bool:
     """Record ``bundle`` as the serving bundle of the champion, under the lock, if ``run`` is still the champion
-    (returns whether it was); then remove the bundles under ``<model>/bundles/`` of runs that are neither it nor
-    the champion before it (kept for a rollback)."""
+    (returns whether it was); then, still under the lock, remove the bundles under ``<model>/bundles/`` of runs
+    that are neither it nor the champion before it (kept for a rollback)."""
     with promotion_lock(model, owner, say=say) as lock:
         current = load_champion(model)
         if current is None or current.run != run:
@@ -199,12 +199,29 @@ def attach_bundle(model: str, run: str, bundle: str, say: Callable[[str], None] 
         write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(update={"bundle": bundle})
                   .model_dump_json(indent=2))
         promoted = [e["run"] for e in history(model) if e.get("decision") in PROMOTING]
-    keep = {bundle_name(r) for r in promoted[-2:]}
-    fs, bundles = filesystem(posixpath.join(model, BUNDLES))
-    for folder in fs.ls(bundles, detail=False) if fs.exists(bundles) else []:
-        if posixpath.basename(folder.rstrip("/")) not in keep:
-            fs.rm(folder, recursive=True)
+        keep = {bundle_name(r) for r in promoted[-2:]}
+        fs, bundles = filesystem(posixpath.join(model, BUNDLES))
+        for folder in fs.ls(bundles, detail=False) if fs.exists(bundles) else []:
+            if posixpath.basename(folder.rstrip("/")) not in keep:
+                lock.check()   # removals too only while the lock is ours
+                fs.rm(folder, recursive=True)
     return True
+
+
+def windows_in_use(store: str) -> dict[str, str]:
+    """Per model under ``<store>/models/``: the first day (ISO) of the window its latest night (by date) recorded
+    in its history, the oldest day its next nights still read (a window slides one day a night; kept from that
+    day itself, in case missing days had shortened it). Models without a recorded window are left out."""
+    fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
+    found = {}
+    for folder in sorted(fs.ls(root, detail=False)) if fs.exists(root) else []:
+        name = posixpath.basename(folder.rstrip("/"))
+        if not re.match(NAME_PATTERN, name):
+            continue
+        lines = [e for e in history(posixpath.join(store.rstrip("/"), MODELS, name)) if e.get("window")]
+        if lines:
+            found[name] = min(max(lines, key=lambda e: e.get("date") or "")["window"])
+    return found
 
 
 def champion_init(init):
