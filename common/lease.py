@@ -279,6 +279,8 @@ class Lease:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         with self._mutex:
+            if self.lost is not None:   # another owner's now: leave it alone
+                return
             try:
                 self._lock.replace(self._version, None)
             except OSError as e:  # the block's own error matters more; the lease expires by itself
