@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,16 @@ def _config(days: list[Path], out: Path) -> PreprocessConfig:
 
 
 _CHILD = """
-import sys, time
+import os, sys, time
 from preprocessing import PreprocessConfig, run, stages
-if sys.argv[2] == "slow":   # the first comer: slow encoding, so that the second surely arrives meanwhile
+if sys.argv[2] != "-":   # the first comer: encodes once the second is seen waiting (the file argv[2] exists)
     encode = stages.encode_file
-    stages.encode_file = lambda *a, **k: (time.sleep(0.5), encode(*a, **k))[1]
+    def held_back(*a, **k):
+        deadline = time.time() + 60
+        while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+            time.sleep(0.05)
+        return encode(*a, **k)
+    stages.encode_file = held_back
 print(run(PreprocessConfig.model_validate_json(sys.argv[1])))
 """
 
@@ -55,13 +61,22 @@ def test_two_processes_preprocessing_one_key_one_works_the_other_waits_and_reuse
         return subprocess.Popen([sys.executable, "-c", _CHILD, config.model_dump_json(), mode], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    first = start("slow")
+    go = tmp_path / "go"
+    first = start(str(go))
     key = Job.from_config(config).work.root.name
     lease_file = Path(dataset_lease_uri(str(tmp_path / "store"), key))
     while not lease_file.exists():
         assert first.poll() is None, first.communicate()
-    second = start("plain")
+        time.sleep(0.05)
+    second = start("-")
+    seen = []
+    for line in second.stderr:   # the second comer's one line saying what it waits for, then the first goes on
+        seen.append(line)
+        if line.startswith("waiting for"):
+            break
+    go.touch()
     (out1, err1), (out2, err2) = first.communicate(timeout=120), second.communicate(timeout=120)
+    err2 = "".join(seen) + err2
     assert first.returncode == 0 and second.returncode == 0, err1 + err2
     assert out1 == out2
     assert "preprocessing 4 input files" in err1 and "preprocessing 4 input files" not in err2

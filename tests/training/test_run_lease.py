@@ -51,7 +51,9 @@ def test_a_second_training_of_a_leased_run_folder_fails_clearly_or_waits(blockin
     waiting = threading.Thread(target=lambda: codes.append(
         build_launcher(None).launch(run, cfg, on_line=said.append, wait_s=30)))
     waiting.start()
-    time.sleep(0.5)
+    deadline = time.time() + 30
+    while not any("waiting for the run lease (training)" in s for s in said) and time.time() < deadline:
+        time.sleep(0.05)
     assert blocking_torchrun["runs"] == 1 and any("waiting for the run lease (training)" in s for s in said)
     blocking_torchrun["release"].set()
     first.join(30)
