@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import fsspec
 import pytest
 
 from common import lease
@@ -85,3 +86,35 @@ def test_extra_fields_are_recorded_and_kept_by_renewal(tmp_path):
     with lease.lease(uri, "me", "job lease", "x", timeout_s=0, stale_s=30, extra={"uses": ["a", "b"]}) as held:
         held.renew()
         assert lease.holder(uri)["uses"] == ["a", "b"]
+
+
+def test_s3_lock_uses_conditional_writes(s3_server):
+    """moto (like AWS S3) refuses a second If-None-Match create and an If-Match put on a changed object."""
+    fs, path = fsspec.core.url_to_fs("s3://store/x/lock", endpoint_url=s3_server.meta.endpoint_url)
+    lock = lease._S3LockObject(fs, path)
+    assert lock.create(b"a") and not lock.create(b"b")
+    data, etag, _ = lock.read()
+    assert data == b"a"
+    assert lock.replace(etag, b"c") and not lock.replace(etag, b"d")
+    assert lock.read()[0] == b"c"
+    assert not lock.replace(etag, None) and lock.read()[0] == b"c"  # not the version we saw: not deleted
+    assert lock.replace(lock.read()[1], None) and lock.read() is None
+
+
+def test_s3_lease_renews_is_taken_over_when_stale_and_released(s3_server):
+    uri, said = "s3://store/_work/key.lease", []
+    with lease.lease(uri, "long job", "job lease", "the job", timeout_s=0, stale_s=60, heartbeat_s=0.2) as held:
+        first = lease.holder(uri)["expires_at"]
+        time.sleep(1.2)   # a few renewals (If-Match PUTs)
+        held.check()
+        assert lease.holder(uri)["expires_at"] > first and lease.holder(uri)["owner"] == "long job"
+        with pytest.raises(lease.LeaseHeld, match="held by long job"):
+            lease.acquire(uri, "intruder", "job lease", "the job", timeout_s=0.3, stale_s=60)
+    assert lease.holder(uri) is None
+    crashed = lease.acquire(uri, "crashed job", "job lease", "the job", timeout_s=0, stale_s=0.3)
+    time.sleep(0.5)
+    with lease.lease(uri, "next job", "job lease", "the job", timeout_s=5, stale_s=60, say=said.append) as held:
+        assert any("took over" in s and "crashed job" in s for s in said)
+        with pytest.raises(lease.LockLost):
+            crashed.renew()
+        held.check()
