@@ -1,5 +1,6 @@
-"""Named models: the promotion rule, the promotion lock (local O_EXCL and S3 conditional writes, against moto's
-server), history and champion under concurrent promotions from two processes, and the history pictures."""
+"""Named models: the promotion rule, the promotion lock (a common.lease: its S3 tests are in
+tests/common/test_lease.py), history and champion under concurrent promotions from two processes, and the history
+pictures."""
 
 from __future__ import annotations
 
