@@ -19,7 +19,7 @@ import yaml
 from flows import artifacts
 from helpers.browser import needs_chromium, page
 from helpers.datasets import assert_same_files
-from helpers.prefect import answer, get, post, stamp
+from helpers.prefect_api import answer, get, post, stamp
 from helpers.processes import until
 from training.rundir import RunDir
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from helpers.browser import needs_chromium, page, visible_text
-from helpers.prefect import post
+from helpers.prefect_api import post
 from helpers.processes import until
 
 pytestmark = needs_chromium

@@ -61,7 +61,7 @@ def test_bad_settings_fail_before_work(args, env, message, tmp_path, monkeypatch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args, env, message", [
-    (["run", "--preset", "nope"], {}, "preset: Input should be 'default', 'criteo-sample' or 'synthetic'"),
+    (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
     (["serve"], {}, "serve needs a Prefect server"),
 ])
 def test_the_command_line_fails_before_work_with_one_line(args, env, message, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flows.pipeline import pipeline
 from flows.train import TrainingFailed
-from helpers.prefect import logs_matching, small_pipeline
+from helpers.prefect_api import logs_matching, small_pipeline
 
 
 def _rank_pids(run: str) -> list[int]:

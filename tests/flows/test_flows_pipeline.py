@@ -12,7 +12,7 @@ import yaml
 
 from flows import artifacts
 from flows.pipeline import pipeline
-from helpers.prefect import latest_artifacts, logs_matching, small_pipeline
+from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
 
 
 def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):

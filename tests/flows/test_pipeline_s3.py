@@ -8,7 +8,7 @@ import pytest
 from flows import artifacts
 from flows.pipeline import pipeline
 from helpers.fixtures import S3_ENV
-from helpers.prefect import latest_artifacts, logs_matching, small_pipeline
+from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
 
 
 def _objects(s3) -> dict[str, bytes]:

@@ -31,7 +31,7 @@ def dask_cluster(workers: int = 2, slow_s: float = 0.0):
     yields (address, worker processes)."""
     port = free_port()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    env = {**os.environ, "DLRMFLOW_SLOW_S": str(slow_s), "PYTHONPATH": str(HELPERS)}
+    env = {**os.environ, "DLRMFLOW_SLOW_S": str(slow_s), "PYTHONPATH": os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")]))}
     with ExitStack() as stack:
         scheduler = stack.enter_context(process_group(
             [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],

@@ -14,7 +14,7 @@ import pytest
 from helpers import fake_cluster
 from helpers.datasets import write_dataset
 from helpers.paths import ADULT, BIN, CRITEO_10K, need
-from helpers.prefect import prefect_server as start_prefect_server
+from helpers.prefect_api import prefect_server as start_prefect_server
 from helpers.processes import free_port, process_group, python, wait_for_port
 from helpers.runs import TrainedRuns
 from helpers.slow import slow_fixture
@@ -47,7 +47,7 @@ def prefect_harness():
 @slow_fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """The session's real `prefect server start` (a free loopback port) for the tests that serve deployments
-    to it (`dlrmflow serve`) and look at its UI: a helpers.prefect.PrefectServer."""
+    to it (`dlrmflow serve`) and look at its UI: a helpers.prefect_api.PrefectServer."""
     with start_prefect_server(tmp_path_factory.mktemp("prefect-server")) as server:
         yield server
 

@@ -310,7 +310,7 @@ def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
     from prefect import flow
 
     from flows import artifacts
-    from helpers.prefect import latest_artifacts
+    from helpers.prefect_api import latest_artifacts
 
     model = str(tmp_path / "models" / "Ctr_1")
 

@@ -26,7 +26,7 @@ from nightly.config import ScoreConfig
 from nightly.scoring import score
 from preprocessing import PreprocessConfig, run as preprocess
 from helpers.fixtures import CHILD_ENV, CRITEO_ROWS
-from helpers.prefect import latest_artifacts
+from helpers.prefect_api import latest_artifacts
 from preprocessing.apply import SCORE_SPLIT, encode_inputs
 from helpers.paths import REPO
 from training.config import TrainConfig
