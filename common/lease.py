@@ -6,8 +6,10 @@ on S3. A lease past its expiry (a crashed holder) is taken over: on S3 by a PUT 
 ETag (``If-Match``), locally by renaming it away and checking it was the stale one. Limitations: the S3 endpoint
 must honour conditional writes (AWS S3, MinIO and moto do; one that ignores them gives no mutual exclusion, which
 the read-back after each take detects only sometimes); expiry compares wall clocks, so machines sharing a store
-need clocks within a small fraction of ``stale_s``; a holder that runs longer than ``stale_s`` can lose the
-lease, which ``Lease.check`` tells before each write.
+need clocks within a small fraction of ``stale_s``; a lease of a process of this host (same hostname) that no
+longer exists is taken over at once (hosts sharing a store need distinct hostnames); a holder that runs longer than ``stale_s`` can lose the
+lease unless it renews it (``heartbeat_s``: a thread rewrites the record with a new expiry by the same
+conditional replace), and ``Lease.check`` tells a lost lease before each write.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import errno
 import json
 import logging
 import os
+import posixpath
 import socket
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -27,7 +31,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from common.errors import UserError
-from common.store import filesystem
+from common.store import STORE_LEASE, filesystem
 
 
 class LockLost(UserError):
@@ -46,6 +50,9 @@ class _LocalLockFile:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        except FileNotFoundError:   # its folder was removed as empty meanwhile
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            return self.create(data)
         try:
             os.write(fd, data)
             os.fsync(fd)
@@ -62,9 +69,24 @@ class _LocalLockFile:
         except FileNotFoundError:
             return None
 
-    def replace(self, version: object, data: bytes | None) -> bool:
+    def replace(self, version: object, data: bytes | None, renew: bool = False) -> bool:
         """Replace the lock of ``version`` by ``data`` (None: remove it); False when it is another lock now.
-        The lock is renamed aside first, so of two processes replacing the same stale lock one wins."""
+        The lock is renamed aside first, so of two processes replacing the same stale lock one wins. ``renew``
+        (the holder rewriting its live lock): ``data`` is renamed over it, so the file never goes missing (a
+        waiter's create would win in that instant); only a holder past its expiry can race a take-over there,
+        which the new holder's ``check`` then reports."""
+        if renew and data is not None:
+            tmp = f"{self.path}.renew-{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            held = self.read()
+            if held is None or held[1] != version:
+                os.unlink(tmp)
+                return False
+            os.replace(tmp, self.path)
+            return True
         aside = f"{self.path}.aside-{uuid.uuid4().hex}"
         try:
             os.rename(self.path, aside)
@@ -108,7 +130,8 @@ class _S3LockObject:
         except FileNotFoundError:
             return None
 
-    def replace(self, version: object, data: bytes | None) -> bool:
+    def replace(self, version: object, data: bytes | None, renew: bool = False) -> bool:
+        """Replace the lock object of ETag ``version`` by ``data`` (None: delete it), conditionally (If-Match)."""
         try:
             if data is None:
                 self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key, IfMatch=version)
@@ -133,7 +156,7 @@ def _lock_file(uri: str, kind: str, of: str):
 
 
 def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
@@ -147,44 +170,142 @@ def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
         return {"owner": "unknown (unreadable lock)", "expires_at": _iso(mtime + stale_s)}
 
 
+def _expired(info: dict) -> bool:
+    """Past its expiry, or held by a process of this host that no longer exists (a killed run: taken over at
+    once rather than after ``stale_s``; a reused pid only makes it wait for the expiry)."""
+    if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
+        return True
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int) or info["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # exists, owned by another user
+        pass
+    return False
+
+
 def _describe(info: dict) -> str:
     where = f" (pid {info['pid']} on {info['host']})" if "pid" in info else ""
     since = f" since {info['acquired_at']}" if "acquired_at" in info else ""
     return f"{info.get('owner')}{where}{since}, expiring at {info['expires_at']}"
 
 
-class Lease:
-    """A held lease: ``check()`` fails with LockLost once another owner has taken it over."""
+class LeaseHeld(UserError):
+    """The lease is held by another (live) owner and the wait for it timed out."""
 
-    def __init__(self, name: str, owner: str, lock, data: bytes):
-        self.name, self.owner, self._lock, self._data = name, owner, lock, data
+
+def _data(owner: str, token: str, stale_s: float, acquired_at: str | None, extra: dict | None) -> bytes:
+    now = time.time()
+    return json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "token": token,
+                       "acquired_at": acquired_at or _iso(now), "expires_at": _iso(now + stale_s),
+                       **(extra or {})}).encode()
+
+
+def _live(held: tuple[bytes, object, float] | None, stale_s: float) -> dict | None:
+    """The record of ``held`` when it is a lease not past its expiry, else None."""
+    if held is None:
+        return None
+    info = _holder(held[0], held[2], stale_s)
+    return None if _expired(info) else info
+
+
+class Lease:
+    """A held lease: ``check()`` fails with LockLost once another owner has taken it over; ``renew()`` pushes its
+    expiry ``stale_s`` ahead (a heartbeat thread does it every ``heartbeat_s`` when asked); ``release()`` ends it."""
+
+    def __init__(self, name: str, owner: str, lock, data: bytes, version: object, stale_s: float = 0.0,
+                 say: Callable[[str], None] | None = None):
+        self.name, self.owner, self._lock, self._data, self._version = name, owner, lock, data, version
+        self.stale_s, self._say = stale_s, say or logging.getLogger(__name__).info
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost: LockLost | None = None
+
+    def _lost(self, held) -> LockLost:
+        now = _describe(_holder(held[0], held[2], 0)) if held else "nobody"
+        return LockLost(f"{self.name} expired while {self.owner} held it; it is now held by {now}. Nothing more "
+                        "was written. Fix: re-run (a re-run finds the finished work and redoes the rest); raise the "
+                        "lease's stale_s if the work under it really takes that long without a heartbeat.")
 
     def check(self) -> None:
         """Fail (LockLost) unless this lease is still the one in the store."""
-        held = self._lock.read()
-        if held is None or held[0] != self._data:
-            now = _describe(_holder(held[0], held[2], 0)) if held else "nobody"
-            raise LockLost(f"{self.name} expired while {self.owner} held it; it is now held by {now}. Nothing more "
-                           "was written. Fix: re-run (a re-run records the same decision once); raise the lock's "
-                           "stale_s if the work under it really takes that long.")
+        with self._mutex:
+            if self.lost is not None:
+                raise self.lost
+            held = self._lock.read()
+            if held is None or held[0] != self._data:
+                self.lost = self._lost(held)
+                raise self.lost
+
+    def renew(self) -> None:
+        """Rewrite the lease with a new expiry (``stale_s`` from now), conditional on it being still ours."""
+        with self._mutex:
+            if self.lost is not None:
+                raise self.lost
+            info = json.loads(self._data)
+            data = _data(self.owner, info["token"], self.stale_s, info["acquired_at"],
+                         {k: v for k, v in info.items() if k not in _FIELDS})
+            if not self._lock.replace(self._version, data, renew=True):
+                self.lost = self._lost(self._lock.read())
+                raise self.lost
+            held = self._lock.read()
+            if held is None or held[0] != data:
+                self.lost = self._lost(held)
+                raise self.lost
+            self._data, self._version = data, held[1]
+
+    def start_heartbeat(self, every_s: float) -> None:
+        """Renew the lease every ``every_s`` seconds in a daemon thread until ``release()``; a failed renewal
+        is kept (``check()`` raises it) and ends the heartbeat."""
+        def beat():
+            while not self._stop.wait(every_s):
+                try:
+                    self.renew()
+                except LockLost:
+                    self._say(f"lost {self.name}: another owner took it over")
+                    return
+                except OSError as e:   # a store hiccup: the next beat tries again before the lease expires
+                    self._say(f"could not renew {self.name} ({e}); retrying")
+
+        self._thread = threading.Thread(target=beat, name=f"lease-heartbeat {self.name}", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lease if it is still ours (another owner's is left alone)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._mutex:
+            if self.lost is not None:   # another owner's now: leave it alone
+                return
+            try:
+                self._lock.replace(self._version, None)
+            except OSError as e:  # the block's own error matters more; the lease expires by itself
+                self._say(f"could not release {self.name} ({e}); it expires by itself at "
+                          f"{_holder(self._data, 0, 0)['expires_at']}")
 
 
-@contextmanager
-def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
-          say: Callable[[str], None] | None = None) -> Iterator[Lease]:
-    """Hold the lease file ``uri`` (messages call it "the ``kind`` of ``of``") for the block, waiting up to
-    ``timeout_s`` for another holder; a lease older than its expiry (``stale_s`` after it was taken: a crashed
-    holder) is taken over. ``owner`` names the holder (default: this process); ``say`` gets the waiting and
-    take-over messages (default: this module's logger)."""
+_FIELDS = ("owner", "host", "pid", "token", "acquired_at", "expires_at")
+
+
+def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
+            say: Callable[[str], None] | None = None, heartbeat_s: float | None = None,
+            extra: dict | None = None) -> Lease:
+    """Take the lease file ``uri`` (messages call it "the ``kind`` of ``of``"), waiting up to ``timeout_s`` for
+    another holder (then LeaseHeld); a lease past its expiry (``stale_s`` after it was taken or last renewed: a
+    crashed holder) is taken over. ``owner`` names the holder (default: this process); ``say`` gets the waiting
+    and take-over messages (default: this module's logger); ``heartbeat_s``: renew it that often in a thread;
+    ``extra``: more fields of the lease's record (what the holder uses). Release it with ``Lease.release()``."""
     say, owner = say or logging.getLogger(__name__).info, owner or f"pid {os.getpid()} on {socket.gethostname()}"
     name = f"the {kind} of {of}"
     lock = _lock_file(uri, kind, of)
     deadline = time.monotonic() + timeout_s
     seen, token = None, uuid.uuid4().hex
     while True:
-        taken = time.time()
-        data = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "token": token,
-                           "acquired_at": _iso(taken), "expires_at": _iso(taken + stale_s)}).encode()
+        data = _data(owner, token, stale_s, None, extra)
         if lock.create(data):
             break
         held = lock.read()
@@ -194,14 +315,14 @@ def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, sta
         if info.get("token") == token:  # our create succeeded, but its answer was lost (and retried)
             data = held[0]
             break
-        if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
+        if _expired(info):
             if lock.replace(held[1], data):
-                say(f"took over {name} from {_describe(info)} (expired: a crashed run)")
+                say(f"took over {name} from {_describe(info)} (expired, or its process is gone: a crashed run)")
                 break
             continue
         if time.monotonic() > deadline:
-            raise UserError(f"the {kind} {uri} is held by {_describe(info)}; waited {timeout_s:g} s. Fix: let that "
-                            "run finish and re-run; if it crashed, the lock expires by itself at the time given (or "
+            raise LeaseHeld(f"the {kind} {uri} is held by {_describe(info)}; waited {timeout_s:g} s. Fix: let that "
+                            "run finish and re-run; if it crashed, the lease expires by itself at the time given (or "
                             "remove the file).")
         if held[1] != seen:
             say(f"waiting for {name}, held by {_describe(info)}")
@@ -212,10 +333,52 @@ def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, sta
         raise LockLost(f"{name} was overwritten just after {owner} took it: the store does not honour conditional "
                        "writes. Fix: use an S3 endpoint with conditional writes (AWS S3, MinIO) and let one "
                        f"deployment at a time take {name}.")
+    held = Lease(name, owner, lock, data, mine[1], stale_s, say)
+    if heartbeat_s:
+        held.start_heartbeat(heartbeat_s)
+    return held
+
+
+@contextmanager
+def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
+          say: Callable[[str], None] | None = None, heartbeat_s: float | None = None,
+          extra: dict | None = None) -> Iterator[Lease]:
+    """Hold the lease file ``uri`` for the block (``acquire``'s arguments); released at its end."""
+    held = acquire(uri, owner, kind, of, timeout_s, stale_s, poll_s, say, heartbeat_s, extra)
     try:
-        yield Lease(name, owner, lock, data)
+        yield held
     finally:
-        try:
-            lock.replace(mine[1], None)
-        except OSError as e:  # the block's own error matters more; the lock expires by itself
-            say(f"could not release {name} ({e}); it expires by itself at {_holder(data, 0, 0)['expires_at']}")
+        held.release()
+
+
+def holder(uri: str, stale_s: float = 60.0) -> dict | None:
+    """The record of the live (not expired) lease ``uri``, None when there is none (or it expired)."""
+    return _live(_lock_file(uri, "lease", uri).read(), stale_s)
+
+
+def wait_released(uri: str, kind: str, of: str, timeout_s: float, poll_s: float = 0.5,
+                  say: Callable[[str], None] | None = None) -> None:
+    """Wait until nobody holds the lease ``uri`` (or it expired), saying once what for (LeaseHeld after
+    ``timeout_s``). A lease taken right after this returns is not excluded: callers then take it themselves."""
+    say = say or logging.getLogger(__name__).info
+    lock, deadline, said = _lock_file(uri, kind, of), time.monotonic() + timeout_s, False
+    while (info := _live(lock.read(), 60.0)) is not None:
+        if time.monotonic() > deadline:
+            raise LeaseHeld(f"the {kind} {uri} is held by {_describe(info)}; waited {timeout_s:g} s. Fix: let that "
+                            "run finish and re-run; if it crashed, the lease expires by itself at the time given.")
+        if not said:
+            say(f"waiting for the {kind} of {of}, held by {_describe(info)}")
+            said = True
+        time.sleep(poll_s)
+
+
+STORE_LEASE_TIMEOUT_S = 1800.0   # removals (prune) take seconds to minutes
+STORE_LEASE_STALE_S = 120.0      # renewed by a heartbeat every third of it
+
+
+def store_lease(store: str, owner: str | None, what: str, timeout_s: float = STORE_LEASE_TIMEOUT_S,
+                say: Callable[[str], None] | None = None):
+    """Hold the store-wide lease (``<store>/_store.lease``) for the block: removals (``what`` says which) run
+    under it, and a job registers the lease of what it uses under it, so a removal never races a job's start."""
+    return lease(posixpath.join(store.rstrip("/"), STORE_LEASE), owner, f"store lease ({what})", store, timeout_s,
+                 STORE_LEASE_STALE_S, say=say, heartbeat_s=STORE_LEASE_STALE_S / 3)

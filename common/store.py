@@ -25,6 +25,7 @@ MODELS = "models"         # <name>/: named models, their champion and history (n
 FILES = "_files"          # <key>/: each input file's parse and counts, shared by datasets (preprocessing.work)
 WORK = "_work"            # <dataset key>/: one preprocessing job's work folder (preprocessing.work)
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
+STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"

@@ -88,6 +88,7 @@ def default_train() -> FlowTrainConfig:
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+DATE_PLACEHOLDER = "{date}"  # in a dated run's run_name: filled with the run's date (ISO)
 PresetName = Literal[tuple(preset_names())]
 
 
@@ -103,7 +104,8 @@ class PipelineConfig(_Model):
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
     run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: "
-                                 "derived from the dataset and the training config, so a re-run resumes the same run.")
+                                 "derived from the dataset and the training config, so a re-run resumes the same run. "
+                                 "A dated run's name must hold {date} (filled with the run's date).")
     synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
                                                description="Synthetic data settings.")
     preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
@@ -133,7 +135,16 @@ class PipelineConfig(_Model):
 
     def check_dated(self) -> None:
         """Fail on settings a dated run cannot combine: a split rule or split-mapped inputs (the window is the
-        split), inputs without {date} (every day would read the same files), a model without a window."""
+        split), inputs without {date} (every day would read the same files), a model without a window, a fixed
+        ``run_name`` (every night would find the first night's run complete and compare different days)."""
+        if self.run_name and (DATE_PLACEHOLDER in self.run_name) != self.dated:
+            if self.dated:
+                raise UserError(f"run_name '{self.run_name}' is fixed, but the run is dated: every night would reuse "
+                                "the first night's run and never retrain. Fix: leave run_name out (the default "
+                                f"depends on the date) or put {DATE_PLACEHOLDER} in it, e.g. "
+                                f"'{self.run_name}-{DATE_PLACEHOLDER}'.")
+            raise UserError(f"run_name '{self.run_name}' holds {DATE_PLACEHOLDER}, but the run is not dated. Fix: "
+                            f"remove {DATE_PLACEHOLDER}, or pass --train-days N with inputs holding {{date}}.")
         if not self.dated:
             if self.model:
                 raise UserError(f"model '{self.model}' competes on a test day, but the run is not dated. Fix: pass "
@@ -185,9 +196,9 @@ class PipelineConfig(_Model):
 
     def run_id(self, dataset: str, train: TrainConfig, date: date | None = None) -> str:
         """``run_name``, else ``<dataset folder>-<hash of the training config>``; for a dated run
-        ``<model or dataset name>-<date>-<hash>``."""
+        ``<model or dataset name>-<date>-<hash>`` (a dated ``run_name`` has ``{date}`` filled with the date)."""
         if self.run_name:
-            return self.run_name
+            return self.run_name.replace(DATE_PLACEHOLDER, date.isoformat()) if date else self.run_name
         folder = dataset.rstrip('/').rsplit('/', 1)[-1]
         if date:
             return f"{self.model or folder.rsplit('-', 1)[0]}-{date.isoformat()}-{config_hash(train)}"

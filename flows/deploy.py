@@ -22,26 +22,37 @@ TAGS = ["dlrmflow"]
 PIPELINE_CONCURRENCY = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
 
 
+def deployment_name(flow_name: str, model: str | None) -> str:
+    """``dlrmflow-<flow>``, with ``-<model>`` when the served pipeline is a named model's: two `dlrmflow serve`
+    of two models on one Prefect server then register distinct deployments (and concurrency limits)."""
+    return f"dlrmflow-{flow_name}" + (f"-{model}" if model else "")
+
+
 def deployments(config: ServeConfig) -> list:
-    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score)."""
+    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score; each followed by
+    ``-<model>`` when the pipeline has a model name)."""
     store = config.store
+
+    def name(flow_name: str) -> str:
+        return deployment_name(flow_name, config.pipeline.model)
+
     return [
-        pipeline.to_deployment("dlrmflow-pipeline", tags=TAGS,
+        pipeline.to_deployment(name("pipeline"), tags=TAGS,
                                schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
                                concurrency_limit=PIPELINE_CONCURRENCY,
                                parameters={"config": config.pipeline_parameters(store)},
                                description="Preprocess, train and evaluate (synthetic data unless inputs are set); "
                                            "dated runs train on a window of days and promote the better model."),
-        preprocess.to_deployment("dlrmflow-preprocess", tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
+        preprocess.to_deployment(name("preprocess"), tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
                                  description="Raw click logs -> split-binary dataset."),
-        train.to_deployment("dlrmflow-train", tags=TAGS,
+        train.to_deployment(name("train"), tags=TAGS,
                             parameters={"config": default_train().model_dump(mode="json")},
                             description="Distributed DLRM training under torchrun (resumes a run with checkpoints)."),
-        evaluate.to_deployment("dlrmflow-evaluate", tags=TAGS,
+        evaluate.to_deployment(name("evaluate"), tags=TAGS,
                                parameters={"config": EvaluateConfig().model_dump(mode="json")},
                                description="Metrics and plots of a run's checkpoint on a held-out split."),
         # score (batch scoring, issue 9): its form starts empty (inputs, out and a model or run are required)
-        score.to_deployment("dlrmflow-score", tags=TAGS,
+        score.to_deployment(name("score"), tags=TAGS,
                             description="Raw rows -> click probabilities with a model's own vocabulary."),
     ]
 

@@ -10,6 +10,7 @@ from prefect.cache_policies import NONE
 from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
+from flows.train import OVERLAP_WAIT_S
 from training.config import EvaluateConfig
 from training.evaluate import check_inputs, evaluate_run
 from training.report import format_table
@@ -35,6 +36,7 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
     """
     log = get_run_logger()
     run = RunDir(run_uri)
+    run.wait_unleased(OVERLAP_WAIT_S, say=log.info)   # a training or evaluation of the run: wait, then reuse
     previous, wanted = run.eval_metrics(config.split) or {}, check_inputs(run, config)
     # a record without a log loss is of an evaluation before non-finite predictions were refused: done again
     if (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"]) \

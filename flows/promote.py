@@ -1,6 +1,6 @@
 """After a dated run: the new model (challenger) against the named model's champion on the test day's raw rows,
 each with its own vocabulary; the better one is the champion (``nightly.registry`` records it under a lock). Then the
-parsed parts of days no later window needs are removed."""
+parsed parts of days no later window of any model needs are removed (under the store lease)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.context import FlowRunContext
 
+from common.errors import UserError
 from common.store import Store
 from flows import artifacts
 from flows.config import PipelineConfig
@@ -78,17 +79,31 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
     return entry
 
 
-def prune(config: PipelineConfig, store: Store, days: Window) -> list[str]:
-    """Remove the stored parsed parts of the days before the next night's window (less ``retain_days``)."""
+def prune(config: PipelineConfig, store: Store, days: Window, say=None) -> list[str]:
+    """Remove the stored parsed parts of the days no model's next window reads, less ``retain_days``: before this
+    model's next window, and before the first day of every other model's latest recorded window (``models/*/``).
+    Runs under the store lease, leaving the parts a running preprocessing job uses (``prune_file_parts``)."""
     from preprocessing import prune_file_parts
 
-    cutoff = days.date + dt.timedelta(days=1 - config.window.train_days - config.window.retain_days)
+    say = say or get_run_logger().info
+    retain = dt.timedelta(days=config.window.retain_days)
+    cutoff = days.date + dt.timedelta(days=1 - config.window.train_days) - retain
+    try:
+        others = {m: d for m, d in registry.windows_in_use(store.uri).items() if m != config.model}
+    except UserError as e:   # an unreadable history: what its model needs is unknown, so nothing is removed
+        say(f"parsed parts kept: {e}")
+        return []
+    for name, first in sorted(others.items()):
+        if dt.date.fromisoformat(first) - retain < cutoff:
+            cutoff = dt.date.fromisoformat(first) - retain
+            say(f"model {name}'s window reads from {first}: keeping the parsed parts from {cutoff}")
 
     def old(uri: str) -> bool:
         day = days.owns(uri)
         return day is not None and day < cutoff
 
-    removed = prune_file_parts(store.uri, old, work_dir=config.preprocess.work_dir)
+    owner = f"prune after {config.model or 'the pipeline'} on {days.date}"
+    removed = prune_file_parts(store.uri, old, work_dir=config.preprocess.work_dir, owner=owner, say=say)
     if removed:
-        get_run_logger().info("removed the parsed parts of %d input file(s) older than %s", len(removed), cutoff)
+        say(f"removed the parsed parts of {len(removed)} input file(s) older than {cutoff}")
     return removed

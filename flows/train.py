@@ -1,7 +1,8 @@
 """The train flow: torchrun as a subprocess, its output streamed into the Prefect logs, a progress
 artifact, the sharding plan (as soon as it is computed) and the training curve (at each evaluation). A
 complete run (the worker marked it) is skipped; one with complete checkpoints resumes from the latest; a
-failed launch fails the task with the failing rank's last lines."""
+failed launch fails the task with the failing rank's last lines. A run folder that another training or evaluation
+holds (its lease) is waited for first, then reused or resumed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from training.rundir import RunDir
 from training.sharding import PLAN_HEADER
 
 TAIL_LINES = 30
+OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
 # torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
 _RANK = re.compile(r"\[default(\d+)\]:")
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket
@@ -136,6 +138,7 @@ def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
     config = config.on(dataset)
     config = config.model_copy(update={"init_from": champion_init(config.init_from)})
     run = RunDir(run_uri)
+    run.wait_unleased(OVERLAP_WAIT_S, say=log.info)   # an overlapping run of the same folder: then reuse its result
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)
         artifacts.plan(run)

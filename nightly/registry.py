@@ -291,6 +291,22 @@ def _written(what: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def windows_in_use(store: str) -> dict[str, str]:
+    """Per model under ``<store>/models/``: the first day (ISO) of the window its latest night (by date) recorded
+    in its history, the oldest day its next nights still read (a window slides one day a night; kept from that
+    day itself, in case missing days had shortened it). Models without a recorded window are left out."""
+    fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
+    found = {}
+    for folder in sorted(fs.ls(root, detail=False)) if fs.exists(root) else []:
+        name = posixpath.basename(folder.rstrip("/"))
+        if not re.match(NAME_PATTERN, name):
+            continue
+        lines = [e for e in history(posixpath.join(store.rstrip("/"), MODELS, name)) if e.get("window")]
+        if lines:
+            found[name] = min(max(lines, key=lambda e: e.get("date") or "")["window"])
+    return found
+
+
 def champion_init(init):
     """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
     checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""

@@ -15,7 +15,7 @@ from common.atomic import atomic_path
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name, offsets_file_name
 
-from . import lists, stages, vocab, writer
+from . import lists, stages, vocab, work, writer
 from .config import PreprocessConfig
 from .job import FORMAT_VERSION, Job
 from .parallel import Executor, ThreadExecutor
@@ -37,13 +37,26 @@ class Preprocessing:
 
     def run(self, executor: Executor | None = None, say: Callable[[str], None] = _say) -> str:
         """Run every stage with ``executor`` (default: worker threads) unless the dataset is complete; ``say``
-        reports each milestone (default: stderr). Returns the dataset URI."""
+        reports each milestone (default: stderr). Returns the dataset URI. Under the dataset key's preprocessing
+        lease: a second job of the same key waits (saying so), then finds the finished dataset and reuses it."""
         job = self.job
         if writer.is_complete(job.dataset):
             say(f"dataset with fingerprint {job.fingerprint[:12]} already complete, skipping preprocessing: "
                 f"{job.dataset}")
             return job.dataset
-        executor = executor or ThreadExecutor(job.config.threads(), job.config.progress)
+        held = work.take_dataset_lease(job.config.out, job.work.root.name, job.parts, say=say)
+        try:
+            if writer.is_complete(job.dataset):   # written by the job we waited for
+                say(f"dataset with fingerprint {job.fingerprint[:12]} was completed by another run meanwhile, "
+                    f"reusing it: {job.dataset}")
+                return job.dataset
+            self._stages(executor or ThreadExecutor(job.config.threads(), job.config.progress), say, held)
+        finally:
+            work.release_dataset_lease(held, job.config.out)
+        return job.dataset
+
+    def _stages(self, executor: Executor, say: Callable[[str], None], held) -> None:
+        job = self.job
         files = range(len(job.inputs))
         job.work.create()
         say(f"preprocessing {len(files)} input files -> {job.dataset}")
@@ -55,11 +68,11 @@ class Preprocessing:
         say(f"vocabularies built: {len(cards)} categorical features, {sum(cards.values())} embedding rows in all")
         stats = executor.map("encode", partial(stages.encode_file, job, placement, cards), files,
                              placement.total_rows)
+        held.check()   # still ours: nobody took the key over while this job ran
         written = executor.call("write_dataset", partial(write_dataset, job, placement, metas, stats, cards))
         job.work.remove()
         say(f"dataset written: {job.dataset}" if written is not False else
             f"dataset finished meanwhile by another run, reusing it: {job.dataset}")
-        return job.dataset
 
 
 def run(config: PreprocessConfig) -> str:

@@ -5,7 +5,10 @@
   kept after the dataset is written (``prune_file_parts`` removes them);
 - ``WorkFolder``: one job's counts of partly counted files, vocabularies and encoded parts,
   ``_work/<dataset key>/`` (``<work_dir>/<dataset key>`` with ``--work-dir`` and a local store), deleted when
-  the dataset is written.
+  the dataset is written;
+- the preprocessing lease of a dataset key, ``_work/<dataset key>.lease`` in the store (``take_dataset_lease``):
+  one job per key at a time, the second waits, then finds the finished dataset; it records the file parts the
+  job uses, which ``prune_file_parts`` (under the store lease) leaves alone.
 
 Both live under a ``Mirror``: for a local store, the store itself (or ``work_dir``); for a remote store
 (s3://...), the store, so that workers on other machines share them, each worker reading and writing them
@@ -25,10 +28,14 @@ from typing import Callable
 from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import atomic_dir, atomic_path, write_atomic, write_uri
+from common.lease import Lease, LeaseHeld, acquire, holder, store_lease, wait_released
 from common.store import FILES, WORK, filesystem
 from feature_spec import join_uri
 
 _FOLDERS = ("counts", "encoded", "vocab")
+LEASE_SUFFIX = ".lease"        # _work/<dataset key>.lease: the preprocessing lease of a dataset key
+DATASET_LEASE_STALE_S = 300.0  # renewed by a heartbeat every fifth of it: only a crashed job's lease expires
+DATASET_LEASE_WAIT_S = 24 * 3600.0
 _COMPLETE = ".complete"   # in a remote store: the marker beside a folder part, written after its files
 
 
@@ -157,6 +164,49 @@ class WorkFolder:
             self.root.parent.rmdir()
 
 
+def dataset_lease_uri(out: str, key: str) -> str:
+    """The preprocessing lease of dataset ``key`` in store ``out``: beside its work folder, always in the store."""
+    return join_uri(out, WORK, key + LEASE_SUFFIX)
+
+
+def take_dataset_lease(out: str, key: str, parts: list[FileParts], owner: str | None = None,
+                       say: Callable[[str], None] | None = None, stale_s: float = DATASET_LEASE_STALE_S,
+                       wait_s: float = DATASET_LEASE_WAIT_S) -> Lease:
+    """Take the preprocessing lease of dataset ``key`` (renewed by a heartbeat), waiting while another job holds
+    it (``say`` tells once what for). It is taken under the store lease, recording the file parts the job uses,
+    so a prune either finishes first or sees them in use."""
+    uri, of = dataset_lease_uri(out, key), f"dataset {key}"
+    while True:
+        wait_released(uri, "preprocessing lease", of, wait_s, say=say)
+        with store_lease(out, owner, f"preprocessing {key} starts", say=say):
+            try:
+                return acquire(uri, owner, "preprocessing lease", of, 0, stale_s, say=say, heartbeat_s=stale_s / 5,
+                               extra={"parts": sorted(p.root.name for p in parts)})
+            except LeaseHeld:   # another job took it in between: wait for that one
+                continue
+
+
+def release_dataset_lease(held: Lease, out: str) -> None:
+    """Release the lease; a local store's ``_work`` folder goes once it is empty."""
+    held.release()
+    fs, path = filesystem(join_uri(out, WORK))
+    if isinstance(fs, LocalFileSystem):
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass   # not empty (another job's work or lease), or gone
+
+
+def parts_in_use(out: str) -> set[str]:
+    """The keys of the file parts that running preprocessing jobs use (their live leases say)."""
+    fs, path = filesystem(join_uri(out, WORK))
+    used = set()
+    for found in fs.glob(f"{path}/*{LEASE_SUFFIX}") if fs.exists(path) else []:
+        info = holder(fs.unstrip_protocol(found) if "s3" in fs.protocol else found)
+        used |= set((info or {}).get("parts", []))
+    return used
+
+
 _ENTRY = "entry.json"   # the input file's identity (uri, size, version) and the settings of the key
 _REMOVED = ".removed"   # suffix of an entry's folder while prune deletes it
 _PARSE_META = "parsed.json"
@@ -221,13 +271,24 @@ def file_parts(out: str, work_dir: str | None = None) -> list[str]:
     return sorted({meta["uri"] for _, meta in _entries(Mirror.locate(work_dir, out))})
 
 
-def prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | None = None) -> list[str]:
+def prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | None = None, owner: str | None = None,
+                     say: Callable[[str], None] | None = None) -> list[str]:
     """Delete the per-file parts of every input URI for which ``remove(uri)`` is true (all its versions and
-    settings); returns those URIs, sorted. Call it only when no preprocessing that may use them is running."""
+    settings) unless a running preprocessing job uses them (its lease records them); returns the URIs removed,
+    sorted. Runs under the store lease, so no job starts using parts meanwhile."""
+    with store_lease(out, owner, "prune of parsed parts", say=say):
+        return _prune_file_parts(out, remove, work_dir, say or (lambda _: None))
+
+
+def _prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | None,
+                      say: Callable[[str], None]) -> list[str]:
     mirror = Mirror.locate(work_dir, out)
-    removed = set()
+    removed, in_use = set(), parts_in_use(out)
     for folder, meta in _entries(mirror):
         if not remove(meta["uri"]):
+            continue
+        if folder.name in in_use:
+            say(f"kept the parsed parts of {meta['uri']}: a running preprocessing job uses them")
             continue
         if mirror.store is not None:
             # the markers first: a half-deleted entry is never found (nor used) again

@@ -47,7 +47,8 @@ def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, env: dict[str, st
         keep(f"warning: {warning}")
     cmd = torchrun_command(run.uri, nproc=config.nproc, module="training.evaluate_worker",
                            args=["--config", config.model_dump_json()])
-    rc = run_command(cmd, env=env, on_line=keep)
+    with run.lease("evaluation", say=keep):   # never while a training or another evaluation writes the run
+        rc = run_command(cmd, env=env, on_line=keep)
     if rc != 0:
         errors = [ln for ln in lines if ln.startswith("error")] or lines[-20:]
         raise UserError(f"evaluation of {run} on '{config.split}' failed (torchrun exit code {rc}):\n"

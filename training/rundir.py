@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import posixpath
-from typing import Any
+from typing import Any, Callable
 
 from common.atomic import write_atomic
+from common.lease import lease, wait_released
 from common.store import filesystem, storage_options
 
 
@@ -31,6 +32,8 @@ class RunDir:
     EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
     ROC, CALIBRATION = "roc.png", "calibration.png"
+    LEASE = "run.lease"           # while a training or an evaluation writes the run (``RunDir.lease``)
+    LEASE_STALE_S = 300.0         # renewed by a heartbeat every fifth of it: only a crashed holder's lease expires
 
     def __init__(self, uri: "str | RunDir", options: dict[str, Any] | None = None):
         if isinstance(uri, RunDir):
@@ -46,6 +49,19 @@ class RunDir:
     def name(self) -> str:
         """The folder's name (the rendezvous id and job names come from it)."""
         return run_name(self.uri)
+
+    # ---- the run's lease ------------------------------------------------------------------------
+
+    def lease(self, what: str, wait_s: float = 0.0, owner: str | None = None,
+              say: Callable[[str], None] | None = None):
+        """Hold the run folder's lease for the block (``what``: training, evaluation): one writer of a run at a
+        time. Another holder: wait up to ``wait_s`` (default: fail at once, naming it: LeaseHeld)."""
+        return lease(self.join(self.LEASE), owner, f"run lease ({what})", f"run {self.uri}", wait_s,
+                     self.LEASE_STALE_S, say=say, heartbeat_s=self.LEASE_STALE_S / 5)
+
+    def wait_unleased(self, timeout_s: float, say: Callable[[str], None] | None = None) -> None:
+        """Wait (saying once what for) while a training or evaluation holds the run folder's lease."""
+        wait_released(self.join(self.LEASE), "run lease", f"run {self.uri}", timeout_s, say=say)
 
     # ---- the training config -------------------------------------------------------------
     def has_config(self) -> bool:

@@ -1,5 +1,6 @@
-"""Named models: the promotion rule, the promotion lock (local O_EXCL and S3 conditional writes, against moto's
-server), history and champion under concurrent promotions from two processes, and the history pictures."""
+"""Named models: the promotion rule, the promotion lock (a common.lease: its S3 tests are in
+tests/common/test_lease.py), history and champion under concurrent promotions from two processes, and the history
+pictures."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import time
 from datetime import datetime, timedelta, timezone
 
-import fsspec
 import pytest
 
 from common import lease
@@ -316,19 +316,6 @@ def test_an_unreadable_local_lock_expires(tmp_path):
     os.utime(lock, (old, old))
     with models.promotion_lock(model, "me", timeout_s=2) as held:
         held.check()
-
-
-def test_s3_lock_uses_conditional_writes(s3_server):
-    """moto (like AWS S3) refuses a second If-None-Match create and an If-Match put on a changed object."""
-    fs, path = fsspec.core.url_to_fs("s3://store/x/lock", endpoint_url=s3_server.meta.endpoint_url)
-    lock = lease._S3LockObject(fs, path)
-    assert lock.create(b"a") and not lock.create(b"b")
-    data, etag, _ = lock.read()
-    assert data == b"a"
-    assert lock.replace(etag, b"c") and not lock.replace(etag, b"d")
-    assert lock.read()[0] == b"c"
-    assert not lock.replace(etag, None) and lock.read()[0] == b"c"  # not the version we saw: not deleted
-    assert lock.replace(lock.read()[1], None) and lock.read() is None
 
 
 # --- two processes at once --------------------------------------------------------------------------------------

@@ -83,10 +83,12 @@ def render(template: str, values: dict[str, object], source: str = "template") -
 class Launcher(ABC):
     """Runs ``training.train_worker`` on every rank of a run and waits for it.
 
-    ``launch`` checks the dataset and writes the resolved config to ``<run>/config.yaml`` first (the
-    ranks read it from there, so the run folder must be reachable from wherever they run: s3:// or a
-    shared file system), then ``start``s the ranks, hands every output line to ``on_line`` (or prints
-    it), and returns the exit code of the job (0: trained; else the failing rank's exit code).
+    ``launch`` checks the dataset, takes the run folder's lease (``RunDir.lease``: a second training of the
+    same folder waits ``wait_s``, by default not at all, and fails naming the holder; never two trainings in
+    one folder) and writes the resolved config to ``<run>/config.yaml`` (the ranks read it from there, so the
+    run folder must be reachable from wherever they run: s3:// or a shared file system), then ``start``s the
+    ranks, hands every output line to ``on_line`` (or prints it), and returns the exit code of the job (0:
+    trained; else the failing rank's exit code).
     """
 
     kind: str
@@ -103,14 +105,19 @@ class Launcher(ABC):
         return {**profile_env(self.settings.rccl_profiles), **self.settings.env, **(env or {})}
 
     def launch(self, run: RunDir | str, cfg: TrainConfig, *, nproc: int | None = None, resume: bool = False,
-               env: dict[str, str] | None = None, on_line: OnLine | None = None) -> int:
+               env: dict[str, str] | None = None, on_line: OnLine | None = None, wait_s: float = 0.0) -> int:
         """``nproc``: ranks per node for the local launcher (Slurm/Kubernetes take theirs from their
-        settings); ``env``: extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes)."""
+        settings); ``env``: extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes); ``wait_s``: how
+        long to wait for another training or evaluation of the run folder."""
         run = RunDir(run)
+        on_line = on_line or (lambda line: print(line, flush=True))
         check_dataset(cfg)
-        run.save_config(cfg)
-        return self.start(run, nproc=nproc, resume=resume, env=env,
-                          on_line=on_line or (lambda line: print(line, flush=True)))
+        with run.lease("training", wait_s, say=on_line) as held:
+            run.save_config(cfg)
+            code = self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)
+            if code == 0:
+                held.check()   # the run was ours throughout (a lost lease: another training may have written it)
+        return code
 
     @abstractmethod
     def start(self, run: RunDir, *, nproc: int | None, resume: bool, env: dict[str, str] | None,

@@ -1,0 +1,120 @@
+"""Leases (common.lease): heartbeat renewal keeps a long holder's lease, a stale one is taken over, a lost one
+is reported by check(), holder/wait_released, the store lease. Real files, threads and a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import fsspec
+import pytest
+
+from common import lease
+from helpers.paths import REPO
+
+
+def test_a_heartbeat_keeps_a_lease_past_stale_s(tmp_path):
+    uri = str(tmp_path / "job.lease")
+    with lease.lease(uri, "long job", "job lease", "the job", timeout_s=0, stale_s=0.6, heartbeat_s=0.1) as held:
+        first = json.loads((tmp_path / "job.lease").read_text())
+        time.sleep(1.5)   # well past stale_s: without renewals another owner would take it over
+        with pytest.raises(lease.LeaseHeld, match="held by long job"):
+            lease.acquire(uri, "intruder", "job lease", "the job", timeout_s=0.3, stale_s=5)
+        held.check()
+        renewed = json.loads((tmp_path / "job.lease").read_text())
+        assert renewed["token"] == first["token"] and renewed["acquired_at"] == first["acquired_at"]
+        assert renewed["expires_at"] > first["expires_at"]
+    assert not (tmp_path / "job.lease").exists() and not list(tmp_path.iterdir())   # released, no leftovers
+
+
+def test_a_stale_lease_is_taken_over_and_the_old_holder_learns_it(tmp_path):
+    uri, said = str(tmp_path / "job.lease"), []
+    crashed = lease.acquire(uri, "crashed job", "job lease", "the job", timeout_s=0, stale_s=0.3)   # no heartbeat
+    time.sleep(0.5)
+    with lease.lease(uri, "next job", "job lease", "the job", timeout_s=5, stale_s=30, say=said.append) as held:
+        assert any("took over the job lease of the job from crashed job" in s for s in said)
+        with pytest.raises(lease.LockLost, match="now held by next job"):
+            crashed.check()
+        with pytest.raises(lease.LockLost):
+            crashed.renew()
+        crashed.release()   # leaves the new holder's lease alone
+        held.check()
+        assert lease.holder(uri)["owner"] == "next job"
+    assert lease.holder(uri) is None
+
+
+def test_a_killed_local_process_lease_is_taken_over_at_once(tmp_path):
+    """A holder that died without releasing (a subprocess exiting inside the block) on this host: its lease is
+    taken over at once, not after stale_s."""
+    uri, said = str(tmp_path / "job.lease"), []
+    code = ("import os; from common import lease; "
+            f"h = lease.acquire({uri!r}, 'killed', 'job lease', 'the job', timeout_s=0, stale_s=3600); os._exit(0)")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert json.loads((tmp_path / "job.lease").read_text())["owner"] == "killed"
+    assert lease.holder(uri) is None   # not live: its process is gone
+    with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30, say=said.append) as held:
+        held.check()
+    assert any("took over" in s and "killed" in s for s in said)
+
+
+def test_wait_released_says_what_for_and_returns_when_free(tmp_path):
+    uri, said = str(tmp_path / "job.lease"), []
+    held = lease.acquire(uri, "first", "job lease", "dataset d", timeout_s=0, stale_s=30)
+    threading.Timer(0.5, held.release).start()
+    lease.wait_released(uri, "job lease", "dataset d", timeout_s=10, poll_s=0.05, say=said.append)
+    assert said == [said[0]] and "waiting for the job lease of dataset d, held by first" in said[0]
+    assert lease.holder(uri) is None
+    with lease.lease(uri, "other", "job lease", "dataset d", timeout_s=0, stale_s=30):
+        with pytest.raises(lease.LeaseHeld, match="held by other"):
+            lease.wait_released(uri, "job lease", "dataset d", timeout_s=0.2, poll_s=0.05)
+
+
+def test_store_lease_excludes_a_second_removal(tmp_path):
+    with lease.store_lease(str(tmp_path), "prune of night 1", "prune"):
+        assert (tmp_path / "_store.lease").exists()
+        with pytest.raises(lease.LeaseHeld, match="prune of night 1"):
+            with lease.store_lease(str(tmp_path), "prune of night 2", "prune", timeout_s=0.2):
+                pass
+    assert not (tmp_path / "_store.lease").exists()
+
+
+def test_extra_fields_are_recorded_and_kept_by_renewal(tmp_path):
+    uri = str(tmp_path / "job.lease")
+    with lease.lease(uri, "me", "job lease", "x", timeout_s=0, stale_s=30, extra={"uses": ["a", "b"]}) as held:
+        held.renew()
+        assert lease.holder(uri)["uses"] == ["a", "b"]
+
+
+def test_s3_lock_uses_conditional_writes(s3_server):
+    """moto (like AWS S3) refuses a second If-None-Match create and an If-Match put on a changed object."""
+    fs, path = fsspec.core.url_to_fs("s3://store/x/lock", endpoint_url=s3_server.meta.endpoint_url)
+    lock = lease._S3LockObject(fs, path)
+    assert lock.create(b"a") and not lock.create(b"b")
+    data, etag, _ = lock.read()
+    assert data == b"a"
+    assert lock.replace(etag, b"c") and not lock.replace(etag, b"d")
+    assert lock.read()[0] == b"c"
+    assert not lock.replace(etag, None) and lock.read()[0] == b"c"  # not the version we saw: not deleted
+    assert lock.replace(lock.read()[1], None) and lock.read() is None
+
+
+def test_s3_lease_renews_is_taken_over_when_stale_and_released(s3_server):
+    uri, said = "s3://store/_work/key.lease", []
+    with lease.lease(uri, "long job", "job lease", "the job", timeout_s=0, stale_s=60, heartbeat_s=0.2) as held:
+        first = lease.holder(uri)["expires_at"]
+        time.sleep(1.2)   # a few renewals (If-Match PUTs)
+        held.check()
+        assert lease.holder(uri)["expires_at"] > first and lease.holder(uri)["owner"] == "long job"
+        with pytest.raises(lease.LeaseHeld, match="held by long job"):
+            lease.acquire(uri, "intruder", "job lease", "the job", timeout_s=0.3, stale_s=60)
+    assert lease.holder(uri) is None
+    crashed = lease.acquire(uri, "crashed job", "job lease", "the job", timeout_s=0, stale_s=0.3)
+    time.sleep(0.5)
+    with lease.lease(uri, "next job", "job lease", "the job", timeout_s=5, stale_s=60, say=said.append) as held:
+        assert any("took over" in s and "crashed job" in s for s in said)
+        with pytest.raises(lease.LockLost):
+            crashed.renew()
+        held.check()
