@@ -16,6 +16,7 @@ import pytest
 
 from common import lease
 from common.errors import UserError
+from common.store import filesystem
 from nightly.decision import decide
 from nightly import registry as models
 
@@ -441,7 +442,7 @@ def test_init_from_a_model_folder_is_its_champion(model):
     assert models.champion_init(other) == other and models.champion_init(None) is None
     # a champion whose recorded metrics are not finite (a diverged model) is never started from
     champion = json.loads(read(model, models.CHAMPION_FILE))
-    fs, path = fsspec.core.url_to_fs(model)
+    fs, path = filesystem(model)
     with fs.open(f"{path}/{models.CHAMPION_FILE}", "w") as f:
         f.write(json.dumps({**champion, "metrics": {"auc": 1.0, "logloss": None, "rows": 10}}))
     with pytest.raises(UserError, match=r"non-finite recorded metrics .* Fix: train from scratch"):

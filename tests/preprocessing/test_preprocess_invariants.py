@@ -6,6 +6,7 @@ test_training_data.py)."""
 from __future__ import annotations
 
 import gzip
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,12 +79,14 @@ def test_missing_or_unreadable_part_fails_naming_the_file_and_a_rerun_parses_it_
     store = tmp_path / "store"
     folder = {}
 
-    def hook(now):   # the issue's race: a prune (or a damaged disk) between two stages
+    def hook(now):   # the issue's race: parts removed (a prune without leases, a damaged disk) between two stages
         if now != stage:
             return
         folder["parts"] = _parts_of(store, raw[split])
         if damage == "pruned":
-            prune_file_parts(str(store), lambda uri: uri == str(raw[split]))
+            assert prune_file_parts(str(store), lambda uri: uri == str(raw[split])) == []   # the lease keeps them
+            removed = folder["parts"] / ("parsed" if stage == "encode" else "counts")
+            shutil.rmtree(removed)
         else:
             ipc = sorted((folder["parts"] / "parsed").glob("*.ipc"))[0]
             ipc.write_bytes(ipc.read_bytes()[:len(ipc.read_bytes()) // 2])
@@ -137,8 +140,21 @@ def test_split_rows_other_than_planned_fail_before_the_dataset_is_written(raw, t
     assert not list(store.glob("datasets/*/_SUCCESS")) and not list(store.glob("datasets/*/*/*.bin"))
 
 
+class _NoLease:
+    """A dataset lease that holds nothing: the writer's own refusal is what is under test (the lease, which keeps
+    two jobs of one key apart, is tested in test_preprocess_leases.py)."""
+
+    def check(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
 def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path, monkeypatch):
-    from preprocessing import writer
+    from preprocessing import work, writer
+
+    monkeypatch.setattr(work, "take_dataset_lease", lambda *a, **k: _NoLease())
 
     store = tmp_path / "store"
     second = Preprocessing(_config(raw, store, frequency_threshold=2))
@@ -169,7 +185,7 @@ def test_finished_dataset_is_never_written_again(raw, dataset, tmp_path, monkeyp
     assert Path(third.run(_Between(lambda _: None), say=said.append)) == finished["ds2"]
     assert "finished meanwhile by another run, reusing it" in said[-1]
     assert _files(finished["ds2"]) == finished["files2"] == _files(dataset)
-    monkeypatch.undo()
+    monkeypatch.setattr(writer, "write_vocab", write_vocab)
     # the writer itself refuses: split files, vocabularies, the spec and _SUCCESS
     ds = str(finished["ds"])
     for write in (lambda: writer.write_splits(ds, [], ["train"], ["label.bin"]),
