@@ -85,8 +85,9 @@ class Launcher(ABC):
 
     ``launch`` checks the dataset, takes the run folder's lease (``RunDir.lease``: a second training of the
     same folder waits ``wait_s``, by default not at all, and fails naming the holder; never two trainings in
-    one folder) and writes the resolved config to ``<run>/config.yaml`` (the ranks read it from there, so the
-    run folder must be reachable from wherever they run: s3:// or a shared file system), then ``start``s the
+    one folder; not for a local job started by hand on several nodes, whose launchers are one job) and writes
+    the resolved config to ``<run>/config.yaml`` (the ranks read it from there, so the run folder must be
+    reachable from wherever they run: s3:// or a shared file system), then ``start``s the
     ranks, hands every output line to ``on_line`` (or prints it), and returns the exit code of the job (0:
     trained; else the failing rank's exit code).
     """
@@ -112,6 +113,9 @@ class Launcher(ABC):
         run = RunDir(run)
         on_line = on_line or (lambda line: print(line, flush=True))
         check_dataset(cfg)
+        if getattr(self.settings, "nnodes", 1) > 1:   # by hand on every node: one job, several launchers
+            run.save_config(cfg)
+            return self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)
         with run.lease("training", wait_s, say=on_line) as held:
             run.save_config(cfg)
             code = self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)
