@@ -109,7 +109,7 @@ def test_scores_equal_evaluation_unseen_values_and_bad_rows(prefect_harness, cri
     extra.write_text("\n".join(unseen + ["1\tnot\tenough\tfields"] + missing) + "\n")
     out = tmp_path / "scores.parquet"
     summary = score_flow(ScoreConfig(run=str(criteo_run["run"]), inputs=[str(criteo["raw"]["test"]), str(extra)],
-                                     out=str(out), on_bad_row="skip", max_bad_fraction=0.01))
+                                     out=str(out), on_bad_row="skip", max_bad_fraction=0.1))   # (per file: 1 of 11)
     assert summary["rows"] == ROWS["test"] + 10 and summary["bad_rows"] == 1
     assert summary["step"] == criteo_run["evaluation"]["step"]
     scores = pl.read_parquet(out)
