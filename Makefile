@@ -5,11 +5,15 @@ export PREFECT_SERVER_ANALYTICS_ENABLED=false
 run: .venv/.installed
 	.venv/bin/dlrmflow run $(ARGS)
 
+# two pytest workers (pytest-xdist); tests sharing a session server or trained runs stay on one (tests/conftest.py)
+PYTEST_WORKERS ?= 2
+PYTEST = .venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: .venv/.installed
-	.venv/bin/python -m pytest -q
+	$(PYTEST)
 
 test-fast: .venv/.installed
-	.venv/bin/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 .venv/.installed: infra/requirements.lock pyproject.toml
 	bash infra/install.sh

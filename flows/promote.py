@@ -23,7 +23,6 @@ from nightly import registry, scoring
 from nightly.config import ScoreConfig
 from nightly.decision import finite
 from nightly.window import Window
-from training.export import export_verified
 from training.rundir import RunDir
 
 METRICS = ("auc", "logloss", "rows")   # what the comparison records of each model on the test day
@@ -47,7 +46,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
         log.info("model %s on %s: already decided (%s)", config.model, days.date, done["decision"])
         mine = {k: math.nan if v is None else v for k, v in done["challenger"].items()}
         entry = registry.record(model, {**candidate, "metrics": mine}, say=log.info, owner=owner,
-                                export=export_verified)
+                                export=_export_verified)
         return entry
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
 
@@ -70,7 +69,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             theirs = score(model=model)
         entry = registry.record(model, {**candidate, "metrics": mine}, theirs, champion.run if champion else None,
                                 margin=config.promote_margin, score_champion=lambda _: score(model=model),
-                                say=log.info, owner=owner, export=export_verified)
+                                say=log.info, owner=owner, export=_export_verified)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
     if entry["decision"] in registry.PROMOTING:
         log.info("serving bundle of the new champion: %s",
@@ -107,3 +106,11 @@ def prune(config: PipelineConfig, store: Store, days: Window, say=None) -> list[
     if removed:
         say(f"removed the parsed parts of {len(removed)} input file(s) older than {cutoff}")
     return removed
+
+
+def _export_verified(*args, **kwargs):
+    """training.export.export_verified, imported when a champion is exported (it imports torch: seconds that
+    a night which promotes nothing, and every `dlrmflow` start, need not spend)."""
+    from training.export import export_verified
+
+    return export_verified(*args, **kwargs)

@@ -23,7 +23,6 @@ from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
 from training.rundir import RunDir
-from training.sharding import PLAN_HEADER
 
 TAIL_LINES = 30
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
@@ -75,7 +74,7 @@ class _Stream:
         self.tails[rank].append(text)
         if _NOISE.match(text):
             self.logger.warning("[rank %d] %s", rank, text)
-        elif rank == 0 and body.startswith(PLAN_HEADER):
+        elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
             self.logger.info("sharding plan published (artifact '%s'): %s", artifacts.SHARDING_PLAN,
                              next((line for line in self.plan_lines if line.startswith(("FITS", "DOES NOT"))), body))

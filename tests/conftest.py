@@ -26,10 +26,18 @@ def _audit(event: str, args) -> None:
 sys.addaudithook(_audit)
 
 
+# Under pytest-xdist (make test: two workers), the tests using one of these session fixtures run on one worker,
+# so that it is made once: the first listed that a test uses names its group.
+SHARED_ON_ONE_WORKER = ("prefect_server", "trained_runs")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        if group := next((f for f in SHARED_ON_ONE_WORKER if f in fixtures), None):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(wrapper=True)

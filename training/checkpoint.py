@@ -12,12 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
-from torch.distributed.checkpoint.planner import LoadPlan
-
 from common.errors import UserError
 from training.rundir import RunDir
 
@@ -82,6 +76,9 @@ class Checkpointer:
 
         ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
         if step not in self.steps():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
             dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
             _barrier()
         if _rank() == 0:
@@ -94,8 +91,11 @@ class Checkpointer:
 
     def load(self, which: str | int, state: dict[str, Any]) -> int:
         """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards); returns its step."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
         step, _ = self.step_for(which)
-        dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options), planner=_LoadPlanner())
+        dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options), planner=_load_planner())
         return step
 
     def _prune(self) -> None:
@@ -128,23 +128,32 @@ def checkpoint_of(run: RunDir, checkpoint: str | int, dataset: str | None = None
     return {"dataset": dataset, "step": step, "warning": warning}
 
 
-class _LoadPlanner(DefaultLoadPlanner):
+def _load_planner():
     """DCP's default load planner without its guess at pre-2.4 checkpoints.
 
     TorchRec's fused optimizer keeps the state of a table-wise table only on the rank that owns
     it, so a rank's state dict lacks keys that the checkpoint holds. The default planner takes
     such keys for a sign of an old checkpoint format and re-flattens the state dict the old way,
     which then fails ("Missing key in checkpoint state_dict: progress"). Every checkpoint here is
-    written in the current format: each rank simply reads the keys it has."""
+    written in the current format: each rank simply reads the keys it has. (Built here: torch's
+    checkpoint modules take seconds to import, and finding a checkpoint needs none of them.)"""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, create_default_local_load_plan
 
-    def create_local_plan(self) -> LoadPlan:
-        return create_default_local_load_plan(self.state_dict, self.metadata, not self.allow_partial_load)
+    class LoadPlanner(DefaultLoadPlanner):
+        def create_local_plan(self):
+            return create_default_local_load_plan(self.state_dict, self.metadata, not self.allow_partial_load)
+
+    return LoadPlanner()
 
 
 def _rank() -> int:
+    import torch.distributed as dist
+
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def _barrier() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()

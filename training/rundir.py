@@ -25,6 +25,7 @@ class RunDir:
 
     CONFIG = "config.yaml"        # the resolved TrainConfig (the ranks read it)
     PLAN = "plan.txt"             # the sharding plan
+    PLAN_HEADER = "Sharding plan:"  # its first line starts with it (also the line the train flow waits for)
     METRICS = "metrics.jsonl"     # training log
     PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
     DONE = "_SUCCESS"             # written last by the worker: training finished

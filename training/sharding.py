@@ -22,6 +22,7 @@ from torchrec.optim import RowWiseAdagrad
 
 from common.errors import UserError
 from training.config import ShardingConfig
+from training.rundir import RunDir
 
 from .topology import GiB, build_topology, load_profile, resolve_local_world_size
 
@@ -177,15 +178,13 @@ def _ranks(ranks: list[int]) -> str:
     return ",".join(map(str, ranks))
 
 
-PLAN_HEADER = "Sharding plan:"  # format_plan's first line starts with it
-
 
 def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
                 optimizer: str = "rowwise_adagrad", pooling_factors: dict[str, float] | None = None) -> str:
     """The plan as text: per table its sharding, kernel and ranks (and the pooling factors the planner was
     given); per rank its memory vs capacity; whether it fits."""
     nodes = topology.world_size // topology.local_world_size
-    lines = [f"{PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
+    lines = [f"{RunDir.PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
              f"device {topology.compute_device}",
              f"{'table':<24} {'rows':>14} {'dim':>5}  {'sharding':<17} {'kernel':<18} ranks"]
     by_name = {t.name: t for t in tables}

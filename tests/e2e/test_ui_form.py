@@ -120,10 +120,10 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         os.killpg(serve.pid, signal.SIGTERM)
         code = _wait(serve, 30)
     assert code == 0
-    deployments = post(f"{api}/deployments/filter", {})
-    assert all(d["paused"] for d in deployments)
+    deployments = [d for d in post(f"{api}/deployments/filter", {}) if d["name"] in FIVE]
+    assert len(deployments) == 5 and all(d["paused"] for d in deployments)
     scheduled = post(f"{api}/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
-    assert not [r for r in scheduled if r["auto_scheduled"]]
+    assert not [r for r in scheduled if r["auto_scheduled"] and r["deployment_id"] in {d["id"] for d in deployments}]
 
 
 def test_serve_ends_with_an_error_when_the_server_has_gone(prefect_server):

@@ -197,14 +197,15 @@ def test_a_bad_value_gets_the_same_message_on_the_command_line_as_in_yaml(flag, 
 
 
 @pytest.mark.slow
-def test_a_user_error_inside_the_pipeline_prints_one_clean_line(tmp_path):
-    """Inside the running flows (Prefect started): the message alone; `--debug` adds the traceback."""
+def test_a_user_error_inside_the_pipeline_prints_one_clean_line(prefect_harness, tmp_path, capsys):
+    """Inside the running flows (Prefect started: the session's test API): the message alone; `--debug` adds the
+    traceback. (`run` as a fresh process, which starts its own Prefect, is the smoke test above.)"""
     missing = str(tmp_path / "no-such-day.tsv")
-    r = _dlrmflow("run", "--input", missing, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.count("does not exist") >= 1 and f"error: input '{missing}' does not exist" in r.stderr
-    r = _dlrmflow("--debug", "run", "--input", missing, "--store", str(tmp_path / "store"), tmp_path=tmp_path)
-    assert r.returncode == 2 and "Traceback" in r.stderr
+    code, err = _main("run", "--input", missing, "--store", str(tmp_path / "store"), capsys=capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.count("does not exist") >= 1 and f"error: input '{missing}' does not exist" in err
+    code, err = _main("--debug", "run", "--input", missing, "--store", str(tmp_path / "store"), capsys=capsys)
+    assert code == 2 and "Traceback" in err
 
 
 @pytest.mark.parametrize("flag, value, valid", [

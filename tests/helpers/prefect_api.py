@@ -56,14 +56,18 @@ def latest_artifacts() -> dict:
 
 # ---------------------------------------------------------------- a real server's REST API
 
+# generous: the server shares the 2 cores with the ranks of a night and, under `make test`, another pytest worker
+TIMEOUT_S = 120
+
+
 def get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as r:
         return json.loads(r.read() or "null")
 
 
 def post(url: str, body: dict):
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
         return json.loads(r.read())
 
 
@@ -130,7 +134,8 @@ def prefect_server(folder: Path, port: int | None = None):
     ui, api = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(folder / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port), "PREFECT_API_URL": api,
-           "PREFECT_RUNNER_POLL_FREQUENCY": "2", "OMP_NUM_THREADS": "1"}
+           "PREFECT_RUNNER_POLL_FREQUENCY": "2", "OMP_NUM_THREADS": "1",
+           "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "3"}   # a queued night retries soon (30 s)
     with open(folder / "server.log", "w") as log, process_group([str(BIN / "prefect"), "server", "start"], env=env,
                                                                 stdout=log, stderr=subprocess.STDOUT) as proc:
         wait_for_port(port, proc, 120)
