@@ -27,7 +27,8 @@ sys.addaudithook(_audit)
 
 
 # Under pytest-xdist (make test: two workers), the tests using one of these session fixtures run on one worker,
-# so that it is made once: the first listed that a test uses names its group.
+# so that it is made once: the first listed that a test uses names its group. The other slow tests run on one
+# worker per module (their module-scoped runs and datasets are made once too); fast tests go one by one.
 SHARED_ON_ONE_WORKER = ("prefect_server", "trained_runs")
 
 
@@ -36,7 +37,10 @@ def pytest_collection_modifyitems(items):
         fixtures = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
-        if group := next((f for f in SHARED_ON_ONE_WORKER if f in fixtures), None):
+        group = next((f for f in SHARED_ON_ONE_WORKER if f in fixtures), None)
+        if group is None and item.get_closest_marker("slow"):
+            group = item.module.__name__
+        if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
