@@ -218,35 +218,42 @@ _RUN_COLUMNS = ("run", "dataset", "config", "epochs", "world size", "val AUC (be
 
 
 def _run_row(run: RunDir) -> dict:
+    """The runs table's row of ``run``; a run whose files cannot be read (another version's config, a truncated
+    metrics file) gets a row saying so instead of failing the flow that lists it."""
     row = dict.fromkeys(_RUN_COLUMNS, "-") | {"run": run.name}
     try:
         cfg = run.load_config()
-    except UserError as e:  # e.g. a run of another version: listed, never failing the pipeline that lists it
+    except UserError as e:
         return row | {"trained": f"config unreadable: {e}"}
-    done = run.completion() or {}
-    best = tm.best_evaluation(run.metrics(), cfg.best_metric) or {}
-    test = run.eval_metrics("test") or {}
-    stamp = run.fs.modified(run.path(RunDir.DONE)) if done else None
+    try:
+        done = run.completion() or {}
+        best = tm.best_evaluation(run.metrics(), cfg.best_metric) or {}
+        test = run.eval_metrics("test") or {}
+        stamp = run.fs.modified(run.path(RunDir.DONE)) if done else None
+    except (OSError, ValueError, TypeError, AttributeError) as e:   # ValueError: JSON that does not parse
+        return row | {"trained": f"unreadable: {type(e).__name__}: {e}"}
 
     def num(value):
         return round(value, 4) if isinstance(value, float) else "-"
 
     return row | {"dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg),
-                  "epochs": cfg.epochs, "world size": done.get("world_size", "-"),
+                  "epochs": cfg.epochs, "world size": done.get("world_size", "-") if isinstance(done, dict) else "-",
                   "val AUC (best)": num(best.get("auc")), "val log loss": num(best.get("logloss")),
                   "test AUC": num(test.get("auc")), "test log loss": num(test.get("logloss")),
                   "test NE": num(test.get("normalized_entropy")),
                   "trained": stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "incomplete"}
 
 
-def runs(store_uri: str) -> None:
-    """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them."""
+def runs(store_uri: str) -> list[str]:
+    """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them.
+    Returns the names of the runs that could not be read (listed with the reason, never failing)."""
     fs, root = filesystem(posixpath.join(store_uri, RUNS))
     folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)) if fs.exists(root) else []
     rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, RUNS, f)) for f in folders)
             if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
+    return [row["run"] for row in rows if str(row["trained"]).startswith(("config unreadable", "unreadable"))]
 
 
 def model_key(name: str, kind: str) -> str:

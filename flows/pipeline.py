@@ -163,9 +163,11 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         result["date"] = day.isoformat()
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
-    artifacts.runs(store.uri)
     if config.model and days:
         result["decision"] = compete(config, store, days, run, dataset, metrics, return_state=True).result()
     if days:
         prune(config, store, days)
+    if unreadable := artifacts.runs(store.uri):   # after promotion: a malformed run never blocks a model
+        log.warning("runs table: %d run(s) of %s could not be read, listed as such: %s", len(unreadable),
+                    store.uri, ", ".join(unreadable))
     return result
