@@ -209,6 +209,7 @@ def config_hash(train: TrainConfig) -> str:
     """A short hash of a training config (dataset included): the suffix of the default run names."""
     data = train.model_dump(mode="json")
     data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
+    data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
     text = json.dumps(data, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 

@@ -140,6 +140,8 @@ class DataConfig(_Section):
     train_split: str = Field("train", description="Split to train on.")
     shuffle: bool = Field(True, description="Shuffle the order of global batches each epoch (a function of seed and epoch).")
     cache_dir: str | None = Field(None, description=f"Local cache for a remote dataset (None: {DEFAULT_CACHE_DIR}).")
+    cache_max_gib: float | None = Field(50.0, gt=0, description="Bound on that cache per node: the least recently used "
+                                        "datasets' files are removed past it (none used in the last hour). None: unbounded.")
 
 
 class PrecisionConfig(_Section):

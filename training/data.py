@@ -55,9 +55,10 @@ class SplitBinaryDataset:
     """One split of a split_binary dataset, read by slicing memory-mapped files."""
 
     def __init__(self, dataset_uri: str, split: str, *, cache_dir: str | None = None,
-                 storage_options: dict | None = None):
+                 cache_max_bytes: int | None = None, storage_options: dict | None = None):
         self.uri, self.split = dataset_uri, split
-        self._cache_dir, self._storage_options = cache_dir, storage_options or {}
+        self._cache_dir, self._cache_max_bytes = cache_dir, cache_max_bytes
+        self._storage_options = storage_options or {}
         self.spec: FeatureSpec = load(dataset_uri, **self._storage_options)
         if split not in self.spec.splits:
             raise split_error(dataset_uri, split, self.spec.splits, "use one of those split names.")
@@ -107,7 +108,7 @@ class SplitBinaryDataset:
         relative = relative or self.spec.file_of(self.split, feature)[0]
         uri = file_uri(self.uri, relative)
         try:
-            path = local_copy(uri, self._cache_dir, self._storage_options)
+            path = local_copy(uri, self._cache_dir, self._storage_options, self._cache_max_bytes)
             size = os.path.getsize(path)
         except FileNotFoundError:
             raise UserError(f"{uri}: data file is missing (named for '{feature}' in source_spec.{self.split} of "

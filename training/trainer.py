@@ -85,7 +85,10 @@ class Trainer(Stateful):
     def dataset(self, split: str) -> SplitBinaryDataset:
         """A split of the dataset (opened once)."""
         if split not in self._datasets:
-            self._datasets[split] = SplitBinaryDataset(self.cfg.dataset, split, cache_dir=self.cfg.data.cache_dir)
+            data = self.cfg.data
+            self._datasets[split] = SplitBinaryDataset(
+                self.cfg.dataset, split, cache_dir=data.cache_dir,
+                cache_max_bytes=None if data.cache_max_gib is None else int(data.cache_max_gib * 2**30))
         return self._datasets[split]
 
     @cached_property
