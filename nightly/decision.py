@@ -1,12 +1,81 @@
-"""The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?"""
+"""The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?
+
+``decide`` applies the gates (``Gates``, docs/nightly.md): both models finite and scored on the same rows (row
+count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
+lift, log loss below the base rate's entropy), an optional calibration band, a strictly better AUC (by more than
+the margin) and, optionally, a paired bootstrap interval of the AUC difference whose lower bound clears the
+margin (``paired``). A refusal names the gate, the value and the threshold."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from common.errors import UserError
 
 PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
+RESAMPLES = 1000   # bootstrap resamples of the paired AUC difference
+SEED = 0           # the bootstrap's seed: the same scores give the same interval
+
+
+class RowScores(NamedTuple):
+    """One model's predictions on a test day, rows in (file, row) order, and the fingerprint of those rows."""
+
+    probs: np.ndarray
+    labels: np.ndarray
+    fingerprint: str
+
+
+def fingerprint(files: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> str:
+    """sha256 (16 hex digits) of the row count and each row's (file, row number, label), in the given order:
+    two models scored the same rows of the same files have the same one."""
+    h = hashlib.sha256(f"{len(labels)} rows\n".encode())
+    names, first = np.unique(files, return_index=True)
+    for name in names[np.argsort(first)]:
+        mine = files == name
+        h.update(f"{name}\n".encode())
+        h.update(np.asarray(rows[mine], "<i8").tobytes())
+        h.update((np.asarray(labels[mine]) > 0.5).astype(np.uint8).tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The promotion gates' thresholds (``PipelineConfig``'s promote_margin, min_auc_lift, min_test_rows,
+    min_test_positives, promote_confidence, calibration_band)."""
+
+    margin: float = 0.0
+    min_auc_lift: float = 0.01
+    min_test_rows: int = 1000
+    min_test_positives: int = 100
+    confidence: float | None = None
+    calibration_band: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        check_margin(self.margin)
+        if not math.isfinite(self.min_auc_lift) or not 0 <= self.min_auc_lift < 0.5:
+            raise UserError(f"min_auc_lift {self.min_auc_lift} is not in [0, 0.5). Fix: give the AUC a first "
+                            "champion needs above 0.5, e.g. 0.01.")
+        if self.min_test_rows < 1 or self.min_test_positives < 1:
+            raise UserError(f"min_test_rows {self.min_test_rows} and min_test_positives {self.min_test_positives} "
+                            "must be >= 1. Fix: give the test-day rows and positives a comparison needs.")
+        if self.confidence is not None and not 0 < self.confidence < 1:
+            raise UserError(f"promote_confidence {self.confidence} is not in (0, 1). Fix: e.g. 0.95, or leave it "
+                            "out (no significance gate).")
+        band = self.calibration_band
+        if band is not None and not (len(band) == 2 and 0 < band[0] < band[1] and math.isfinite(band[1])):
+            raise UserError(f"calibration_band {band} is not [LOW, HIGH] with 0 < LOW < HIGH. Fix: e.g. "
+                            "[0.8, 1.25], or leave it out.")
+
+    def recorded(self) -> dict:
+        """The thresholds as the history line records them."""
+        out = asdict(self)
+        out["calibration_band"] = list(self.calibration_band) if self.calibration_band else None
+        return out
 
 
 def _number(metrics: dict | None, key: str) -> float:
@@ -30,17 +99,94 @@ def finite(metrics: dict | None) -> bool:
     return all(math.isfinite(_number(metrics, key)) for key in ("auc", "logloss"))
 
 
-def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tuple[str, str]:
-    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day:
-    the challenger wins when there is no champion or when its AUC >= the champion's AUC + ``margin``. Both sides
-    need a finite AUC and log loss: a NaN or infinite one (a day with one class, a diverged model) never
-    promotes. The reason reports both AUCs and log losses."""
-    check_margin(margin)
+def _weighted_aucs(probs: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """ROC AUC (ties count half) of each row of ``weights`` (resamples x rows: how often each row was drawn)."""
+    order = np.argsort(probs, kind="mergesort")
+    p, pos = probs[order], labels[order] > 0.5
+    starts = np.r_[0, np.flatnonzero(np.diff(p)) + 1]   # runs of equal scores
+    w = weights[:, order]
+    wpos = np.add.reduceat(w * pos, starts, axis=1)
+    wneg = np.add.reduceat(w * ~pos, starts, axis=1)
+    below = np.cumsum(wneg, axis=1) - wneg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wpos * (below + 0.5 * wneg)).sum(1) / (wpos.sum(1) * wneg.sum(1))
+
+
+def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: int = RESAMPLES,
+           seed: int = SEED) -> dict:
+    """The comparison of two models' scores of a test day: each side's rows and fingerprint and, when they are
+    the same rows and ``confidence`` is given, the ``confidence`` percentile interval of AUC(new) - AUC(old)
+    over ``resamples`` paired bootstrap resamples of the rows (numpy, seeded: deterministic)."""
+    out = {"rows": [len(new.labels), len(old.labels)], "fingerprints": [new.fingerprint, old.fingerprint],
+           "confidence": confidence, "auc_diff_interval": None}
+    if confidence is None or new.fingerprint != old.fingerprint:
+        return out
+    n = len(new.labels)
+    rng = np.random.default_rng(seed)
+    diffs = []
+    chunk = max(1, (1 << 22) // max(n, 1))   # resamples per pass: each (resamples x rows) array <= 32 MB
+    for start in range(0, resamples, chunk):
+        b = min(chunk, resamples - start)
+        draws = rng.integers(0, n, (b, n)) + np.arange(b)[:, None] * n
+        weights = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+        diffs.append(_weighted_aucs(new.probs, new.labels, weights) - _weighted_aucs(old.probs, old.labels, weights))
+    diffs = np.concatenate(diffs)
+    diffs = diffs[np.isfinite(diffs)]   # a resample without one of the classes has no AUC
+    if len(diffs):
+        tail = (1 - confidence) / 2
+        out["auc_diff_interval"] = [float(x) for x in np.quantile(diffs, [tail, 1 - tail])]
+    return out | {"resamples": resamples, "seed": seed}
+
+
+def _floors(challenger: dict, first: bool, gates: Gates) -> list[str]:
+    """The refusals of the gates on the challenger alone: test rows and positives, calibration band, and for a
+    first champion the AUC and log loss floors."""
+    refused = []
+    for gate, key in (("min_test_rows", "rows"), ("min_test_positives", "positives")):
+        value, least = _number(challenger, key), getattr(gates, gate)
+        if not value >= least:   # NaN (unknown) refuses too
+            refused.append(f"gate {gate}: the test day has {value:g} {key} < {least}")
+    band = gates.calibration_band
+    ratio = _number(challenger, "calibration")
+    if band is not None and not band[0] <= ratio <= band[1]:
+        refused.append(f"gate calibration_band: challenger predicted/observed clicks {ratio:.3f} outside "
+                       f"[{band[0]:g}, {band[1]:g}]")
+    if first:
+        auc, floor = _number(challenger, "auc"), 0.5 + gates.min_auc_lift
+        if not auc > floor:
+            refused.append(f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + {gates.min_auc_lift:g} = {floor:g}")
+        loss, base = _number(challenger, "logloss"), _number(challenger, "base_logloss")
+        if not loss < base:
+            refused.append(f"gate base_logloss: log loss {loss:.4f} is not below the base rate's entropy {base:.4f}")
+    return refused
+
+
+def _same_rows(challenger: dict, champion: dict) -> str | None:
+    """The same_rows gate's refusal, None when both were scored on the same rows (``paired``'s fingerprints,
+    else the metrics' own ``fingerprint``)."""
+    found = champion.get("paired")
+    rows = found["rows"] if found else [challenger.get("rows"), champion.get("rows")]
+    prints = found["fingerprints"] if found else [challenger.get("fingerprint"), champion.get("fingerprint")]
+    if None in prints or prints[0] != prints[1] or rows[0] != rows[1]:
+        return (f"gate same_rows: challenger rows {rows[0]} (fingerprint {prints[0]}) vs champion rows {rows[1]} "
+                f"(fingerprint {prints[1]}): not the same test rows, so not comparable")
+    return None
+
+
+def decide(challenger: dict, champion: dict | None, gates: Gates = Gates()) -> tuple[str, str]:
+    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day
+    (auc, logloss, rows, positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the
+    comparison ``paired`` made). The challenger wins when every gate passes (module doc); the AUC gain must
+    exceed ``gates.margin`` (a tie keeps the champion). Both sides need a finite AUC and log loss. The reason
+    reports both AUCs and log losses, and each refusing gate with its value and threshold."""
     new = _number(challenger, "auc")
     if champion is None:
         if not finite(challenger):
             return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
                             "not promoted")
+        refused = _floors(challenger, True, gates)
+        if refused:
+            return "kept", f"no champion yet, but the challenger ({_summary(challenger)}) fails {'; '.join(refused)}"
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
     old = _number(champion, "auc")
     if not finite(challenger) or not finite(champion):
@@ -48,6 +194,23 @@ def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tupl
         return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
                         f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)})")
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    if new >= old + margin:
-        return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g}; {losses}"
-    return "kept", f"challenger AUC {new:.4f} < champion AUC {old:.4f} + margin {margin:g}; {losses}"
+    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates)] if r]
+    if not new - old > gates.margin:
+        refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
+                       f"is not above the margin {gates.margin:g}")
+    if gates.confidence is not None:
+        interval = (champion.get("paired") or {}).get("auc_diff_interval")
+        if interval is None or not interval[0] > gates.margin:
+            shown = "unknown" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
+            refused.append(f"gate promote_confidence: the {gates.confidence:g} interval of the AUC gain {shown} "
+                           f"does not lie above the margin {gates.margin:g}")
+    if refused:
+        return "kept", f"champion kept: {'; '.join(refused)}; {losses}"
+    return "promoted", (f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}"
+                        f"{_interval_text(champion, gates)}; {losses}")
+
+
+def _interval_text(champion: dict, gates: Gates) -> str:
+    interval = (champion.get("paired") or {}).get("auc_diff_interval")
+    return "" if interval is None else (f" (AUC gain {gates.confidence:g} interval "
+                                        f"[{interval[0]:+.4f}, {interval[1]:+.4f}])")
