@@ -27,6 +27,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from common.store import RUNS, filesystem, storage_options
 from flows.config import config_hash
+from nightly.decision import interval_text
 from training import metrics as tm
 from training.report import TABLE
 from training.rundir import RunDir
@@ -264,10 +265,9 @@ def _num(value) -> object:
 
 
 def _interval(entry: dict) -> str:
-    """The paired bootstrap interval of the AUC gain in a history line, as text ("-": none)."""
-    paired = entry.get("paired") or {}
-    interval = paired.get("auc_diff_interval")
-    return "-" if not interval else f"[{interval[0]:+.4f}, {interval[1]:+.4f}] ({paired.get('confidence'):g})"
+    """The paired bootstrap interval of the AUC gain in a history line, with its confidence ("-": none)."""
+    interval = interval_text(entry.get("paired"))
+    return f"{interval} ({entry['paired']['confidence']:g})" if interval else "-"
 
 
 def _history_row(entry: dict) -> dict:

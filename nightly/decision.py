@@ -198,19 +198,20 @@ def decide(challenger: dict, champion: dict | None, gates: Gates = Gates()) -> t
     if not new - old > gates.margin:
         refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
                        f"is not above the margin {gates.margin:g}")
+    found = champion.get("paired")
+    interval = interval_text(found)
     if gates.confidence is not None:
-        interval = (champion.get("paired") or {}).get("auc_diff_interval")
-        if interval is None or not interval[0] > gates.margin:
-            shown = "unknown" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
-            refused.append(f"gate promote_confidence: the {gates.confidence:g} interval of the AUC gain {shown} "
-                           f"does not lie above the margin {gates.margin:g}")
+        lower = found["auc_diff_interval"][0] if interval else math.nan
+        if not lower > gates.margin:
+            refused.append(f"gate promote_confidence: the {gates.confidence:g} interval of the AUC gain "
+                           f"{interval or 'unknown'} does not lie above the margin {gates.margin:g}")
     if refused:
         return "kept", f"champion kept: {'; '.join(refused)}; {losses}"
-    return "promoted", (f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}"
-                        f"{_interval_text(champion, gates)}; {losses}")
+    gain = f" (AUC gain {found['confidence']:g} interval {interval})" if interval else ""
+    return "promoted", f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}{gain}; {losses}"
 
 
-def _interval_text(champion: dict, gates: Gates) -> str:
-    interval = (champion.get("paired") or {}).get("auc_diff_interval")
-    return "" if interval is None else (f" (AUC gain {gates.confidence:g} interval "
-                                        f"[{interval[0]:+.4f}, {interval[1]:+.4f}])")
+def interval_text(found: dict | None) -> str | None:
+    """The AUC-gain interval of a ``paired`` comparison as text, None when it has none."""
+    interval = (found or {}).get("auc_diff_interval")
+    return None if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"

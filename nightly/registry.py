@@ -1,5 +1,5 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, challenger and champion metrics, decision), and ``bundles/`` (the
+(one line per pipeline run: date, window, challenger and champion metrics, gates, decision), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
