@@ -148,7 +148,7 @@ class PipelineConfig(_Model):
         try:
             self.gates
         except UserError as e:
-            raise ValueError(str(e)) from None
+            raise ValueError(str(e).rstrip(".")) from None
         return self
 
     @property

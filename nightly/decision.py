@@ -56,7 +56,9 @@ class Gates:
     calibration_band: tuple[float, float] | None = None
 
     def __post_init__(self):
-        check_margin(self.margin)
+        if not math.isfinite(self.margin) or self.margin < 0:
+            raise UserError(f"promote_margin {self.margin} is not a number >= 0. Fix: give the AUC gain a challenger "
+                            "needs over the champion, e.g. 0 or 0.001.")
         if not math.isfinite(self.min_auc_lift) or not 0 <= self.min_auc_lift < 0.5:
             raise UserError(f"min_auc_lift {self.min_auc_lift} is not in [0, 0.5). Fix: give the AUC a first "
                             "champion needs above 0.5, e.g. 0.01.")
@@ -87,29 +89,22 @@ def _summary(metrics: dict) -> str:
     return f"AUC {_number(metrics, 'auc'):.4f}, log loss {_number(metrics, 'logloss'):.4f}"
 
 
-def check_margin(margin: float) -> None:
-    """UserError unless ``margin`` (the AUC gain a challenger needs) is a number >= 0."""
-    if not math.isfinite(margin) or margin < 0:
-        raise UserError(f"promote_margin {margin} is not a number >= 0. Fix: give the AUC gain a challenger needs "
-                        "over the champion, e.g. 0 or 0.001.")
-
-
 def finite(metrics: dict | None) -> bool:
     """Whether ``metrics`` hold a finite AUC and a finite log loss (what a comparison needs of each side)."""
     return all(math.isfinite(_number(metrics, key)) for key in ("auc", "logloss"))
 
 
-def _weighted_aucs(probs: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """ROC AUC (ties count half) of each row of ``weights`` (resamples x rows: how often each row was drawn)."""
-    order = np.argsort(probs, kind="mergesort")
-    p, pos = probs[order], labels[order] > 0.5
-    starts = np.r_[0, np.flatnonzero(np.diff(p)) + 1]   # runs of equal scores
-    w = weights[:, order]
-    wpos = np.add.reduceat(w * pos, starts, axis=1)
-    wneg = np.add.reduceat(w * ~pos, starts, axis=1)
-    below = np.cumsum(wneg, axis=1) - wneg
+def _resampled_aucs(probs: np.ndarray, labels: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """ROC AUC (ties count half) of the rows each line of ``draws`` (resamples x rows: row numbers) picks."""
+    b = len(draws)
+    _, group = np.unique(probs, return_inverse=True)   # each row's run of equal scores, ascending
+    groups = int(group.max()) + 1
+    code = 2 * group.ravel() + (labels > 0.5)           # a row's group and class in one number
+    counts = np.bincount((code[draws] + 2 * groups * np.arange(b)[:, None]).ravel(), minlength=2 * groups * b)
+    neg, pos = counts.reshape(b, groups, 2).transpose(2, 0, 1)
+    below = np.cumsum(neg, axis=1) - neg
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (wpos * (below + 0.5 * wneg)).sum(1) / (wpos.sum(1) * wneg.sum(1))
+        return (pos * (below + 0.5 * neg)).sum(1) / (pos.sum(1) * neg.sum(1))
 
 
 def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: int = RESAMPLES,
@@ -127,9 +122,8 @@ def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: 
     chunk = max(1, (1 << 22) // max(n, 1))   # resamples per pass: each (resamples x rows) array <= 32 MB
     for start in range(0, resamples, chunk):
         b = min(chunk, resamples - start)
-        draws = rng.integers(0, n, (b, n)) + np.arange(b)[:, None] * n
-        weights = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
-        diffs.append(_weighted_aucs(new.probs, new.labels, weights) - _weighted_aucs(old.probs, old.labels, weights))
+        draws = rng.integers(0, n, (b, n))
+        diffs.append(_resampled_aucs(new.probs, new.labels, draws) - _resampled_aucs(old.probs, old.labels, draws))
     diffs = np.concatenate(diffs)
     diffs = diffs[np.isfinite(diffs)]   # a resample without one of the classes has no AUC
     if len(diffs):

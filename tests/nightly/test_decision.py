@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from common.errors import UserError
 from common.metrics import roc_auc
 from nightly import registry
-from nightly.decision import Gates, RowScores, _weighted_aucs, decide, fingerprint, paired
+from nightly.decision import Gates, RowScores, _resampled_aucs, decide, fingerprint, paired
 from nightly.scoring import row_scores
 
 
@@ -101,15 +101,13 @@ def test_every_refusal_is_named():
         assert f"gate {gate}:" in reason
 
 
-def test_weighted_auc_is_the_auc_of_the_resampled_rows():
+def test_resampled_aucs_are_the_aucs_of_the_resampled_rows():
     labels, probs = day(500)
     probs = np.round(probs, 1)   # many ties
-    rng = np.random.default_rng(3)
-    draws = rng.integers(0, 500, (4, 500))
-    weights = np.stack([np.bincount(d, minlength=500) for d in draws]).astype(np.float64)
-    got = _weighted_aucs(probs, labels, weights)
+    draws = np.random.default_rng(3).integers(0, 500, (4, 500))
+    got = _resampled_aucs(probs, labels, draws)
     assert got == pytest.approx([roc_auc(probs[d], labels[d]) for d in draws], abs=1e-12)
-    assert _weighted_aucs(probs, labels, np.ones((1, 500)))[0] == pytest.approx(roc_auc(probs, labels), abs=1e-12)
+    assert _resampled_aucs(probs, labels, np.arange(500)[None])[0] == pytest.approx(roc_auc(probs, labels), abs=1e-12)
 
 
 def test_a_non_significant_gain_is_kept_and_a_clear_one_promoted():
