@@ -27,6 +27,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from common.store import RUNS, filesystem, storage_options
 from flows.config import config_hash
+from nightly.decision import interval_text
 from training import metrics as tm
 from training.report import TABLE
 from training.rundir import RunDir
@@ -270,6 +271,12 @@ def _num(value) -> object:
     return round(value, 6) if isinstance(value, float) else "-" if value is None else value
 
 
+def _interval(entry: dict) -> str:
+    """The paired bootstrap interval of the AUC gain in a history line, with its confidence ("-": none)."""
+    interval = interval_text(entry.get("paired"))
+    return f"{interval} ({entry['paired']['confidence']:g})" if interval else "-"
+
+
 def _history_row(entry: dict) -> dict:
     challenger, champion = entry.get("challenger") or {}, entry.get("champion") or {}
     window = entry.get("window") or []
@@ -277,6 +284,7 @@ def _history_row(entry: dict) -> dict:
             "challenger AUC": _num(challenger.get("auc")), "champion AUC": _num(champion.get("auc")),
             "challenger log loss": _num(challenger.get("logloss")), "champion log loss": _num(champion.get("logloss")),
             "rows": _num(challenger.get("rows")), "margin": entry.get("promote_margin"),
+            "AUC gain interval": _interval(entry),
             "window": f"{window[0]} .. {window[-1]} ({len(window)} days)" if window else "-",
             "run": posixpath.basename(str(entry.get("run")).rstrip("/")),
             "champion run": posixpath.basename(entry["champion_run"].rstrip("/")) if entry.get("champion_run") else "-",
@@ -297,13 +305,17 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     entry = entry or (lines[-1] if lines else None)
     if entry is not None:
         challenger, champion = entry.get("challenger") or {}, entry.get("champion") or {}
-        cells = [("AUC", "auc"), ("log loss", "logloss"), ("rows", "rows")]
+        cells = [("AUC", "auc"), ("log loss", "logloss"), ("rows", "rows"), ("positives", "positives"),
+                 ("base-rate log loss", "base_logloss"), ("predicted/observed clicks", "calibration"),
+                 ("rows' fingerprint", "fingerprint")]
         table = ["| | challenger | champion |", "|---|---|---|"]
         table += [f"| {label} | {_num(challenger.get(k))} | {_num(champion.get(k))} |" for label, k in cells]
         table.append(f"| run | {location(entry['run'])} | "
                      f"{location(entry['champion_run']) if entry.get('champion_run') else '(none)'} |")
         text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
                 *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
+                f"- gates: {', '.join(f'{k} {v}' for k, v in (entry.get('gates') or {}).items()) or '-'}",
+                f"- AUC gain interval (paired bootstrap): {_interval(entry)}",
                 f"- window: {', '.join(entry.get('window') or []) or '-'}",
                 f"- champion: {location(posixpath.join(model_uri, registry.CHAMPION_FILE))}",
                 f"- history: {location(posixpath.join(model_uri, registry.HISTORY_FILE))}"]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from common.config import apply_overrides, validate
@@ -20,6 +20,7 @@ from common.errors import UserError
 from common.store import default_store
 from nightly.registry import NAME_PATTERN as MODEL_NAME
 from nightly.config import WindowConfig
+from nightly.decision import Gates
 from nightly.window import is_dated
 from preprocessing import PreprocessConfig
 from preprocessing.inputs import split_mapping
@@ -119,10 +120,36 @@ class PipelineConfig(_Model):
     model: str | None = Field(None, pattern=MODEL_NAME, description="Name of the model this run competes for "
                               "(store/models/NAME): the new model is promoted when it beats the champion on the "
                               "test day. Default: no comparison.")
-    promote_margin: float = Field(0.0, description="Promote when the new model's test-day ROC AUC is at least the "
-                                  "champion's plus this margin.")
+    promote_margin: float = Field(0.0, description="Promote only when the new model's test-day ROC AUC exceeds the "
+                                  "champion's by more than this margin (a tie keeps the champion).")
+    min_auc_lift: float = Field(0.01, description="A first champion needs a test-day ROC AUC above 0.5 plus this "
+                                "(and a log loss below the entropy of the test day's positive rate).")
+    min_test_rows: int = Field(1000, description="Promote no model tested on fewer rows (below about 1000 rows "
+                               "a day's AUC moves by more than the margins that matter).")
+    min_test_positives: int = Field(100, description="Promote no model tested on fewer positive rows (clicks).")
+    promote_confidence: float | None = Field(None, description="Promote only when the lower bound of this "
+                                             "confidence's paired bootstrap interval (1000 resamples of the test "
+                                             "rows) of the AUC gain exceeds promote_margin, e.g. 0.95. Default: off.")
+    calibration_band: list[float] | None = Field(None, description="Promote only a model whose predicted/observed "
+                                                 "click ratio on the test day lies in [LOW, HIGH], e.g. 0.8 1.25. "
+                                                 "Default: off (the ratio is recorded either way).")
     warm_start: bool = Field(True, description="With a model: initialise each run from the champion (train.init_from: "
                              "its layers, and its embedding rows by raw value), unless train.init_from is given.")
+
+    @property
+    def gates(self) -> Gates:
+        """The promotion gates of these settings."""
+        band = self.calibration_band
+        return Gates(self.promote_margin, self.min_auc_lift, self.min_test_rows, self.min_test_positives,
+                     self.promote_confidence, tuple(band) if band is not None else None)
+
+    @model_validator(mode="after")
+    def _check_gates(self) -> "PipelineConfig":
+        try:
+            self.gates
+        except UserError as e:
+            raise ValueError(str(e).rstrip(".")) from None
+        return self
 
     @property
     def dated(self) -> bool:

@@ -21,11 +21,11 @@ from flows.config import PipelineConfig
 from flows.errors import user_errors
 from nightly import registry, scoring
 from nightly.config import ScoreConfig
-from nightly.decision import finite
+from nightly.decision import RowScores, finite, paired
 from nightly.window import Window
 from training.rundir import RunDir
 
-METRICS = ("auc", "logloss", "rows")   # what the comparison records of each model on the test day
+METRICS = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration")   # what the gates read of each model
 
 
 @task(cache_policy=NONE)
@@ -48,27 +48,39 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
         entry = registry.record(model, {**candidate, "metrics": mine}, say=log.info, owner=owner,
                                 export=_export_verified)
         return entry
+    gates = config.gates
+    champion = registry.load_champion(model)
+    compared = (champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat()
+                and finite(champion.metrics))   # one with non-finite recorded metrics counts as absent (record)
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
+        scored = {}
 
-        def score(**which) -> dict:
-            out = os.path.join(scratch, f"{len(os.listdir(scratch))}.parquet")
-            summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out,
-                                                nproc=config.evaluate.nproc, progress=False), on_line=log.info)
-            return {k: summary[k] for k in METRICS}
+        def score(side: str, **which) -> tuple[dict, RowScores]:
+            """The test day scored by ``which`` (once per side): its metrics and its per-row scores."""
+            if side not in scored:
+                out = os.path.join(scratch, f"{side}.parquet")
+                summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out,
+                                                    nproc=config.evaluate.nproc, progress=False), on_line=log.info)
+                rows = scoring.row_scores(out)
+                scored[side] = {k: summary.get(k) for k in METRICS} | {"fingerprint": rows.fingerprint}, rows
+            return scored[side]
 
-        if config.evaluate.split == "test" and not config.evaluate.dataset:
-            mine = {k: metrics[k] for k in METRICS}   # evaluation scored exactly the test day, with this vocabulary
-        else:
-            mine = score(run=run.uri, checkpoint=metrics["step"])
-        champion = registry.load_champion(model)
-        theirs = None
-        if (champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat()
-                and finite(champion.metrics)):   # one with non-finite recorded metrics counts as absent (record)
-            log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", champion.run, champion.step,
+        def challenger():
+            return score("challenger", run=run.uri, checkpoint=metrics["step"])
+
+        def measure(current: registry.Champion) -> dict:
+            """The champion on the same rows as the challenger, with the paired comparison of the two."""
+            log.info("scoring the champion (%s, step %d) on %s with its own vocabulary", current.run, current.step,
                      days.date)
-            theirs = score(model=model)
-        entry = registry.record(model, {**candidate, "metrics": mine}, theirs, champion.run if champion else None,
-                                margin=config.promote_margin, score_champion=lambda _: score(model=model),
+            theirs, their_rows = score(f"champion-{registry.bundle_name(current.run)}", model=model)
+            return theirs | {"paired": paired(challenger()[1], their_rows, gates.confidence)}
+
+        if compared or config.evaluate.split != "test" or config.evaluate.dataset:
+            mine = challenger()[0]   # a comparison needs both models' scores of the same rows
+        else:
+            mine = {k: metrics.get(k) for k in METRICS}   # evaluation scored exactly the test day, this vocabulary
+        entry = registry.record(model, {**candidate, "metrics": mine}, measure(champion) if compared else None,
+                                champion.run if champion else None, gates=gates, score_champion=measure,
                                 say=log.info, owner=owner, export=_export_verified)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
     if entry["decision"] in registry.PROMOTING:

@@ -1,12 +1,83 @@
-"""The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?"""
+"""The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?
+
+``decide`` applies the gates (``Gates``, docs/nightly.md): both models finite and scored on the same rows (row
+count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
+lift, log loss below the base rate's entropy), an optional calibration band, a strictly better AUC (by more than
+the margin) and, optionally, a paired bootstrap interval of the AUC difference whose lower bound clears the
+margin (``paired``). A refusal names the gate, the value and the threshold."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from common.errors import UserError
 
 PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
+RESAMPLES = 1000   # bootstrap resamples of the paired AUC difference
+SEED = 0           # the bootstrap's seed: the same scores give the same interval
+
+
+class RowScores(NamedTuple):
+    """One model's predictions on a test day, rows in (file, row) order, and the fingerprint of those rows."""
+
+    probs: np.ndarray
+    labels: np.ndarray
+    fingerprint: str
+
+
+def fingerprint(files: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> str:
+    """sha256 (16 hex digits) of the row count and each row's (file, row number, label), in the given order:
+    two models scored the same rows of the same files have the same one."""
+    h = hashlib.sha256(f"{len(labels)} rows\n".encode())
+    names, first = np.unique(files, return_index=True)
+    for name in names[np.argsort(first)]:
+        mine = files == name
+        h.update(f"{name}\n".encode())
+        h.update(np.asarray(rows[mine], "<i8").tobytes())
+        h.update((np.asarray(labels[mine]) > 0.5).astype(np.uint8).tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The promotion gates' thresholds (``PipelineConfig``'s promote_margin, min_auc_lift, min_test_rows,
+    min_test_positives, promote_confidence, calibration_band)."""
+
+    margin: float = 0.0
+    min_auc_lift: float = 0.01
+    min_test_rows: int = 1000
+    min_test_positives: int = 100
+    confidence: float | None = None
+    calibration_band: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        if not math.isfinite(self.margin) or self.margin < 0:
+            raise UserError(f"promote_margin {self.margin} is not a number >= 0. Fix: give the AUC gain a challenger "
+                            "needs over the champion, e.g. 0 or 0.001.")
+        if not math.isfinite(self.min_auc_lift) or not 0 <= self.min_auc_lift < 0.5:
+            raise UserError(f"min_auc_lift {self.min_auc_lift} is not in [0, 0.5). Fix: give the AUC a first "
+                            "champion needs above 0.5, e.g. 0.01.")
+        if self.min_test_rows < 1 or self.min_test_positives < 1:
+            raise UserError(f"min_test_rows {self.min_test_rows} and min_test_positives {self.min_test_positives} "
+                            "must be >= 1. Fix: give the test-day rows and positives a comparison needs.")
+        if self.confidence is not None and not 0 < self.confidence < 1:
+            raise UserError(f"promote_confidence {self.confidence} is not in (0, 1). Fix: e.g. 0.95, or leave it "
+                            "out (no significance gate).")
+        band = self.calibration_band
+        if band is not None and not (len(band) == 2 and 0 < band[0] < band[1] and math.isfinite(band[1])):
+            raise UserError(f"calibration_band {band} is not [LOW, HIGH] with 0 < LOW < HIGH. Fix: e.g. "
+                            "[0.8, 1.25], or leave it out.")
+
+    def recorded(self) -> dict:
+        """The thresholds as the history line records them."""
+        out = asdict(self)
+        out["calibration_band"] = list(self.calibration_band) if self.calibration_band else None
+        return out
 
 
 def _number(metrics: dict | None, key: str) -> float:
@@ -18,29 +89,98 @@ def _summary(metrics: dict) -> str:
     return f"AUC {_number(metrics, 'auc'):.4f}, log loss {_number(metrics, 'logloss'):.4f}"
 
 
-def check_margin(margin: float) -> None:
-    """UserError unless ``margin`` (the AUC gain a challenger needs) is a number >= 0."""
-    if not math.isfinite(margin) or margin < 0:
-        raise UserError(f"promote_margin {margin} is not a number >= 0. Fix: give the AUC gain a challenger needs "
-                        "over the champion, e.g. 0 or 0.001.")
-
-
 def finite(metrics: dict | None) -> bool:
     """Whether ``metrics`` hold a finite AUC and a finite log loss (what a comparison needs of each side)."""
     return all(math.isfinite(_number(metrics, key)) for key in ("auc", "logloss"))
 
 
-def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tuple[str, str]:
-    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day:
-    the challenger wins when there is no champion or when its AUC >= the champion's AUC + ``margin``. Both sides
-    need a finite AUC and log loss: a NaN or infinite one (a day with one class, a diverged model) never
-    promotes. The reason reports both AUCs and log losses."""
-    check_margin(margin)
+def _resampled_aucs(probs: np.ndarray, labels: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """ROC AUC (ties count half) of the rows each line of ``draws`` (resamples x rows: row numbers) picks."""
+    b = len(draws)
+    _, group = np.unique(probs, return_inverse=True)   # each row's run of equal scores, ascending
+    groups = int(group.max()) + 1
+    code = 2 * group.ravel() + (labels > 0.5)           # a row's group and class in one number
+    counts = np.bincount((code[draws] + 2 * groups * np.arange(b)[:, None]).ravel(), minlength=2 * groups * b)
+    neg, pos = counts.reshape(b, groups, 2).transpose(2, 0, 1)
+    below = np.cumsum(neg, axis=1) - neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (pos * (below + 0.5 * neg)).sum(1) / (pos.sum(1) * neg.sum(1))
+
+
+def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: int = RESAMPLES,
+           seed: int = SEED) -> dict:
+    """The comparison of two models' scores of a test day: each side's rows and fingerprint and, when they are
+    the same rows and ``confidence`` is given, the ``confidence`` percentile interval of AUC(new) - AUC(old)
+    over ``resamples`` paired bootstrap resamples of the rows (numpy, seeded: deterministic)."""
+    out = {"rows": [len(new.labels), len(old.labels)], "fingerprints": [new.fingerprint, old.fingerprint],
+           "confidence": confidence, "auc_diff_interval": None}
+    if confidence is None or new.fingerprint != old.fingerprint:
+        return out
+    n = len(new.labels)
+    rng = np.random.default_rng(seed)
+    diffs = []
+    chunk = max(1, (1 << 22) // max(n, 1))   # resamples per pass: each (resamples x rows) array <= 32 MB
+    for start in range(0, resamples, chunk):
+        b = min(chunk, resamples - start)
+        draws = rng.integers(0, n, (b, n))
+        diffs.append(_resampled_aucs(new.probs, new.labels, draws) - _resampled_aucs(old.probs, old.labels, draws))
+    diffs = np.concatenate(diffs)
+    diffs = diffs[np.isfinite(diffs)]   # a resample without one of the classes has no AUC
+    if len(diffs):
+        tail = (1 - confidence) / 2
+        out["auc_diff_interval"] = [float(x) for x in np.quantile(diffs, [tail, 1 - tail])]
+    return out | {"resamples": resamples, "seed": seed}
+
+
+def _floors(challenger: dict, first: bool, gates: Gates) -> list[str]:
+    """The refusals of the gates on the challenger alone: test rows and positives, calibration band, and for a
+    first champion the AUC and log loss floors."""
+    refused = []
+    for gate, key in (("min_test_rows", "rows"), ("min_test_positives", "positives")):
+        value, least = _number(challenger, key), getattr(gates, gate)
+        if not value >= least:   # NaN (unknown) refuses too
+            refused.append(f"gate {gate}: the test day has {value:g} {key} < {least}")
+    band = gates.calibration_band
+    ratio = _number(challenger, "calibration")
+    if band is not None and not band[0] <= ratio <= band[1]:
+        refused.append(f"gate calibration_band: challenger predicted/observed clicks {ratio:.3f} outside "
+                       f"[{band[0]:g}, {band[1]:g}]")
+    if first:
+        auc, floor = _number(challenger, "auc"), 0.5 + gates.min_auc_lift
+        if not auc > floor:
+            refused.append(f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + {gates.min_auc_lift:g} = {floor:g}")
+        loss, base = _number(challenger, "logloss"), _number(challenger, "base_logloss")
+        if not loss < base:
+            refused.append(f"gate base_logloss: log loss {loss:.4f} is not below the base rate's entropy {base:.4f}")
+    return refused
+
+
+def _same_rows(challenger: dict, champion: dict) -> str | None:
+    """The same_rows gate's refusal, None when both were scored on the same rows (``paired``'s fingerprints,
+    else the metrics' own ``fingerprint``)."""
+    found = champion.get("paired")
+    rows = found["rows"] if found else [challenger.get("rows"), champion.get("rows")]
+    prints = found["fingerprints"] if found else [challenger.get("fingerprint"), champion.get("fingerprint")]
+    if None in prints or prints[0] != prints[1] or rows[0] != rows[1]:
+        return (f"gate same_rows: challenger rows {rows[0]} (fingerprint {prints[0]}) vs champion rows {rows[1]} "
+                f"(fingerprint {prints[1]}): not the same test rows, so not comparable")
+    return None
+
+
+def decide(challenger: dict, champion: dict | None, gates: Gates = Gates()) -> tuple[str, str]:
+    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day
+    (auc, logloss, rows, positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the
+    comparison ``paired`` made). The challenger wins when every gate passes (module doc); the AUC gain must
+    exceed ``gates.margin`` (a tie keeps the champion). Both sides need a finite AUC and log loss. The reason
+    reports both AUCs and log losses, and each refusing gate with its value and threshold."""
     new = _number(challenger, "auc")
     if champion is None:
         if not finite(challenger):
             return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
                             "not promoted")
+        refused = _floors(challenger, True, gates)
+        if refused:
+            return "kept", f"no champion yet, but the challenger ({_summary(challenger)}) fails {'; '.join(refused)}"
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
     old = _number(champion, "auc")
     if not finite(challenger) or not finite(champion):
@@ -48,6 +188,24 @@ def decide(challenger: dict, champion: dict | None, margin: float = 0.0) -> tupl
         return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
                         f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)})")
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    if new >= old + margin:
-        return "promoted", f"challenger AUC {new:.4f} >= champion AUC {old:.4f} + margin {margin:g}; {losses}"
-    return "kept", f"challenger AUC {new:.4f} < champion AUC {old:.4f} + margin {margin:g}; {losses}"
+    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates)] if r]
+    if not new - old > gates.margin:
+        refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
+                       f"is not above the margin {gates.margin:g}")
+    found = champion.get("paired")
+    interval = interval_text(found)
+    if gates.confidence is not None:
+        lower = found["auc_diff_interval"][0] if interval else math.nan
+        if not lower > gates.margin:
+            refused.append(f"gate promote_confidence: the {gates.confidence:g} interval of the AUC gain "
+                           f"{interval or 'unknown'} does not lie above the margin {gates.margin:g}")
+    if refused:
+        return "kept", f"champion kept: {'; '.join(refused)}; {losses}"
+    gain = f" (AUC gain {found['confidence']:g} interval {interval})" if interval else ""
+    return "promoted", f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}{gain}; {losses}"
+
+
+def interval_text(found: dict | None) -> str | None:
+    """The AUC-gain interval of a ``paired`` comparison as text, None when it has none."""
+    interval = (found or {}).get("auc_diff_interval")
+    return None if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"

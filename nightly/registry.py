@@ -1,5 +1,5 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, challenger and champion metrics, decision), and ``bundles/`` (the
+(one line per pipeline run: date, window, challenger and champion metrics, gates, decision), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
@@ -31,7 +31,7 @@ from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
 from common.store import MODELS, filesystem, read_text
-from nightly.decision import PROMOTING, check_margin, decide, finite
+from nightly.decision import PROMOTING, Gates, decide, finite
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
@@ -56,8 +56,9 @@ class Champion(BaseModel):
     vocab: str = Field(description="URI of the dataset's vocabulary folder.")
     date: str = Field(description="The run's date (ISO), the day it was tested on.")
     window: list[str] = Field(default_factory=list, description="The dates it trained and validated on.")
-    metrics: dict[str, float | int | None] = Field(default_factory=dict, description="auc, logloss and rows on "
-                                                   "its test day (null: not finite).")
+    metrics: dict[str, float | int | str | None] = Field(default_factory=dict, description="auc, logloss, rows "
+                                                         "(and positives, base_logloss, calibration, the rows' "
+                                                         "fingerprint) on its test day (null: not finite).")
     promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
     bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), written and "
                                "verified before this file.")
@@ -122,16 +123,19 @@ def history(model: str) -> list[dict]:
     return lines
 
 
+RECORDED = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration", "fingerprint")  # of each model
+
+
 def _plain(metrics: dict | None) -> dict | None:
-    """auc, logloss and rows of ``metrics`` as JSON values (NaN as null)."""
+    """The ``RECORDED`` metrics of ``metrics`` as JSON values (NaN as null)."""
     if metrics is None:
         return None
     out = {}
-    for key in ("auc", "logloss", "rows"):
+    for key in RECORDED:
         value = metrics.get(key)
         if isinstance(value, float) and not math.isfinite(value):
             value = None
-        out[key] = int(value) if key == "rows" and value is not None else value
+        out[key] = int(value) if key in ("rows", "positives") and value is not None else value
     return out
 
 
@@ -147,15 +151,16 @@ def decided(model: str, date: str, run: str) -> dict | None:
 
 
 def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
-           margin: float = 0.0, score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
+           gates: Gates = Gates(), score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
            timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
            say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None) -> dict:
     """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
-    dataset, vocab, date, window, metrics {auc, logloss, rows} on day ``date``) and record it, under the
-    model's promotion lock: re-read the champion (another run may have promoted since), ``decide`` against its
-    metrics on the same day (``champion_metrics`` when they are of ``champion_run``, the current champion;
-    else ``score_champion(champion)``; else the champion is kept), then commit in order (module doc): bundle,
-    champion.json, history line, removal of older bundles. ``export(run, step, out)`` writes and verifies the
+    dataset, vocab, date, window, metrics on day ``date``: auc, logloss, rows and the rest of ``RECORDED``) and
+    record it, under the model's promotion lock: re-read the champion (another run may have promoted since),
+    ``decide`` with ``gates`` against its metrics on the same day (``champion_metrics`` when they are of
+    ``champion_run``, the current champion; else ``score_champion(champion)``; else the champion is kept), then
+    commit in order (module doc): bundle, champion.json, history line (with ``gates`` and the champion metrics'
+    ``paired`` comparison), removal of older bundles. ``export(run, step, out)`` writes and verifies the
     bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle. Returns
     the history line. A re-run for the same date and run returns the line recorded before and repairs the
     store (a promotion cut short, a missing or unverifiable bundle), ending as an uninterrupted run would."""
@@ -168,7 +173,6 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     if problems:
         raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
                         "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
-    check_margin(margin)
     with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
         lines = history(model)
         current = load_champion(model)
@@ -204,12 +208,14 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         if current is not None and measured is None and finite(current.metrics):
             decision, reason = "kept", reason_prefix + "champion kept"
         else:
-            decision, reason = decide(challenger.metrics, measured, margin)
+            decision, reason = decide(challenger.metrics, measured, gates)
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "challenger": _plain(challenger.metrics), "champion": _plain(measured),
-                 "champion_run": current.run if current else None, "promote_margin": margin, "decision": decision,
-                 "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "champion_run": current.run if current else None,
+                 "paired": measured.get("paired") if measured else None, "promote_margin": gates.margin,
+                 "gates": gates.recorded(), "decision": decision, "reason": reason,
+                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         if decision in PROMOTING:
             _promote(model, challenger, entry, export, lock)
         lines = _append(model, lines, entry, lock)

@@ -8,7 +8,8 @@ joins the probabilities with the rows' positions into the output Parquet. The te
 With ``bundle`` (a serving bundle, ``training.export``) instead: the rows are encoded with the bundle's own
 vocabularies and input spec and its TorchScript module predicts them in this process, batch by batch (no
 TorchRec sharding, no process group); the output is the same Parquet.
-What ``dlrmflow score``, the score flow and the pipeline's champion/challenger comparison call.
+What ``dlrmflow score``, the score flow and the pipeline's champion/challenger comparison call
+(``row_scores`` reads a scores file back for the comparison's same-rows and bootstrap gates).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from common.errors import UserError
 from nightly.config import ExportConfig, ScoreConfig
+from nightly.decision import RowScores, fingerprint
 
 
 def export(config: ExportConfig) -> dict[str, Any]:
@@ -90,6 +92,27 @@ def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: s
                   env=env, on_line=on_line)
     return write_scores(encoded.positions, parts, config.out) | {
         "bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"], "dataset": found["dataset"]}
+
+
+def row_scores(out: str) -> RowScores:
+    """The labelled scores file ``out`` (``score``'s Parquet) as ``RowScores``, rows sorted by (file, row) so that
+    two models' scores of the same rows pair up."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from common.store import filesystem
+    from training.score import LABEL, PROBABILITY
+
+    fs, path = filesystem(out)
+    with fs.open(path, "rb") as f:
+        table = pq.read_table(f, columns=["file", "row", PROBABILITY, LABEL])
+    files = table.column("file").to_numpy(zero_copy_only=False)
+    rows = table.column("row").to_numpy()
+    _, codes = np.unique(files, return_inverse=True)
+    order = np.lexsort((rows, codes))
+    labels = table.column(LABEL).to_numpy()[order].astype(np.float64)
+    return RowScores(table.column(PROBABILITY).to_numpy()[order].astype(np.float64), labels,
+                     fingerprint(files[order], rows[order], labels))
 
 
 def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:

@@ -17,15 +17,21 @@ import pytest
 from common import lease
 from common.errors import UserError
 from common.store import filesystem
-from nightly.decision import decide
+from nightly.decision import Gates, decide
 from nightly import registry as models
 
 
-def candidate(run: str, date: str, auc: float, logloss: float = 0.45, rows: int = 1000) -> dict:
+def metrics(auc: float | None, logloss: float | None = 0.45, **more) -> dict:
+    """A model's test-day metrics as scoring gives them: 1000 rows, a quarter positive, same rows ("f")."""
+    return {"auc": auc, "logloss": logloss, "rows": 1000, "positives": 250, "base_logloss": 0.5623,
+            "calibration": 1.0, "fingerprint": "f"} | more
+
+
+def candidate(run: str, date: str, auc: float, logloss: float = 0.45) -> dict:
     """A challenger as the pipeline gives it to ``record``."""
     return {"run": f"/store/runs/{run}", "step": 10, "dataset": f"/store/datasets/d-{date}",
             "vocab": f"/store/datasets/d-{date}/vocab", "date": date, "window": [date], "metrics":
-            {"auc": auc, "logloss": logloss, "rows": rows}}
+            metrics(auc, logloss)}
 
 
 def score_stored(champion: models.Champion) -> dict:
@@ -51,9 +57,9 @@ def read(model: str, name: str) -> str | None:
 @pytest.mark.parametrize("challenger, champion, margin, decision", [
     (0.70, None, 0.0, "first"),
     (0.70, 0.69, 0.0, "promoted"),
-    (0.70, 0.70, 0.0, "promoted"),       # a tie promotes the newer model
+    (0.70, 0.70, 0.0, "kept"),           # a tie keeps the champion
     (0.70, 0.69, 0.02, "kept"),          # not better by the margin
-    (0.72, 0.70, 0.02, "promoted"),
+    (0.73, 0.70, 0.02, "promoted"),
     (0.60, 0.70, 0.0, "kept"),
     (math.nan, 0.70, 0.0, "kept"),       # NaN never promotes
     (math.nan, None, 0.0, "kept"),
@@ -63,8 +69,8 @@ def read(model: str, name: str) -> str | None:
     (0.70, -math.inf, 0.0, "kept"),
 ])
 def test_decide(challenger, champion, margin, decision):
-    got, reason = decide({"auc": challenger, "logloss": 0.41},
-                                None if champion is None else {"auc": champion, "logloss": 0.43}, margin)
+    got, reason = decide(metrics(challenger, 0.41), None if champion is None else metrics(champion, 0.43),
+                         Gates(margin=margin))
     assert got == decision
     assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
 
@@ -75,9 +81,9 @@ def test_decide(challenger, champion, margin, decision):
 ])
 def test_decide_needs_finite_log_loss_on_both_sides(challenger_ll, champion_ll, side):
     """A better AUC with a non-finite log loss (a model predicting NaN or 0/1 where it is wrong) never promotes."""
-    got, reason = decide({"auc": 0.9, "logloss": challenger_ll}, {"auc": 0.7, "logloss": champion_ll})
+    got, reason = decide(metrics(0.9, challenger_ll), metrics(0.7, champion_ll))
     assert got == "kept" and f"the {side} metrics are not finite" in reason
-    got, reason = decide({"auc": 0.9, "logloss": challenger_ll}, None)
+    got, reason = decide(metrics(0.9, challenger_ll), None)
     assert got == ("first" if side == "champion's" else "kept")
 
 
@@ -87,7 +93,7 @@ def test_record_champion_with_non_finite_metrics_counts_as_absent(tmp_path):
     model = str(tmp_path / "store" / "models" / "ctr")
     os.makedirs(model)
     bad = {**candidate("diverged", "2026-11-01", 1.0), "name": "ctr", "promoted_at": "2026-11-01T00:00:00+00:00"}
-    bad["metrics"] = {"auc": 1.0, "logloss": None, "rows": 1000}
+    bad["metrics"] = metrics(1.0, None)
     with open(os.path.join(model, models.CHAMPION_FILE), "w") as f:
         json.dump(bad, f)
     assert models.load_champion(model).metrics["logloss"] is None
@@ -107,7 +113,7 @@ def test_record_champion_with_non_finite_metrics_counts_as_absent(tmp_path):
 @pytest.mark.parametrize("margin", [-0.01, math.nan, math.inf])
 def test_decide_rejects_bad_margins(margin):
     with pytest.raises(UserError, match="promote_margin .* Fix:"):
-        decide({"auc": 0.7}, None, margin)
+        Gates(margin=margin)
 
 
 # --- record -----------------------------------------------------------------------------------------------------
@@ -117,17 +123,17 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert first["decision"] == "first" and first["champion"] is None and first["champion_run"] is None
     assert models.load_champion(model).run == "/store/runs/r1"
 
-    second = models.record(model, candidate("r2", "2026-11-02", 0.72), champion_metrics={"auc": 0.71,
-                           "logloss": 0.5, "rows": 1000}, champion_run="/store/runs/r1", margin=0.005)
+    second = models.record(model, candidate("r2", "2026-11-02", 0.72), champion_metrics=metrics(0.71, 0.5),
+                           champion_run="/store/runs/r1", gates=Gates(margin=0.005))
     assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
     assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
 
-    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics={"auc": 0.715, "logloss": 0.45},
+    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics=metrics(0.715),
                           champion_run="/store/runs/r2")
     assert third["decision"] == "kept"
     champion = models.load_champion(model)
     assert (champion.run, champion.date, champion.name) == ("/store/runs/r2", "2026-11-02", "ctr")
-    assert champion.metrics == {"auc": 0.72, "logloss": 0.45, "rows": 1000}
+    assert champion.metrics == metrics(0.72)
     assert champion.promoted_at == second["at"]
 
     again = models.record(model, candidate("r2", "2026-11-02", 0.99))  # a re-run of night 2: the same line
@@ -148,17 +154,17 @@ def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
 
 def test_champion_changed_while_training(model):
     models.record(model, candidate("r1", "2026-11-01", 0.70))
-    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics={"auc": 0.70, "logloss": 0.45},
+    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics=metrics(0.70),
                   champion_run="/store/runs/r1")
     # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
     scored = []
-    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics={"auc": 0.70, "logloss": 0.45},
+    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics=metrics(0.70),
                           champion_run="/store/runs/r1", score_champion=lambda c: scored.append(c.run) or
-                          {"auc": 0.76, "logloss": 0.4, "rows": 1000})
+                          metrics(0.76, 0.4))
     assert scored == ["/store/runs/r2"]
     assert (entry["decision"], entry["champion_run"], entry["champion"]["auc"]) == ("kept", "/store/runs/r2", 0.76)
     # without a way to score it, the champion is kept
-    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics={"auc": 0.5, "logloss": 0.45},
+    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics=metrics(0.5),
                           champion_run="/store/runs/r1")
     assert entry["decision"] == "kept" and "no metrics of it" in entry["reason"]
     assert models.load_champion(model).run == "/store/runs/r2"
@@ -264,7 +270,7 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(UserError, match=r"metrics.rows: missing"):
         models.record(model, {**candidate("r1", "2026-11-01", 0.7), "metrics": {"auc": 0.7, "logloss": 0.4}})
     with pytest.raises(UserError, match="promote_margin"):
-        models.record(model, candidate("r1", "2026-11-01", 0.7), margin=-1)
+        models.record(model, candidate("r1", "2026-11-01", 0.7), gates=Gates(margin=-1))
     (tmp_path / "models" / "ctr").mkdir(parents=True)
     (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text('{"date": "2026-11-01"}\nnot json\n')
     with pytest.raises(UserError, match="history.jsonl line 2 is not JSON"):

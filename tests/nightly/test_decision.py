@@ -1,0 +1,201 @@
+"""The promotion gates (nightly.decision): ties, floors, test rows and positives, same rows, calibration band and
+the paired bootstrap interval of the AUC gain; and the gates' settings (flows.config.PipelineConfig)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
+
+from common.errors import UserError
+from common.metrics import roc_auc
+from nightly import registry
+from nightly.decision import Gates, RowScores, _resampled_aucs, decide, fingerprint, paired
+from nightly.scoring import row_scores
+
+
+def metrics(auc: float, logloss: float = 0.45, **more) -> dict:
+    """Test-day metrics that pass every gate but the one a test changes."""
+    return {"auc": auc, "logloss": logloss, "rows": 3000, "positives": 750, "base_logloss": 0.5623,
+            "calibration": 1.0, "fingerprint": "f"} | more
+
+
+def day(n: int = 3000, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Labels (a quarter positive) and a score that separates them (AUC about 0.7)."""
+    rng = np.random.default_rng(seed)
+    labels = (rng.random(n) < 0.25).astype(np.float64)
+    return labels, labels * 0.8 + rng.normal(size=n)
+
+
+def scores(probs: np.ndarray, labels: np.ndarray, print_: str = "f") -> RowScores:
+    return RowScores(probs, labels, print_)
+
+
+def test_a_tie_keeps_the_champion():
+    decision, reason = decide(metrics(0.70), metrics(0.70))
+    assert decision == "kept" and "gate promote_margin: AUC gain +0.0000" in reason and "margin 0" in reason
+    assert decide(metrics(0.7001), metrics(0.70))[0] == "promoted"
+
+
+@pytest.mark.parametrize("auc, decision", [(0.5, "kept"), (0.51, "kept"), (0.515, "first")])
+def test_a_first_champion_needs_an_auc_above_chance_plus_the_lift(auc, decision):
+    got, reason = decide(metrics(auc), None)
+    assert got == decision
+    if decision == "kept":
+        assert f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + 0.01 = 0.51" in reason
+    assert decide(metrics(0.515), None, Gates(min_auc_lift=0.02))[0] == "kept"
+
+
+def test_a_first_champion_needs_a_log_loss_below_the_base_rates_entropy():
+    got, reason = decide(metrics(0.7, logloss=0.57), None)
+    assert got == "kept" and "gate base_logloss: log loss 0.5700 is not below the base rate's entropy 0.5623" in reason
+    assert decide(metrics(0.7, logloss=0.57, base_logloss=None), None)[0] == "kept"   # unknown: refused
+    # a later promotion is judged against the champion, not the floors
+    assert decide(metrics(0.7, logloss=0.57), metrics(0.6))[0] == "promoted"
+
+
+@pytest.mark.parametrize("field, value, gate", [
+    ("rows", 999, "gate min_test_rows: the test day has 999 rows < 1000"),
+    ("positives", 99, "gate min_test_positives: the test day has 99 positives < 100"),
+    ("positives", None, "gate min_test_positives: the test day has nan positives < 100"),
+])
+@pytest.mark.parametrize("champion", [None, metrics(0.6)])
+def test_too_few_test_rows_or_positives_never_promote(field, value, gate, champion):
+    if champion is not None and field == "rows":
+        champion = metrics(0.6, rows=value)
+    got, reason = decide(metrics(0.8, **{field: value}), champion)
+    assert got == "kept" and gate in reason
+
+
+@pytest.mark.parametrize("challenger, champion", [
+    ({"fingerprint": "a"}, {"fingerprint": "b"}),
+    ({"rows": 3000}, {"rows": 2999}),
+    ({"fingerprint": None}, {}),
+])
+def test_models_scored_on_different_rows_are_not_compared(challenger, champion):
+    got, reason = decide(metrics(0.8, **challenger), metrics(0.6, **champion))
+    assert got == "kept" and "gate same_rows" in reason and "not the same test rows" in reason
+    found = {"rows": [3000, 3000], "fingerprints": ["a", "b"], "auc_diff_interval": None}
+    got, reason = decide(metrics(0.8), metrics(0.6, paired=found))   # the paired scores' fingerprints decide
+    assert got == "kept" and "fingerprint a" in reason and "fingerprint b" in reason
+
+
+def test_the_calibration_band():
+    band = Gates(calibration_band=(0.8, 1.25))
+    got, reason = decide(metrics(0.8, calibration=1.4), metrics(0.6), band)
+    assert got == "kept" and "gate calibration_band: challenger predicted/observed clicks 1.400 outside " \
+                             "[0.8, 1.25]" in reason
+    assert decide(metrics(0.8, calibration=1.4), metrics(0.6))[0] == "promoted"   # off by default
+    assert decide(metrics(0.8, calibration=0.9), None, band)[0] == "first"
+    assert decide(metrics(0.8, calibration=0.7), None, band)[0] == "kept"
+
+
+def test_every_refusal_is_named():
+    got, reason = decide(metrics(0.69, positives=10, fingerprint="x"), metrics(0.70), Gates(margin=0.01))
+    assert got == "kept"
+    for gate in ("same_rows", "min_test_positives", "promote_margin"):
+        assert f"gate {gate}:" in reason
+
+
+def test_resampled_aucs_are_the_aucs_of_the_resampled_rows():
+    labels, probs = day(500)
+    probs = np.round(probs, 1)   # many ties
+    draws = np.random.default_rng(3).integers(0, 500, (4, 500))
+    got = _resampled_aucs(probs, labels, draws)
+    assert got == pytest.approx([roc_auc(probs[d], labels[d]) for d in draws], abs=1e-12)
+    assert _resampled_aucs(probs, labels, np.arange(500)[None])[0] == pytest.approx(roc_auc(probs, labels), abs=1e-12)
+
+
+def test_a_non_significant_gain_is_kept_and_a_clear_one_promoted():
+    labels, old = day()
+    slightly = labels * 0.8 + np.random.default_rng(4).normal(size=len(labels))   # as good: a gain by chance
+    clearly = old + labels * 0.5
+    gates = Gates(confidence=0.95)
+    for new, promoted in ((slightly, False), (clearly, True)):
+        start = time.perf_counter()
+        found = paired(scores(new, labels), scores(old, labels), gates.confidence)
+        took = time.perf_counter() - start
+        assert took < 2.0, f"1000 resamples of 3000 rows took {took:.2f} s"   # about 0.3 s on 2 cores
+        assert found == paired(scores(new, labels), scores(old, labels), gates.confidence)   # seeded
+        gain = roc_auc(new, labels) - roc_auc(old, labels)
+        lo, hi = found["auc_diff_interval"]
+        assert lo < gain < hi and found["resamples"] == 1000
+        challenger, champion = metrics(roc_auc(new, labels)), metrics(roc_auc(old, labels), paired=found)
+        if not promoted:
+            assert 0 < gain and lo < 0   # better, but not significantly
+            assert decide(challenger, champion)[0] == "promoted"   # no significance gate by default
+        got, reason = decide(challenger, champion, gates)
+        assert got == ("promoted" if promoted else "kept"), reason
+        assert f"[{lo:+.4f}, {hi:+.4f}]" in reason
+        if not promoted:
+            assert "gate promote_confidence: the 0.95 interval of the AUC gain" in reason
+    assert decide(metrics(0.8), metrics(0.6), gates)[0] == "kept"   # no interval known: refused
+
+
+def test_no_interval_for_other_rows_or_without_a_confidence():
+    labels, old = day(1000)
+    assert paired(scores(old, labels, "a"), scores(old, labels, "b"), 0.95)["auc_diff_interval"] is None
+    assert paired(scores(old, labels), scores(old, labels), None)["auc_diff_interval"] is None
+    assert paired(scores(old, labels), scores(old, labels), 0.9)["auc_diff_interval"] == [0.0, 0.0]
+
+
+def test_row_scores_pair_up_whatever_the_order_and_fingerprint_the_rows(tmp_path):
+    labels, probs = day(100)
+    files = np.array(["a.tsv"] * 60 + ["b.tsv"] * 40, dtype=object)
+    rows = np.r_[np.arange(60), np.arange(40)]
+
+    def write(order, name, labels=labels):
+        out = str(tmp_path / name)
+        pq.write_table(pa.table({"file": files[order], "row": rows[order], "probability": probs[order].astype(
+            np.float32), "label": labels[order].astype(np.float32)}), out)
+        return row_scores(out)
+
+    ordered = write(np.arange(100), "ordered.parquet")
+    shuffled = write(np.random.default_rng(0).permutation(100), "shuffled.parquet")
+    assert ordered.fingerprint == shuffled.fingerprint == fingerprint(files, rows, labels)
+    assert np.array_equal(ordered.probs, shuffled.probs) and np.array_equal(ordered.labels, labels)
+    flipped = labels.copy()
+    flipped[7] = 1 - flipped[7]
+    assert write(np.arange(100), "flipped.parquet", flipped).fingerprint != ordered.fingerprint
+    assert write(np.arange(99), "fewer.parquet").fingerprint != ordered.fingerprint
+
+
+def test_record_writes_the_gates_the_interval_and_both_calibrations(tmp_path):
+    model = str(tmp_path / "models" / "ctr")
+    night = {"run": "/store/runs/r1", "step": 1, "dataset": "d", "vocab": "d/vocab", "date": "2026-11-01",
+             "window": ["2026-11-01"], "metrics": metrics(0.5)}
+    first = registry.record(model, night)
+    assert first["decision"] == "kept" and "gate min_auc_lift" in first["reason"]
+    assert registry.load_champion(model) is None
+    registry.record(model, {**night, "run": "/store/runs/r2", "date": "2026-11-02", "metrics": metrics(0.7)})
+    found = {"rows": [3000, 3000], "fingerprints": ["f", "f"], "confidence": 0.95, "auc_diff_interval": [-0.01, 0.03]}
+    entry = registry.record(model, {**night, "run": "/store/runs/r3", "date": "2026-11-03",
+                                    "metrics": metrics(0.72, calibration=1.1)},
+                            score_champion=lambda c: metrics(0.71, calibration=0.9, paired=found),
+                            gates=Gates(confidence=0.95, calibration_band=(0.8, 1.25)))
+    assert entry["decision"] == "kept" and "gate promote_confidence" in entry["reason"]
+    line = registry.history(model)[-1]
+    assert line == entry and line["paired"] == found
+    assert (line["challenger"]["calibration"], line["champion"]["calibration"]) == (1.1, 0.9)
+    assert line["challenger"]["fingerprint"] == line["champion"]["fingerprint"] == "f"
+    assert line["gates"] == {"margin": 0.0, "min_auc_lift": 0.01, "min_test_rows": 1000, "min_test_positives": 100,
+                             "confidence": 0.95, "calibration_band": [0.8, 1.25]}
+
+
+def test_the_gates_settings():
+    from flows.config import PipelineConfig
+
+    assert PipelineConfig().gates == Gates()
+    config = PipelineConfig(promote_margin=0.001, promote_confidence=0.9, calibration_band=[0.8, 1.25])
+    assert config.gates == Gates(margin=0.001, confidence=0.9, calibration_band=(0.8, 1.25))
+    for bad, says in [({"calibration_band": [1.25, 0.8]}, "calibration_band"), ({"promote_confidence": 1.0},
+                      "promote_confidence"), ({"min_test_rows": 0}, "min_test_rows"), ({"min_auc_lift": 0.5},
+                      "min_auc_lift"), ({"promote_margin": -0.1}, "promote_margin")]:
+        with pytest.raises(ValidationError, match=says):
+            PipelineConfig(**bad)
+    with pytest.raises(UserError, match="calibration_band"):
+        Gates(calibration_band=(0.8,))
