@@ -54,6 +54,7 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             out = os.path.join(scratch, f"{len(os.listdir(scratch))}.parquet")
             summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out,
                                                 nproc=config.evaluate.nproc, progress=False), on_line=log.info)
+            scoring.check_scores(out)   # the comparison takes only a complete output
             return {k: summary[k] for k in METRICS}
 
         if config.evaluate.split == "test" and not config.evaluate.dataset:
