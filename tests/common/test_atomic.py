@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from common.atomic import atomic_open, completed, mark_complete, unmark, write_uri
+from common.atomic import atomic_open, completed, mark_complete, unmark, write_atomic, write_uri
 from common.store import filesystem, read_text
 
 URI = "s3://store/x/object.bin"
@@ -44,11 +44,11 @@ def test_a_completed_write_is_published(s3_server, size):
 
 def test_a_completion_marker_matches_its_file(s3_server):
     fs, path = _fs()
-    write_uri(URI, b"12345")
+    write_atomic(path, b"12345", fs)
     assert completed(path, fs) is None
     mark_complete(path, fs, rows=5)
     assert completed(path, fs) == {"rows": 5, "bytes": 5}
-    write_uri(URI, b"123")   # rewritten without a new marker: the old one no longer matches
+    write_atomic(path, b"123", fs)   # rewritten without a new marker: the old one no longer matches
     assert completed(path, fs) is None
     unmark(path, fs)
     assert not fs.exists(path + ".complete")
