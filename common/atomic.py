@@ -2,16 +2,19 @@
 
 On a local (or any renaming) filesystem the data goes to ``<path>.tmp-<pid>`` first and is then
 renamed over ``path``. On an object store (s3://, memory://) an object becomes visible only when its
-upload completes, so it is written in place: a copy-then-delete "rename" there would only double the
-traffic. This is the only place in the project that spells temp-then-rename.
+upload is committed, so ``atomic_open`` writes it in place with the commit deferred: the upload is
+committed when the block completes and discarded (a multipart upload aborted) when it raises, so a failed
+write publishes nothing. A copy-then-delete "rename" there would only double the traffic. This is the only
+place in the project that spells temp-then-rename.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -29,7 +32,8 @@ def _renames(fs) -> bool:
 @contextmanager
 def atomic_path(path: str | os.PathLike, fs=None) -> Iterator[str]:
     """Yield the path to write instead of ``path`` (a temporary sibling where the filesystem renames);
-    when the block completes it becomes ``path``. A failed block leaves ``path`` as it was."""
+    when the block completes it becomes ``path``. A failed block leaves ``path`` as it was. On an object store
+    it yields ``path`` itself: write there through ``atomic_open``, which discards a failed upload."""
     fs = fs or _LOCAL
     path = str(path)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
@@ -48,10 +52,26 @@ def atomic_path(path: str | os.PathLike, fs=None) -> Iterator[str]:
 
 @contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb", fs=None):
-    """``open`` for writing that commits only when the block completes (see ``atomic_path``)."""
+    """``open`` for writing bytes that commits only when the block completes (see the module doc)."""
     fs = fs or _LOCAL
-    with atomic_path(path, fs) as target, fs.open(target, mode) as f:
-        yield f
+    if _renames(fs):
+        with atomic_path(path, fs) as target, fs.open(target, mode) as f:
+            yield f
+        return
+    if "b" not in mode:
+        raise ValueError(f"atomic_open writes bytes on an object store, not mode {mode!r}")
+    path = str(path)
+    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+    # _open, not open: open would also enlist the file in the filesystem's one shared transaction
+    f = fs._open(fs._strip_protocol(path), mode, autocommit=False)
+    try:
+        with f:   # closing uploads the rest, still uncommitted
+            yield f
+    except BaseException:
+        with suppress(Exception):   # the write's own error is the one to report; an aborted upload stays invisible
+            f.discard()
+        raise
+    f.commit()
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str, fs=None) -> None:
@@ -80,3 +100,28 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
+
+
+COMPLETE = ".complete"   # a file's completion marker: <file>.complete, written after the file
+
+
+def mark_complete(path: str, fs, **info) -> None:
+    """Write ``<path>.complete``: ``info`` and the size of ``path`` (JSON), once ``path`` is whole."""
+    write_atomic(path + COMPLETE, json.dumps({**info, "bytes": fs.size(path)}), fs)
+
+
+def unmark(path: str, fs) -> None:
+    """Remove the completion marker of ``path`` (before ``path`` is written again)."""
+    if fs.exists(path + COMPLETE):
+        fs.rm_file(path + COMPLETE)
+
+
+def completed(path: str, fs) -> dict | None:
+    """The completion marker of ``path`` when it is there and matches the file's size, else None."""
+    try:
+        with fs.open(path + COMPLETE, "rb") as f:
+            marker = json.loads(f.read())
+        size = fs.size(path)
+    except FileNotFoundError:
+        return None
+    return marker if marker.get("bytes") == size else None

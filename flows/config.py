@@ -135,6 +135,15 @@ class PipelineConfig(_Model):
                                                  "Default: off (the ratio is recorded either way).")
     warm_start: bool = Field(True, description="With a model: initialise each run from the champion (train.init_from: "
                              "its layers, and its embedding rows by raw value), unless train.init_from is given.")
+    notify_block: str | None = Field(None, pattern=r"^[a-z0-9-]+/.+$", description="A Prefect notification block "
+                                     "told when a run fails or crashes (date, model, failed stage, the error's first "
+                                     "line), as `<block type slug>/<name>`, e.g. `custom-webhook/ml-alerts` or "
+                                     "`slack-webhook/ml-team`. Default: nobody is told (the events are still emitted).")
+    catchup: Literal["all", "latest"] = Field("all", description="After an outage, for the scheduled nights of a "
+                                              "dated run: `all` runs every missed night in order; `latest` records a "
+                                              "night as skipped (in the model's history) when a newer night is due "
+                                              "too or the model already decided a later one. A run with `date` set "
+                                              "(a backfill) always runs.")
 
     @property
     def gates(self) -> Gates:

@@ -4,7 +4,9 @@ subflows and tasks, all under one store.
 A run may be for a date (inputs with ``{date}``, or a window of synthetic days): it trains on the window of days
 before the date, tests on the date, and with a model name competes with that model's champion
 (``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a
-completed training run (or its checkpoints, to resume) are reused, and the log says so."""
+completed training run (or its checkpoints, to resume) are reused, and the log says so. A failed or crashed run
+emits an event and notifies (``flows.events``); ``catchup: latest`` skips a scheduled night made stale by a newer
+one (``nightly.window.catchup_skip``)."""
 
 from __future__ import annotations
 
@@ -18,16 +20,17 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from common.store import BLOCK_KEYS, Store, filesystem
-from flows import artifacts
+from flows import artifacts, events
 from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfig
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
 from flows.promote import compete, prune
 from flows.train import train
+from nightly import registry
 from nightly.decision import finite
 from nightly.registry import load_champion, model_uri
-from nightly.window import Window, run_date, window
+from nightly.window import Window, catchup_skip, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
 from training.rundir import RunDir
@@ -119,7 +122,39 @@ def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> Flo
     return config.train.model_copy(update={"init_from": InitFrom(run=champion.run, checkpoint=str(champion.step))})
 
 
-@flow(name="pipeline", log_prints=True)
+def skip_reason(config: PipelineConfig, store: Store, day: dt.date, log) -> str | None:
+    """Why this scheduled night is skipped under ``config.catchup`` (None: it runs), recorded in the model's
+    history: the due nights are those of the deployment's other unfinished scheduled runs whose time has come."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterDeploymentId,
+                                                FlowRunFilterExpectedStartTime, FlowRunFilterState,
+                                                FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+    from prefect.runtime import deployment, flow_run
+
+    if config.catchup == "all":
+        return None
+    due = []
+    if deployment.id:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(
+                    any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING])),
+                expected_start_time=FlowRunFilterExpectedStartTime(before_=dt.datetime.now(dt.timezone.utc))))
+        due = [run_date(None, r.expected_start_time, config.window) for r in runs
+               if str(r.id) != flow_run.id and not (r.parameters or {}).get("date")]
+    model = model_uri(store.uri, config.model) if config.model else None
+    decided = [dt.date.fromisoformat(d) for d in registry.decided_dates(model)] if model else []
+    reason = catchup_skip(day, config.catchup, due, decided)
+    if reason:
+        log.info("night %s skipped (%s)", day, reason)
+        if model:
+            registry.record_skipped(model, day.isoformat(), reason, owner=f"flow run {flow_run.name}", say=log.info)
+    return reason
+
+
+@flow(name="pipeline", log_prints=True, on_failure=[events.night_failed], on_crashed=[events.night_failed])
 @user_errors
 def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = None) -> dict:
     """Preprocess, train and evaluate (for a dated run: on the window of days before `date`, tested on `date`,
@@ -133,6 +168,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     from prefect.runtime import flow_run
 
     log = get_run_logger()
+    events.stage("setup")
     config, notes = config.with_preset()
     for note in notes:
         log.info(note)
@@ -140,12 +176,20 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         use_credentials_block(config.credentials_block)
     store = Store(config.store)
     day = run_date(date, flow_run.scheduled_start_time, config.window) if config.dated else None
+    if day:
+        events.stage("setup", day.isoformat())
+        if date is None and (reason := skip_reason(config, store, day, log)):
+            result = {"store": store.uri, "date": day.isoformat(), "skipped": reason}
+            events.completed(config.model, result)
+            return result
     preprocess_config, days = checked_preprocess_config(config, store, day)
     store.check()
     if days:
         log.info(days.describe())
     if not config.preprocess.inputs:
+        events.stage("synthesize")
         synthesize(store, config.synthetic, days.days if days else None, return_state=True).result()  # raises its error
+    events.stage("preprocess")
     dataset = preprocess(preprocess_config)
     run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
@@ -155,7 +199,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     # the dataset the flow filled in is no dumped field: it follows the training settings
     resolved |= {"train": resolved["train"] | {"dataset": dataset}, "date": day.isoformat() if day else None}
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
+    events.stage("train")
     train(run.uri, dataset, train_settings, config.nproc, config.launcher)
+    events.stage("evaluate")
     metrics = evaluate(run.uri, config.evaluate)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
@@ -164,10 +210,13 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
     if config.model and days:
+        events.stage("promote")
         result["decision"] = compete(config, store, days, run, dataset, metrics, return_state=True).result()
     if days:
+        events.stage("prune")
         prune(config, store, days)
     if unreadable := artifacts.runs(store.uri):   # after promotion: a malformed run never blocks a model
         log.warning("runs table: %d run(s) of %s could not be read, listed as such: %s", len(unreadable),
                     store.uri, ", ".join(unreadable))
+    events.completed(config.model, result)
     return result

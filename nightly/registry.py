@@ -1,8 +1,9 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, challenger and champion metrics, gates, decision), and ``bundles/`` (the
+(one line per pipeline run: date, window, challenger and champion metrics, gates, decision; or a night the catchup
+policy skipped: ``record_skipped``), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
-``record`` is the one writer. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
+``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
 checked before each write) it re-reads the champion and ``decide``s (``nightly.decision``); a promotion is one
 ordered commit: (1) the bundle is exported and verified (every file re-read against its manifest), (2)
 champion.json is written once, with the bundle, the sha256 of its manifest and the history line, (3) the line is
@@ -42,6 +43,7 @@ LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; p
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 CRASH_AFTER = "DLRMFLOW_CRASH_AFTER"   # the test hook (see the module doc)
 WRITES = ("bundle", "champion", "history", "prune")   # a promotion's writes, in order
+SKIPPED = "skipped"   # the decision of a night a catchup policy skipped (record_skipped)
 
 
 class Champion(BaseModel):
@@ -221,6 +223,26 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         lines = _append(model, lines, entry, lock)
         _remove_old_bundles(model, lines, lock)
     return entry
+
+
+def record_skipped(model: str, date: str, reason: str, owner: str | None = None,
+                   say: Callable[[str], None] | None = None) -> dict:
+    """Append a ``skipped`` line for the night ``date`` (a catchup policy's decision, nothing trained) under the
+    model's lock, unless the night is already in the history; returns the line."""
+    with promotion_lock(model, owner, say=say) as lock:
+        lines = history(model)
+        done = next((e for e in reversed(lines) if e.get("date") == date), None)
+        if done is not None:
+            return done
+        entry = {"date": date, "window": [], "run": None, "challenger": None, "champion": None, "champion_run": None,
+                 "decision": SKIPPED, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        _append(model, lines, entry, lock)
+    return entry
+
+
+def decided_dates(model: str) -> list[str]:
+    """The dates (ISO) of the nights the model decided (promoted, first or kept; not skipped)."""
+    return [e["date"] for e in history(model) if e.get("decision") != SKIPPED and e.get("date")]
 
 
 def _promote(model: str, challenger: Champion, entry: dict, export, lock) -> None:

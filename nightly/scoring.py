@@ -4,7 +4,9 @@
 model's champion, or a run folder), then: (1) ``preprocessing.apply.encode_inputs`` encodes the raw rows
 with that dataset's vocabularies and transforms into a temporary local dataset; (2)
 ``training.score.predict_parts`` predicts it on ``nproc`` ranks (torchrun); (3) ``training.score.write_scores``
-joins the probabilities with the rows' positions into the output Parquet. The temporary folder is removed.
+joins the probabilities with the rows' positions into the output Parquet, then its completion marker
+``<out>.complete`` (rows and bytes); a reader takes the output only through ``check_scores`` or ``read_scores``.
+The temporary folder is removed.
 With ``bundle`` (a serving bundle, ``training.export``) instead: the rows are encoded with the bundle's own
 vocabularies and input spec and its TorchScript module predicts them in this process, batch by batch (no
 TorchRec sharding, no process group); the output is the same Parquet.
@@ -71,6 +73,32 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary
+
+
+def check_scores(out: str) -> dict[str, Any]:
+    """The completion marker of the scores output ``out`` (``rows``, ``bytes``); UserError when it is missing or
+    does not match the file (a write cut short, a scoring still running)."""
+    from common.atomic import COMPLETE, completed
+    from common.store import filesystem
+
+    fs, path = filesystem(out)
+    marker = completed(path, fs)
+    if marker is None:
+        raise UserError(f"scores {out} are not complete: no matching completion marker {out}{COMPLETE} (the scoring "
+                        "failed, was stopped or still runs). Fix: score again (dlrmflow score ... --out the same).")
+    return marker
+
+
+def read_scores(out: str):
+    """The scores output ``out`` as a pyarrow Table, once ``check_scores`` finds it complete."""
+    import pyarrow.parquet as pq
+
+    from common.store import filesystem
+
+    check_scores(out)
+    fs, path = filesystem(out)
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f)
 
 
 def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, env: dict[str, str] | None,

@@ -57,6 +57,20 @@ def run_date(given: dt.date | str | None, scheduled: dt.datetime | None, config:
     return when.astimezone(ZoneInfo(config.timezone)).date() - dt.timedelta(days=config.lag_days)
 
 
+def catchup_skip(day: dt.date, catchup: str, due: list[dt.date], decided: list[dt.date]) -> str | None:
+    """Why a scheduled night for ``day`` is skipped under the ``catchup`` policy, or None when it runs.
+    ``due``: the nights of the other runs of its deployment that are due (scheduled no later than now) and not
+    finished; ``decided``: the nights the model already decided. ``all`` runs every night; ``latest`` skips a
+    night when a newer one is due or decided (after an outage, only the newest night trains)."""
+    if catchup == "all":
+        return None
+    if newer := [d for d in due if d > day]:
+        return f"catchup latest: a newer night ({max(newer)}) is due too"
+    if later := [d for d in decided if d > day]:
+        return f"catchup latest: the model already decided a later night ({max(later)})"
+    return None
+
+
 def parse_date(text: str) -> dt.date:
     """A YYYY-MM-DD date, else a UserError."""
     try:

@@ -3,7 +3,8 @@
 ``predict_parts`` runs ``training.score_worker`` under torchrun (as evaluation does): each rank writes the
 probabilities of its rows to a local parts folder. ``write_scores`` streams those parts, in row order, beside
 the rows' positions (a Parquet file with one row per scored row: file, row, id, label ...) into the output
-Parquet (written atomically) and returns the row count and, when there are labels, the metrics
+Parquet (written atomically, then its completion marker ``<out>.complete``: ``common.atomic.mark_complete``;
+readers check it with ``nightly.scoring.check_scores``) and returns the row count and, when there are labels, the metrics
 (``training.metrics.compute_metrics``). Training never reads raw rows: preprocessing encodes them first.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from common.atomic import atomic_open
+from common.atomic import atomic_open, mark_complete, unmark
 from common.errors import UserError
 from common.store import filesystem
 from training.data import rank_slice
@@ -84,6 +85,7 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
     stream, pending = probabilities(parts), np.empty(0, np.float32)
     probs, labels, rows = [], [], 0
     fs, path = filesystem(out)
+    unmark(path, fs)   # until the new marker, readers take the output for unfinished
     with atomic_open(path, "wb", fs) as f, pq.ParquetWriter(f, schema) as writer:
         for table in source.iter_batches(batch_size=1 << 16):
             while len(pending) < table.num_rows:
@@ -97,6 +99,7 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
                 labels.append(table.column(LABEL).to_numpy())
     if len(pending) or next(stream, None) is not None:
         raise RuntimeError(f"{parts}: more probabilities than positions")   # a bug, not a user error
+    mark_complete(path, fs, rows=rows)
     summary: dict[str, Any] = {"rows": rows, "out": out}
     if labels and rows:
         from training.metrics import compute_metrics

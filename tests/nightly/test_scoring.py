@@ -160,7 +160,8 @@ def test_cli_scores_with_a_models_champion_on_two_ranks(criteo, criteo_run, tmp_
     scores = pl.read_parquet(out)
     assert scores["row"].to_list() == list(range(ROWS["test"]))
     np.testing.assert_allclose(scores["probability"].to_numpy(), criteo_run["p"], rtol=0, atol=1e-6)
-    assert not [p for p in out.parent.iterdir() if p.name != "scores.parquet"]   # no temporary left beside it
+    # no temporary left beside it; the completion marker readers check
+    assert sorted(p.name for p in out.parent.iterdir()) == ["scores.parquet", "scores.parquet.complete"]
 
 
 def test_clear_errors_before_any_work(criteo, tmp_path):

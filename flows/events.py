@@ -1,0 +1,109 @@
+"""What a night tells: Prefect events for automations, and the pipeline's failure hook that notifies.
+
+Events (``prefect.events.emit_event``), each about the model (resource ``dlrmflow.model.<name>``; a run without a
+model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics and the decision's numbers),
+``dlrmflow.night.failed`` (date, stage, error), ``dlrmflow.model.promoted`` (the decision's numbers) and
+``dlrmflow.data.check_failed`` (defined here for the data gate; nothing emits it yet).
+
+``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it emits ``dlrmflow.night.failed`` and
+sends the message to the notification block ``notify_block`` of the run's config. A hook that fails logs why and
+never changes the run's own state. The pipeline says which stage it is in through ``stage``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightly.decision import PROMOTING
+
+NIGHT_COMPLETED = "dlrmflow.night.completed"
+NIGHT_FAILED = "dlrmflow.night.failed"
+MODEL_PROMOTED = "dlrmflow.model.promoted"
+DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # for the data gate (issue 19, section 5): no emitter yet
+
+_NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
+
+
+def resource(model: str | None) -> dict[str, str]:
+    """The events' resource: the model, or the pipeline when the run has none."""
+    if model:
+        return {"prefect.resource.id": f"dlrmflow.model.{model}", "prefect.resource.name": model}
+    return {"prefect.resource.id": "dlrmflow.pipeline", "prefect.resource.name": "pipeline"}
+
+
+def emit(event: str, model: str | None, payload: dict[str, Any]) -> None:
+    """Emit ``event`` about ``model`` with ``payload``."""
+    from prefect.events import emit_event
+
+    emit_event(event, resource=resource(model), payload=payload)
+
+
+def stage(name: str, date: str | None = None) -> None:
+    """Record that this flow run is now in stage ``name`` (and, once known, for which date)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return
+    night = _NIGHTS.setdefault(str(ctx.flow_run.id), {})
+    night["stage"] = name
+    if date:
+        night["date"] = date
+
+
+def completed(model: str | None, result: dict) -> None:
+    """A run finished: for a dated one (a night), emit ``dlrmflow.night.completed`` (and ``dlrmflow.model.promoted``
+    after a promotion)."""
+    from prefect.context import FlowRunContext
+
+    if (ctx := FlowRunContext.get()) and ctx.flow_run:
+        _NIGHTS.pop(str(ctx.flow_run.id), None)
+    if not result.get("date"):
+        return
+    decision = result.get("decision")
+    numbers = {k: decision.get(k) for k in ("decision", "reason", "challenger", "champion", "champion_run",
+                                            "promote_margin")} if decision else {}
+    metrics = {k: result.get("metrics", {}).get(k) for k in ("auc", "logloss", "rows", "step")}
+    emit(NIGHT_COMPLETED, model, {"date": result.get("date"), "run": result.get("run"), "metrics": metrics,
+                                  "skipped": result.get("skipped"), **numbers})
+    if decision and decision.get("decision") in PROMOTING:
+        emit(MODEL_PROMOTED, model, {"date": result.get("date"), "run": result.get("run"), **numbers})
+
+
+def message(date: str, model: str | None, stage_name: str, error: str, flow_run_name: str) -> tuple[str, str]:
+    """(subject, body) of a failed night's notification."""
+    what = f"model {model}" if model else "the pipeline"
+    subject = f"dlrmflow: the night {date} of {what} failed at {stage_name}"
+    return subject, f"{subject}: {error} (flow run {flow_run_name})"
+
+
+def night_failed(flow, flow_run, state) -> None:
+    """The pipeline's on_failure/on_crashed hook: emit ``dlrmflow.night.failed`` and notify ``notify_block``."""
+    from prefect.logging.loggers import flow_run_logger
+
+    log = flow_run_logger(flow_run, flow)
+    night = _NIGHTS.pop(str(flow_run.id), {})
+    config = (flow_run.parameters or {}).get("config") or {}
+    if not isinstance(config, dict):   # the in-process call's parameters may hold the model itself
+        config = config.model_dump(mode="json")
+    model = config.get("model")
+    date = night.get("date") or str((flow_run.parameters or {}).get("date") or "(undated)")
+    stage_name = night.get("stage", "setup")
+    error = ((state.message or "").strip().splitlines() or [f"the run ended {state.type.value.lower()}"])[0]
+    try:
+        emit(NIGHT_FAILED, model, {"date": date, "stage": stage_name, "error": error, "state": state.type.value,
+                                   "flow_run": str(flow_run.id)})
+    except Exception as e:  # noqa: BLE001 - the run's own failure is what counts
+        log.warning("could not emit %s: %s: %s", NIGHT_FAILED, type(e).__name__, e)
+    block = config.get("notify_block")
+    if not block:
+        return
+    subject, body = message(date, model, stage_name, error, flow_run.name)
+    try:
+        import prefect.blocks.notifications  # noqa: F401 - registers the built-in notification block types
+        from prefect.blocks.core import Block
+
+        Block.load(block).notify(body, subject)
+        log.info("notified %s: %s", block, subject)
+    except Exception as e:  # noqa: BLE001 - a failed notification must not mask the run's failure
+        log.error("could not notify %s of the failed night: %s: %s", block, type(e).__name__, e)
