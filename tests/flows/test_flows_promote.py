@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
+from common.atomic import mark_complete
 from common.store import Store
 from flows import promote
 from flows.config import PipelineConfig
@@ -36,6 +38,7 @@ def fake_score(champion_rows: int):
         probs = 1 / (1 + np.exp(-(base if champion else base + labels))).astype(np.float32)
         pq.write_table(pa.table({"file": ["day.tsv"] * n, "row": np.arange(n), "probability": probs[:n],
                                  "label": labels[:n]}), config.out)
+        mark_complete(config.out, LocalFileSystem(), rows=n)   # as training.score.write_scores
         return {"rows": n, "out": config.out} | compute_metrics(probs[:n], labels[:n])
 
     return score, calls
