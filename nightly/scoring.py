@@ -89,8 +89,9 @@ def check_scores(out: str) -> dict[str, Any]:
     return marker
 
 
-def read_scores(out: str):
-    """The scores output ``out`` as a pyarrow Table, once ``check_scores`` finds it complete."""
+def read_scores(out: str, columns: list[str] | None = None):
+    """The scores output ``out`` (those ``columns``, else all) as a pyarrow Table, once ``check_scores`` finds
+    it complete."""
     import pyarrow.parquet as pq
 
     from common.store import filesystem
@@ -98,7 +99,7 @@ def read_scores(out: str):
     check_scores(out)
     fs, path = filesystem(out)
     with fs.open(path, "rb") as f:
-        return pq.read_table(f)
+        return pq.read_table(f, columns=columns)
 
 
 def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, env: dict[str, str] | None,
@@ -123,17 +124,13 @@ def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: s
 
 
 def row_scores(out: str) -> RowScores:
-    """The labelled scores file ``out`` (``score``'s Parquet) as ``RowScores``, rows sorted by (file, row) so that
-    two models' scores of the same rows pair up."""
+    """The labelled scores file ``out`` (``score``'s Parquet, complete: ``read_scores``) as ``RowScores``, rows
+    sorted by (file, row) so that two models' scores of the same rows pair up."""
     import numpy as np
-    import pyarrow.parquet as pq
 
-    from common.store import filesystem
     from training.score import LABEL, PROBABILITY
 
-    fs, path = filesystem(out)
-    with fs.open(path, "rb") as f:
-        table = pq.read_table(f, columns=["file", "row", PROBABILITY, LABEL])
+    table = read_scores(out, ["file", "row", PROBABILITY, LABEL])
     files = table.column("file").to_numpy(zero_copy_only=False)
     rows = table.column("row").to_numpy()
     _, codes = np.unique(files, return_inverse=True)

@@ -9,8 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 from pydantic import ValidationError
 
+from common.atomic import mark_complete
 from common.errors import UserError
 from common.metrics import roc_auc
 from nightly import registry
@@ -152,6 +154,7 @@ def test_row_scores_pair_up_whatever_the_order_and_fingerprint_the_rows(tmp_path
         out = str(tmp_path / name)
         pq.write_table(pa.table({"file": files[order], "row": rows[order], "probability": probs[order].astype(
             np.float32), "label": labels[order].astype(np.float32)}), out)
+        mark_complete(out, LocalFileSystem(), rows=100)   # as training.score.write_scores
         return row_scores(out)
 
     ordered = write(np.arange(100), "ordered.parquet")
