@@ -372,7 +372,7 @@ def wait_released(uri: str, kind: str, of: str, timeout_s: float, poll_s: float 
         time.sleep(poll_s)
 
 
-STORE_LEASE_TIMEOUT_S = 1800.0   # removals (prune) take seconds to minutes
+STORE_LEASE_TIMEOUT_S = 1800.0   # removals (gc, prune) take seconds to minutes
 STORE_LEASE_STALE_S = 120.0      # renewed by a heartbeat every third of it
 
 

@@ -2,13 +2,14 @@
 
 - ``FileParts``: the parse and the all-rows counts of one input file, ``_files/<key>/``, keyed by the
   file's identity and the settings that change them, shared by every dataset (window) that uses the file and
-  kept after the dataset is written (``prune_file_parts`` removes them);
+  kept after the dataset is written (``removable_parts`` and ``remove_parts`` remove them, as ``nightly.gc``
+  decides; ``prune_file_parts`` does both under the store lease);
 - ``WorkFolder``: one job's counts of partly counted files, vocabularies and encoded parts,
   ``_work/<dataset key>/`` (``<work_dir>/<dataset key>`` with ``--work-dir`` and a local store), deleted when
   the dataset is written;
 - the preprocessing lease of a dataset key, ``_work/<dataset key>.lease`` in the store (``take_dataset_lease``):
   one job per key at a time, the second waits, then finds the finished dataset; it records the file parts the
-  job uses, which ``prune_file_parts`` (under the store lease) leaves alone.
+  job uses, which a removal of parts (under the store lease) leaves alone.
 
 Both live under a ``Mirror``: for a local store, the store itself (or ``work_dir``); for a remote store
 (s3://...), the store, so that workers on other machines share them, each worker reading and writing them
@@ -154,14 +155,22 @@ class WorkFolder:
         return self.root / "vocab" / f"{feature}.parquet"
 
     def remove(self) -> None:
-        """Delete the work folder, in the store too (and the local shared ``_work`` folder once it is empty)."""
+        """Delete the work folder, in the store too (and the local shared ``_work`` folder once it is empty). A
+        removal cut short never leaves a part that looks complete: in the store the folder parts' ``.complete``
+        markers go first; a local folder is renamed away (``<key>.removed``) and then deleted."""
         if self.mirror.store is not None:
             fs, path, _ = self.mirror._remote(self.root)
             if fs.exists(path):
+                markers = [f for f in fs.find(path) if f.endswith(_COMPLETE)]
+                if markers:
+                    fs.rm(markers)
                 fs.rm(path, recursive=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        _delete_local(self.root)
         if self.root.parent.name == WORK and self.root.parent.exists() and not any(self.root.parent.iterdir()):
-            self.root.parent.rmdir()
+            try:
+                self.root.parent.rmdir()
+            except OSError:
+                pass   # another job's work or lease appeared meanwhile
 
 
 def dataset_lease_uri(out: str, key: str) -> str:
@@ -208,7 +217,7 @@ def parts_in_use(out: str) -> set[str]:
 
 
 _ENTRY = "entry.json"   # the input file's identity (uri, size, version) and the settings of the key
-_REMOVED = ".removed"   # suffix of an entry's folder while prune deletes it
+_REMOVED = ".removed"   # suffix of a parts entry's or a work folder's name while it is deleted
 _PARSE_META = "parsed.json"
 
 
@@ -277,13 +286,28 @@ def prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | No
     settings) unless a running preprocessing job uses them (its lease records them); returns the URIs removed,
     sorted. Runs under the store lease, so no job starts using parts meanwhile."""
     with store_lease(out, owner, "prune of parsed parts", say=say):
-        return _prune_file_parts(out, remove, work_dir, say or (lambda _: None))
+        parts = removable_parts(out, remove, work_dir, say)
+        remove_parts(out, parts, work_dir)
+        return sorted({p.uri for p in parts})
 
 
-def _prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | None,
-                      say: Callable[[str], None]) -> list[str]:
-    mirror = Mirror.locate(work_dir, out)
-    removed, in_use = set(), parts_in_use(out)
+@dataclass(frozen=True)
+class StoredParts:
+    """One entry of ``_files/``: the parts of the input file ``uri`` (one version of it, one set of settings)."""
+
+    key: str     # the entry's folder name
+    uri: str     # the input file
+    where: str   # the entry's folder: a local path, or its URI in a remote store
+    bytes: int
+
+
+def removable_parts(out: str, remove: Callable[[str], bool], work_dir: str | None = None,
+                    say: Callable[[str], None] | None = None) -> list[StoredParts]:
+    """The stored parts (with their sizes) of every input URI for which ``remove(uri)`` is true, less those a
+    running preprocessing job uses (its lease records them; ``say`` names each). Call it, and ``remove_parts``
+    after it, under the store lease (``common.lease.store_lease``): no job starts using parts meanwhile."""
+    mirror, say = Mirror.locate(work_dir, out), say or (lambda _: None)
+    found, in_use = [], parts_in_use(out)
     for folder, meta in _entries(mirror):
         if not remove(meta["uri"]):
             continue
@@ -291,18 +315,54 @@ def _prune_file_parts(out: str, remove: Callable[[str], bool], work_dir: str | N
             say(f"kept the parsed parts of {meta['uri']}: a running preprocessing job uses them")
             continue
         if mirror.store is not None:
-            # the markers first: a half-deleted entry is never found (nor used) again
+            fs, path, _ = mirror._remote(folder)
+            found.append(StoredParts(folder.name, meta["uri"], fs.unstrip_protocol(path), int(fs.du(path))))
+        else:
+            size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            found.append(StoredParts(folder.name, meta["uri"], str(folder), size))
+    return found
+
+
+def remove_parts(out: str, parts: list[StoredParts], work_dir: str | None = None) -> None:
+    """Delete ``parts`` (``removable_parts``' answer) so that a removal cut short never leaves an entry that is
+    found (or used) again: in a remote store its markers first, a local entry renamed away first. Also deletes
+    what an interrupted removal left."""
+    mirror = Mirror.locate(work_dir, out)
+    for p in parts:
+        folder = mirror.cache / FILES / p.key
+        if mirror.store is not None:
             for part in (folder / _ENTRY, folder / _PARSE_META, folder / "parsed", folder / "counts", folder):
                 mirror.remove(part)
-        else:
-            trash = folder.with_name(folder.name + _REMOVED)
-            shutil.rmtree(trash, ignore_errors=True)
-            folder.rename(trash)   # first: a half-deleted entry is never found (nor used) again
-            shutil.rmtree(trash, ignore_errors=True)
-        removed.add(meta["uri"])
+        elif folder.exists():
+            _delete_local(folder)
     for trash in (mirror.cache / FILES).glob(f"*{_REMOVED}"):
-        shutil.rmtree(trash, ignore_errors=True)   # left by an interrupted prune
-    return sorted(removed)
+        shutil.rmtree(trash, ignore_errors=True)   # left by an interrupted removal
+
+
+def remove_work(out: str, key: str, work_dir: str | None = None) -> None:
+    """Delete the work folder ``_work/<key>`` of the store ``out`` (that of an abandoned or finished job), and a
+    remote store's local copy of it (under ``work_dir``); see ``WorkFolder.remove``."""
+    mirror = Mirror.locate(work_dir, out)
+    if mirror.store is None:   # a local store's own _work (a job given --work-dir keeps its folder elsewhere)
+        WorkFolder(Path(filesystem(out)[1]) / WORK / key, mirror).remove()
+    else:
+        WorkFolder(mirror.cache / WORK / key, mirror).remove()
+
+
+def is_removed(name: str) -> bool:
+    """Whether an entry name under ``_files/`` or ``_work/`` is one being deleted (renamed away by a removal)."""
+    return name.endswith(_REMOVED)
+
+
+def _delete_local(folder: Path) -> None:
+    """Rename ``folder`` away (``<name>.removed``), then delete it: cut short, it leaves no folder by its name."""
+    trash = folder.with_name(folder.name + _REMOVED)
+    shutil.rmtree(trash, ignore_errors=True)
+    try:
+        folder.rename(trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _part(i: int) -> str:
