@@ -26,6 +26,7 @@ FILES = "_files"          # <key>/: each input file's parse and counts, shared b
 WORK = "_work"            # <dataset key>/: one preprocessing job's work folder (preprocessing.work)
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
+TRASH = "_trash"          # <what>-<token>/: a folder gc (nightly.gc) renamed away and is deleting (local stores)
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"

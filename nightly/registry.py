@@ -1,5 +1,6 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, challenger and champion metrics, gates, decision; or a night the catchup
+(one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, decision; or a
+night the catchup
 policy skipped: ``record_skipped``), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
@@ -213,7 +214,7 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             decision, reason = decide(challenger.metrics, measured, gates)
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
-                 "challenger": _plain(challenger.metrics), "champion": _plain(measured),
+                 "dataset": challenger.dataset, "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None,
                  "paired": measured.get("paired") if measured else None, "promote_margin": gates.margin,
                  "gates": gates.recorded(), "decision": decision, "reason": reason,
@@ -319,16 +320,19 @@ def _written(what: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def model_names(store: str) -> list[str]:
+    """The names of the model folders under ``<store>/models/`` (sorted; other entries left out)."""
+    fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
+    names = [posixpath.basename(f.rstrip("/")) for f in (fs.ls(root, detail=False) if fs.exists(root) else [])]
+    return sorted(n for n in names if re.match(NAME_PATTERN, n))
+
+
 def windows_in_use(store: str) -> dict[str, str]:
     """Per model under ``<store>/models/``: the first day (ISO) of the window its latest night (by date) recorded
     in its history, the oldest day its next nights still read (a window slides one day a night; kept from that
     day itself, in case missing days had shortened it). Models without a recorded window are left out."""
-    fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
     found = {}
-    for folder in sorted(fs.ls(root, detail=False)) if fs.exists(root) else []:
-        name = posixpath.basename(folder.rstrip("/"))
-        if not re.match(NAME_PATTERN, name):
-            continue
+    for name in model_names(store):
         lines = [e for e in history(posixpath.join(store.rstrip("/"), MODELS, name)) if e.get("window")]
         if lines:
             found[name] = min(max(lines, key=lambda e: e.get("date") or "")["window"])

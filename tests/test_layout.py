@@ -21,7 +21,7 @@ ALLOWED = {
     "flows": {"nightly", "training", "preprocessing", "synthetic", "feature_spec", "common"},
 }
 PREFECT = {"prefect", "prefect_dask"}
-STORE_FOLDERS = {"datasets", "runs", "models", "_files", "_work", "synthetic"}
+STORE_FOLDERS = {"datasets", "runs", "models", "_files", "_work", "synthetic", "_trash"}
 STORE_MODULE = "common/store.py"
 
 

@@ -17,6 +17,7 @@ from training.rundir import RunDir
 
 DIR = RunDir.CHECKPOINTS
 COMPLETE = "_COMPLETE"
+POINTERS = ("latest", "best")   # checkpoints/<name>: the step of the newest and of the best checkpoint
 
 
 class Checkpointer:

@@ -64,6 +64,18 @@ class RunDir:
         """Wait (saying once what for) while a training or evaluation holds the run folder's lease."""
         wait_released(self.join(self.LEASE), "run lease", f"run {self.uri}", timeout_s, say=say)
 
+    @classmethod
+    def is_marker(cls, rel: str) -> bool:
+        """Whether the file at ``rel`` (a path inside a run folder) makes something in the run count as complete:
+        the training's ``DONE``, an evaluation's metrics.json, a checkpoint's completion file or pointer. A removal
+        deletes these first, so a run cut short by a kill never looks finished (``nightly.gc``)."""
+        from training.checkpoint import COMPLETE, POINTERS
+
+        parts = rel.strip("/").split("/")
+        return (parts == [cls.DONE] or (len(parts) == 3 and parts[0] == cls.EVAL and parts[2] == cls.EVAL_METRICS)
+                or (len(parts) == 2 and parts[0] == cls.CHECKPOINTS and parts[1] in POINTERS)
+                or (len(parts) == 3 and parts[0] == cls.CHECKPOINTS and parts[2] == COMPLETE))
+
     # ---- the training config -------------------------------------------------------------
     def has_config(self) -> bool:
         return self.exists(self.CONFIG)
