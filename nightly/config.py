@@ -1,4 +1,4 @@
-"""The config models of the recurring runs: the dated window, batch scoring and export."""
+"""The config models of the recurring runs: the dated window, batch scoring, export and the store's clean-up."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from common.store import default_store
 
 
 class WindowConfig(BaseModel):
@@ -85,3 +87,21 @@ class ExportConfig(_Checkpoint):
     """Which model's checkpoint to export as a serving bundle, and where."""
 
     out: str = Field(description="The bundle folder to write (local path or s3://...).")
+
+
+class GcConfig(BaseModel):
+    """What `dlrmflow gc` (``nightly.gc``) removes from a store: everything no model, lease or window needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = Field(default_factory=default_store, description="Artifact store root: a local folder or "
+                       "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
+    keep_nights: int = Field(14, ge=1, description="Keep the runs (and their datasets) of each model's last this "
+                             "many decided nights, besides its champion's; a run or dataset that no model's history "
+                             "names is kept this many days after its last write.")
+    dry_run: bool = Field(False, description="List what would be removed, and its size; remove nothing.")
+    inputs: list[str] = Field(default_factory=list, description="The dated input templates ({date}) of the nightly "
+                              "runs: the parsed parts of their days before every model's window (less "
+                              "retain_days) are removed. Empty: no parsed parts are removed.")
+    retain_days: int = Field(0, ge=0, description="Keep the parsed parts of this many days before the oldest "
+                             "window too (the pipeline's window.retain_days).")

@@ -1,0 +1,529 @@
+"""The store's clean-up, the one owner of what is removed from a store: `dlrmflow gc`, and the pipeline after each
+dated night's decision (``collect``; ``plan`` is what it would remove). Local folders and s3:// alike.
+
+Kept (the live set), for every model under ``models/``:
+
+- its champion's run and dataset (and so its vocabularies); ``models/`` is never touched but for stale ``.tmp-*``
+  leftovers: the registry keeps each model's bundles (the champion's and the one before it, ``nightly.registry``);
+- the runs its last ``keep_nights`` decided history lines name (the night's run and the champion it met) and
+  their datasets;
+- what a live lease covers: a run under its run lease (a training or an evaluation), a dataset key under its
+  preprocessing lease (its dataset, its work folder and the parsed parts the lease records);
+- the parsed parts of every day a model's next window reads, less ``retain_days`` (``parts_cutoff``);
+- a run, dataset or work folder that no history line names, for ``keep_nights`` days after its last write (a manual
+  run, a night that failed before its decision, a dataset about to be trained on).
+
+Removed: the runs that only older history lines name, and runs no model names that were not written for
+``keep_nights`` days; datasets only removed runs use, and those no run uses after ``keep_nights`` days; the parsed
+parts of days before every window (of the dated ``inputs`` templates; none without them); ``_work/<key>/``
+folders of a finished dataset or of a job abandoned that long ago; ``.tmp-*`` leftovers of killed writes anywhere
+in the store after ``TMP_GRACE_S``; what an interrupted gc left in ``_trash/``. Raw inputs (``synthetic/``
+included) are never removed.
+
+Safety: a removal runs under the store lease (``common.lease.store_lease``: no preprocessing job starts meanwhile);
+a run is removed under its own run lease (one taken since the plan keeps the run, and its dataset); a folder's
+completion markers go first (a dataset's ``_SUCCESS``; a run's ``_SUCCESS``, evaluations and checkpoint markers:
+``RunDir.is_marker``) and a local folder is then renamed into ``_trash/`` and deleted there, so a gc cut short
+never leaves something that looks complete; the next gc finishes it. An unreadable champion or history stops the
+gc before it removes anything (what that model needs is unknown).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import yaml
+from fsspec.implementations.local import LocalFileSystem
+
+from common.errors import UserError
+from common.lease import LeaseHeld, holder, store_lease
+from common.store import DATASETS, FILES, RUNS, TRASH, WORK, Store, filesystem
+from nightly import registry
+from nightly.config import GcConfig
+from nightly.window import day_of
+from preprocessing import work
+from preprocessing.writer import SUCCESS
+from training.rundir import RunDir
+
+TMP_GRACE_S = 3600.0   # a `.tmp-*` file or folder not written for this long was left by a killed write
+TMP = ".tmp-"          # common.atomic's temporary names: <path>.tmp-<pid>
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class Night:
+    """The dated night that runs gc in the pipeline: its model (None: a dated run without one) and the first day
+    the model's next window reads (its config decides that, not its recorded history)."""
+
+    model: str | None
+    next_window: dt.date
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One thing gc removes (or, in a dry run, would remove)."""
+
+    kind: str     # run, dataset, parts, work, tmp, trash
+    uri: str
+    bytes: int
+    reason: str
+
+
+@dataclass
+class Report:
+    """What a gc removed (a dry run: would remove), in the order it did."""
+
+    store: str
+    dry_run: bool
+    removals: list[Removal] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.removals)
+
+    def table(self) -> str:
+        """The removals as a text table with the total, one line per removal."""
+        if not self.removals:
+            return f"gc of {self.store}: nothing to remove"
+        rows = [("kind", "what", "size", "why")]
+        rows += [(r.kind, _relative(self.store, r.uri), human_bytes(r.bytes), r.reason) for r in self.removals]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(row[:3], widths)), row[3]]).rstrip() for row in rows]
+        verb, freed = ("would remove", "would be freed") if self.dry_run else ("removed", "freed")
+        lines.append(f"gc of {self.store}: {verb} {len(self.removals)} item(s), {human_bytes(self.bytes)} {freed}")
+        return "\n".join(lines)
+
+    def rows(self) -> list[dict]:
+        """The removals as table rows (a Prefect table artifact)."""
+        return [{"kind": r.kind, "what": _relative(self.store, r.uri), "bytes": r.bytes, "size": human_bytes(r.bytes),
+                 "why": r.reason} for r in self.removals]
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes as B, KiB, MiB, GiB or TiB with one decimal."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+def collect(config: GcConfig, night: Night | None = None, work_dir: str | None = None, owner: str | None = None,
+            say: Callable[[str], None] | None = None, now: float | None = None) -> Report:
+    """Remove what no champion, retained history line, live lease or window needs from ``config.store`` (the
+    module doc), under the store lease; with ``config.dry_run`` only list it (without the lease). ``night``: the
+    pipeline's dated night; ``work_dir``: the preprocessing's (the parsed parts' local folder, or a remote store's
+    local cache of them). Returns what was removed, in order."""
+    say = say or (lambda _: None)
+    store = _open(config)
+    if config.dry_run:
+        items = _plan(config, store, night, work_dir, say, now)
+        return Report(store.uri, True, [item.removal for item in items])
+    with store_lease(store.uri, owner or f"gc of {store.uri}", "gc", say=say):
+        items = _plan(config, store, night, work_dir, say, now)
+        report = Report(store.uri, False)
+        for item in items:
+            if item.remove():
+                report.removals.append(item.removal)
+        _drop_empty(store, TRASH)
+    return report
+
+
+def plan(config: GcConfig, night: Night | None = None, work_dir: str | None = None,
+         say: Callable[[str], None] | None = None, now: float | None = None) -> list[Removal]:
+    """What ``collect`` would remove now, in its order (nothing is removed)."""
+    return collect(config.model_copy(update={"dry_run": True}), night, work_dir, say=say, now=now).removals
+
+
+def parts_cutoff(store: str, retain_days: int, night: Night | None = None,
+                 say: Callable[[str], None] | None = None) -> dt.date | None:
+    """The first day whose parsed parts are kept: the oldest first day of every model's next window (the night's
+    model: from ``night``; every other model: from its latest recorded window, ``registry.windows_in_use``), less
+    ``retain_days``; None when no window is known (then no parts are removed). An unreadable history: UserError."""
+    say = say or (lambda _: None)
+    retain = dt.timedelta(days=retain_days)
+    cutoff = night.next_window - retain if night else None
+    for name, first in sorted(registry.windows_in_use(store).items()):
+        if night is not None and name == night.model:
+            continue
+        day = dt.date.fromisoformat(first) - retain
+        if cutoff is None or day < cutoff:
+            cutoff = day
+            say(f"model {name}'s window reads from {first}: keeping the parsed parts from {cutoff}")
+    return cutoff
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Item:
+    removal: Removal
+    remove: Callable[[], bool]   # does it; False when it was left after all (in use since the plan)
+
+
+@dataclass
+class _Entry:
+    """A file or folder of the store with what the listing says of everything under it."""
+
+    path: str
+    bytes: int = 0
+    newest: float = 0.0   # modification time of the newest thing in it (0: unknown)
+    files: list[str] = field(default_factory=list)   # relative paths of its files
+    folder: bool = False
+
+    def add(self, rel: str, info: dict) -> None:
+        if info.get("type") != "directory":
+            self.bytes += int(info.get("size") or 0)
+            if rel:
+                self.files.append(rel)
+        self.folder = self.folder or bool(rel) or info.get("type") == "directory"
+        self.newest = max(self.newest, _mtime(info))
+
+
+def _mtime(info: dict) -> float:
+    value = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    return float(value) if value else 0.0
+
+
+def _open(config: GcConfig) -> Store:
+    store = Store(config.store)
+    if store.is_s3 and not config.dry_run:
+        store.check()   # a missing bucket or credentials: one clear error (it writes and removes a probe)
+    fs, root = filesystem(store.uri)
+    try:
+        there = fs.exists(root)
+    except (OSError, ValueError) as e:
+        raise UserError(f"store '{store.uri}' cannot be read: {e}. Fix: check --store (and for s3://, "
+                        "AWS_ENDPOINT_URL and the credentials).") from None
+    if not there:
+        raise UserError(f"store '{store.uri}' does not exist, so there is nothing to clean. Fix: check --store.")
+    return store
+
+
+def _listing(store: Store) -> dict[str, dict[str, _Entry]]:
+    """Every top-level folder's entries (``runs`` -> run name -> entry, ...) and under ``TMP`` every ``.tmp-*``
+    leftover (its path relative to the store -> entry), from one recursive listing of the store."""
+    fs, root = filesystem(store.uri)
+    root = root.rstrip("/")
+    try:
+        found = fs.find(root, withdirs=True, detail=True)
+    except (OSError, ValueError) as e:
+        raise UserError(f"store '{store.uri}' cannot be listed: {e}. Fix: check --store and its permissions.") from None
+    tops: dict[str, dict[str, _Entry]] = {}
+    for path, info in sorted(found.items()):
+        rel = path[len(root):].strip("/")
+        parts = rel.split("/")
+        if not rel:
+            continue
+        if len(parts) >= 2:
+            entry = tops.setdefault(parts[0], {}).setdefault(parts[1], _Entry(f"{root}/{parts[0]}/{parts[1]}"))
+            entry.add("/".join(parts[2:]), info)
+        elif info.get("type") == "directory":
+            tops.setdefault(parts[0], {})
+        tmp = next((i for i, p in enumerate(parts) if TMP in p), None)
+        if tmp is not None:
+            key = "/".join(parts[:tmp + 1])
+            tops.setdefault(TMP, {}).setdefault(key, _Entry(f"{root}/{key}")).add("/".join(parts[tmp + 1:]), info)
+    return tops
+
+
+def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | None, say: Callable[[str], None],
+          now: float | None) -> list[_Item]:
+    now = time.time() if now is None else now
+    old = now - config.keep_nights * DAY_S
+    fs, root = filesystem(store.uri)
+    root = root.rstrip("/")
+    local = isinstance(fs, LocalFileSystem)
+    keep_runs, keep_datasets, retired, retired_datasets = _named(store.uri, config.keep_nights)
+    listing = _listing(store)
+    runs, datasets, works = listing.get(RUNS, {}), listing.get(DATASETS, {}), listing.get(WORK, {})
+
+    def uri(*parts: str) -> str:
+        return store.join(*parts)
+
+    def when(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d") if t else "at an unknown time"
+
+    def leased(lease_uri: str, stale_s: float) -> dict | None:
+        try:
+            return holder(lease_uri, stale_s)
+        except (OSError, ValueError):
+            return None
+
+    items: list[_Item] = []
+
+    # what an interrupted gc or removal left
+    trash = [(uri(TRASH, name), e) for name, e in listing.get(TRASH, {}).items()]
+    trash += [(uri(top, name), e) for top in (FILES, WORK) for name, e in listing.get(top, {}).items()
+              if work.is_removed(name)]
+    for where, e in trash:
+        items.append(_Item(Removal("trash", where, e.bytes, "left by an interrupted removal"),
+                           _deleter(fs, e.path, recursive=True)))
+
+    # runs
+    run_dataset: dict[str, str | None] = {}
+    unknown = []   # kept runs whose dataset could not be read
+    removed_runs: set[str] = set()
+    going: dict[str, str] = {}
+    for name, e in sorted(runs.items()):
+        if TMP in name:
+            continue   # a leftover of a killed write: below
+        here = _norm(uri(RUNS, name))
+        dataset, readable = _dataset_of(RunDir(uri(RUNS, name)), e)
+        run_dataset[here] = dataset
+        reason = None
+        if here in keep_runs:
+            pass
+        elif RunDir.LEASE in e.files and (info := leased(uri(RUNS, name, RunDir.LEASE), RunDir.LEASE_STALE_S)):
+            say(f"kept run {name}: in use, its run lease is held by {info.get('owner')}")
+        elif here in retired:
+            reason = retired[here]
+        elif e.newest < old:
+            reason = f"no model's last {config.keep_nights} nights name it; last written {when(e.newest)}"
+        if reason is None:
+            if not readable:
+                unknown.append(name)
+            continue
+        going[here] = reason
+        items.append(_Item(Removal("run", uri(RUNS, name), e.bytes, reason),
+                           _run_remover(fs, e, uri(RUNS, name), local, root, removed_runs, here, say)))
+    kept_runs = {r for r in run_dataset if r not in going}
+    used_by_kept = {_norm(d) for r in kept_runs if (d := run_dataset.get(r))}
+    users: dict[str, list[str]] = {}
+    for r, d in run_dataset.items():
+        if d:
+            users.setdefault(_norm(d), []).append(r)
+    if unknown:
+        say(f"kept every dataset: the dataset of run(s) {', '.join(unknown)} cannot be read from their config")
+
+    # datasets
+    for name, e in sorted(datasets.items()):
+        if TMP in name:
+            continue
+        here = _norm(uri(DATASETS, name))
+        if here in keep_datasets or here in used_by_kept or unknown:
+            continue
+        if (info := leased(work.dataset_lease_uri(store.uri, name), work.DATASET_LEASE_STALE_S)) is not None:
+            say(f"kept dataset {name}: being preprocessed, its lease is held by {info.get('owner')}")
+            continue
+        if here in users:
+            names = ", ".join(posixpath.basename(r) for r in sorted(users[here]))
+            reason = f"only removed runs use it ({names})"
+        elif here in retired_datasets:   # its night's run is gone already (a gc cut short, or by hand)
+            reason = retired_datasets[here]
+        elif e.newest < old:
+            reason = f"no run uses it; last written {when(e.newest)}"
+        else:
+            continue
+        items.append(_Item(Removal("dataset", uri(DATASETS, name), e.bytes, reason),
+                           _dataset_remover(fs, e, local, root, users.get(here, []), removed_runs, name, say)))
+
+    # work folders of finished datasets, or of jobs abandoned long ago
+    going_datasets = {posixpath.basename(i.removal.uri) for i in items if i.removal.kind == "dataset"}
+    for name, e in sorted(works.items()):
+        if name.endswith(work.LEASE_SUFFIX) or work.is_removed(name) or TMP in name or not e.folder:
+            continue
+        if leased(work.dataset_lease_uri(store.uri, name), work.DATASET_LEASE_STALE_S) is not None:
+            continue
+        finished = SUCCESS in datasets.get(name, _Entry("")).files
+        if finished or name in going_datasets:
+            reason = "its dataset is finished" if name not in going_datasets else "its dataset is removed"
+        elif e.newest < old:
+            reason = f"an abandoned preprocessing job's (no lease), last written {when(e.newest)}"
+        else:
+            continue
+        items.append(_Item(Removal("work", uri(WORK, name), e.bytes, reason),
+                           _work_remover(store.uri, name, None if local else work_dir)))
+
+    # parsed parts no window needs (the dated inputs' days before every model's window)
+    items += _parts(config, store, night, work_dir, say)
+
+    # `.tmp-*` leftovers of killed writes, outside what goes anyway
+    gone = [i.removal.uri for i in items]
+    for rel, e in sorted(listing.get(TMP, {}).items()):
+        where = uri(rel)
+        if e.newest >= now - TMP_GRACE_S or any(where == g or where.startswith(g + "/") for g in gone):
+            continue
+        items.append(_Item(Removal("tmp", where, e.bytes, f"left by a killed write; last written "
+                                   f"{dt.datetime.fromtimestamp(e.newest, dt.timezone.utc):%Y-%m-%d %H:%M} UTC"),
+                           _deleter(fs, e.path, recursive=True)))
+    return items
+
+
+def _parts(config: GcConfig, store: Store, night: Night | None, work_dir: str | None,
+           say: Callable[[str], None]) -> list[_Item]:
+    if not config.inputs:
+        return []
+    templates = [t if "://" in t else os.path.abspath(t) for t in config.inputs]   # as nightly.window.window
+    cutoff = parts_cutoff(store.uri, config.retain_days, night, say)
+    if cutoff is None:
+        say("parsed parts kept: no model has a recorded window")
+        return []
+
+    def old(uri: str) -> bool:
+        day = day_of(templates, uri)
+        return day is not None and day < cutoff
+
+    found = work.removable_parts(store.uri, old, work_dir, say)
+    items = [_Item(Removal("parts", p.where, p.bytes, f"input of {day_of(templates, p.uri)}, before every window "
+                           f"(parts kept from {cutoff}): {p.uri}"), _parts_remover(store.uri, p, work_dir))
+             for p in found]
+    if items:
+        say(f"the parsed parts of {len({p.uri for p in found})} input file(s) are older than {cutoff}, the first day "
+            "a window reads")
+    return items
+
+
+def _named(store: str, keep_nights: int) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
+    """(runs kept, datasets kept, runs retired, datasets retired) by the models' records, URI -> why: each
+    champion's run and dataset, the runs and datasets the last ``keep_nights`` decided nights name; those that
+    only older nights name."""
+    keep_runs, keep_datasets, retired, retired_datasets = {}, {}, {}, {}
+    for name in registry.model_names(store):
+        model = registry.model_uri(store, name)
+        try:
+            champion = registry.load_champion(model)
+            lines = [e for e in registry.history(model) if e.get("run")]
+        except UserError as e:
+            raise UserError(f"{e} Nothing was removed: what model {name} needs is unknown.") from None
+        if champion is not None:
+            keep_runs[_norm(champion.run)] = keep_datasets[_norm(champion.dataset)] = f"the champion of model {name}"
+        for line in lines[-keep_nights:]:
+            for run in (line.get("run"), line.get("champion_run")):
+                if run:
+                    keep_runs.setdefault(_norm(run), f"model {name}'s night {line.get('date')}")
+            if line.get("dataset"):
+                keep_datasets.setdefault(_norm(line["dataset"]), f"model {name}'s night {line.get('date')}")
+        for line in lines[:-keep_nights]:
+            why = f"model {name}'s night {line.get('date')}, before its last {keep_nights} nights"
+            for run in (line.get("run"), line.get("champion_run")):
+                if run:
+                    retired.setdefault(_norm(run), why)
+            if line.get("dataset"):   # recorded since gc; older lines: the run's config says
+                retired_datasets.setdefault(_norm(line["dataset"]), why)
+    return (keep_runs, keep_datasets, {r: why for r, why in retired.items() if r not in keep_runs},
+            {d: why for d, why in retired_datasets.items() if d not in keep_datasets})
+
+
+def _dataset_of(run: RunDir, e: _Entry) -> tuple[str | None, bool]:
+    """(the dataset a run trains on, whether that could be read): its config.yaml's, else its pipeline.yaml's."""
+    for name, key in ((RunDir.CONFIG, ("dataset",)), (RunDir.PIPELINE, ("train", "dataset"))):
+        if name not in e.files:
+            continue
+        try:
+            value = yaml.safe_load(run.read_text(name))
+            for k in key:
+                value = value.get(k) if isinstance(value, dict) else None
+            return (str(value) if value else None), True
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            return None, False
+    return None, True
+
+
+def _norm(uri: str) -> str:
+    uri = uri.rstrip("/")
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return uri if "://" in uri else os.path.abspath(uri)
+
+
+def _relative(store: str, uri: str) -> str:
+    return uri[len(store) + 1:] if uri.startswith(store.rstrip("/") + "/") else uri
+
+
+# --- removing ---------------------------------------------------------------------------------------------------
+
+def _delete(fs, path: str | list[str], recursive: bool = False) -> None:
+    """Delete a file, files or a folder tree: every deletion of gc goes through here."""
+    try:
+        fs.rm(path, recursive=recursive)
+    except FileNotFoundError:
+        pass
+
+
+def _deleter(fs, path: str, recursive: bool = False) -> Callable[[], bool]:
+    def remove() -> bool:
+        _delete(fs, path, recursive)
+        return True
+    return remove
+
+
+def _remove_tree(fs, e: _Entry, local: bool, root: str, is_marker: Callable[[str], bool],
+                 spare: str | None = None) -> None:
+    """Delete the folder of ``e``: its markers first; then a local folder is renamed into ``_trash/`` and deleted
+    there, a remote one deleted file by file (``spare``, a relative path, is left: the caller's lease)."""
+    markers = [f"{e.path}/{f}" for f in e.files if is_marker(f)]
+    if markers:
+        _delete(fs, markers)
+    if local:
+        trash = f"{root}/{TRASH}/{posixpath.basename(e.path)}-{uuid.uuid4().hex[:8]}"
+        fs.makedirs(posixpath.dirname(trash), exist_ok=True)
+        try:
+            os.rename(e.path, trash)
+        except FileNotFoundError:
+            return
+        _delete(fs, trash, recursive=True)
+        return
+    rest = [f"{e.path}/{f}" for f in e.files if not is_marker(f) and f != spare]
+    if rest:
+        _delete(fs, rest)
+    if spare is None and fs.exists(e.path):
+        _delete(fs, e.path, recursive=True)
+
+
+def _run_remover(fs, e: _Entry, run_uri: str, local: bool, root: str, removed: set[str], key: str,
+                 say: Callable[[str], None]) -> Callable[[], bool]:
+    def remove() -> bool:
+        try:
+            with RunDir(run_uri).lease("removal by gc", owner="gc (removing the run)", say=say):
+                _remove_tree(fs, e, local, root, RunDir.is_marker, spare=RunDir.LEASE)
+        except LeaseHeld as held:
+            say(f"kept run {posixpath.basename(run_uri)}: it came into use since the plan ({held})")
+            return False
+        removed.add(key)
+        return True
+    return remove
+
+
+def _dataset_remover(fs, e: _Entry, local: bool, root: str, users: list[str], removed: set[str], name: str,
+                     say: Callable[[str], None]) -> Callable[[], bool]:
+    def remove() -> bool:
+        if any(u not in removed for u in users):
+            say(f"kept dataset {name}: a run that uses it was kept")
+            return False
+        _remove_tree(fs, e, local, root, lambda rel: rel == SUCCESS)
+        return True
+    return remove
+
+
+def _work_remover(store: str, key: str, work_dir: str | None) -> Callable[[], bool]:
+    def remove() -> bool:
+        work.remove_work(store, key, work_dir)
+        return True
+    return remove
+
+
+def _parts_remover(store: str, parts: work.StoredParts, work_dir: str | None) -> Callable[[], bool]:
+    def remove() -> bool:
+        work.remove_parts(store, [parts], work_dir)
+        return True
+    return remove
+
+
+def _drop_empty(store: Store, top: str) -> None:
+    """Remove the local folder ``<store>/<top>`` once it is empty."""
+    fs, root = filesystem(store.join(top))
+    if isinstance(fs, LocalFileSystem):
+        try:
+            os.rmdir(root)
+        except OSError:
+            pass
