@@ -1,5 +1,6 @@
 """Prefect artifacts of the flows: dataset tables, sharding plan, training progress and curve, metrics, plots,
-output locations, the store's runs table, a named model's history (table, decision, AUC by date).
+output locations, the store's runs table and clean-up table, a named model's history (table, decision, AUC by
+date).
 
 Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history; every
 key is named below. Pictures are markdown artifacts with an embedded PNG (an image artifact shows its whole
@@ -45,6 +46,11 @@ SCORE_SUMMARY = "score-summary"
 def runs_key(store_uri: str) -> str:
     """The key of a store's runs table: ``runs-<hash of the store URI>`` (one table per store)."""
     return "runs-" + hashlib.sha1(store_uri.encode()).hexdigest()[:8]
+
+
+def gc_key(store_uri: str) -> str:
+    """The key of a store's clean-up table: ``gc-<hash of the store URI>`` (one table per store)."""
+    return "gc-" + hashlib.sha1(store_uri.encode()).hexdigest()[:8]
 
 
 def location(uri: str) -> str:
@@ -255,6 +261,13 @@ def runs(store_uri: str) -> list[str]:
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
     return [row["run"] for row in rows if str(row["trained"]).startswith(("config unreadable", "unreadable"))]
+
+
+def gc_table(report) -> None:
+    """What a gc (``nightly.gc.Report``) removed, with sizes and reasons (a dry run: would remove)."""
+    verb = "would remove" if report.dry_run else "removed"
+    create_table_artifact(report.rows(), key=gc_key(report.store), description=f"What the clean-up of {report.store} "
+                          f"{verb}: {len(report.removals)} item(s), {report.bytes} bytes.")
 
 
 def model_key(name: str, kind: str) -> str:

@@ -30,6 +30,7 @@ COMMANDS = {
     "run": "flows.commands.run",
     "serve": "flows.commands.serve",
     "render": "flows.commands.render",
+    "gc": "flows.commands.gc",
 }
 
 

@@ -19,7 +19,7 @@ from common.errors import UserError
 
 from common.store import default_store
 from nightly.registry import NAME_PATTERN as MODEL_NAME
-from nightly.config import WindowConfig
+from nightly.config import GcConfig, WindowConfig
 from nightly.decision import Gates
 from nightly.window import is_dated
 from preprocessing import PreprocessConfig
@@ -88,6 +88,15 @@ def default_train() -> FlowTrainConfig:
     return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
 
 
+class PipelineGcConfig(GcConfig):
+    """GcConfig whose store, dated inputs and retain_days the pipeline fills in (its store, its window's templates,
+    `window.retain_days`)."""
+
+    store: SkipJsonSchema[str] = _filled_in("")
+    inputs: SkipJsonSchema[list[str]] = _filled_in([])
+    retain_days: SkipJsonSchema[int] = _filled_in(0)
+
+
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
 DATE_PLACEHOLDER = "{date}"  # in a dated run's run_name: filled with the run's date (ISO)
 PresetName = Literal[tuple(preset_names())]
@@ -139,6 +148,9 @@ class PipelineConfig(_Model):
                                      "told when a run fails or crashes (date, model, failed stage, the error's first "
                                      "line), as `<block type slug>/<name>`, e.g. `custom-webhook/ml-alerts` or "
                                      "`slack-webhook/ml-team`. Default: nobody is told (the events are still emitted).")
+    gc: PipelineGcConfig = Field(default_factory=PipelineGcConfig, description="After each dated night's decision: "
+                                 "the store's clean-up (`dlrmflow gc`): what no champion, recent night, lease or "
+                                 "window needs is removed.")
     catchup: Literal["all", "latest"] = Field("all", description="After an outage, for the scheduled nights of a "
                                               "dated run: `all` runs every missed night in order; `latest` records a "
                                               "night as skipped (in the model's history) when a newer night is due "
@@ -164,6 +176,11 @@ class PipelineConfig(_Model):
     def dated(self) -> bool:
         """Whether runs are for a date: a window is set or the inputs hold {date}."""
         return bool(self.window.train_days) or any(is_dated(uri) for uri in self.preprocess.inputs)
+
+    def gc_config(self, store: str, templates: list[str]) -> GcConfig:
+        """The clean-up after a dated night of these settings in ``store`` whose inputs are ``templates``."""
+        return GcConfig(store=store, keep_nights=self.gc.keep_nights, dry_run=self.gc.dry_run, inputs=list(templates),
+                        retain_days=self.window.retain_days)
 
     def preprocess_config(self, inputs: list[str], store: str) -> FlowPreprocessConfig:
         """The preprocessing config of this run (inputs and store filled in)."""

@@ -25,7 +25,8 @@ from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfi
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
-from flows.promote import compete, prune
+from flows.gc import gc
+from flows.promote import compete
 from flows.train import train
 from nightly import registry
 from nightly.decision import finite
@@ -213,9 +214,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         events.stage("promote")
         result["decision"] = compete(config, store, days, run, dataset, metrics, return_state=True).result()
     if days:
-        events.stage("prune")
-        prune(config, store, days)
-    if unreadable := artifacts.runs(store.uri):   # after promotion: a malformed run never blocks a model
+        events.stage("gc")
+        result["gc"] = gc(config, store.uri, days)
+    if unreadable := artifacts.runs(store.uri):   # after promotion and gc: a malformed run never blocks a model
         log.warning("runs table: %d run(s) of %s could not be read, listed as such: %s", len(unreadable),
                     store.uri, ", ".join(unreadable))
     events.completed(config.model, result)

@@ -1,10 +1,9 @@
 """After a dated run: the new model (challenger) against the named model's champion on the test day's raw rows,
-each with its own vocabulary; the better one is the champion (``nightly.registry`` records it under a lock). Then the
-parsed parts of days no later window of any model needs are removed (under the store lease)."""
+each with its own vocabulary; the better one is the champion (``nightly.registry`` records it under a lock). Then
+the store is cleaned (``flows.gc``)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import os
 import posixpath
@@ -14,7 +13,6 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.context import FlowRunContext
 
-from common.errors import UserError
 from common.store import Store
 from flows import artifacts
 from flows.config import PipelineConfig
@@ -88,36 +86,6 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
                  posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri)))
     artifacts.model_history(model, config.model, entry)
     return entry
-
-
-def prune(config: PipelineConfig, store: Store, days: Window, say=None) -> list[str]:
-    """Remove the stored parsed parts of the days no model's next window reads, less ``retain_days``: before this
-    model's next window, and before the first day of every other model's latest recorded window (``models/*/``).
-    Runs under the store lease, leaving the parts a running preprocessing job uses (``prune_file_parts``)."""
-    from preprocessing import prune_file_parts
-
-    say = say or get_run_logger().info
-    retain = dt.timedelta(days=config.window.retain_days)
-    cutoff = days.date + dt.timedelta(days=1 - config.window.train_days) - retain
-    try:
-        others = {m: d for m, d in registry.windows_in_use(store.uri).items() if m != config.model}
-    except UserError as e:   # an unreadable history: what its model needs is unknown, so nothing is removed
-        say(f"parsed parts kept: {e}")
-        return []
-    for name, first in sorted(others.items()):
-        if dt.date.fromisoformat(first) - retain < cutoff:
-            cutoff = dt.date.fromisoformat(first) - retain
-            say(f"model {name}'s window reads from {first}: keeping the parsed parts from {cutoff}")
-
-    def old(uri: str) -> bool:
-        day = days.owns(uri)
-        return day is not None and day < cutoff
-
-    owner = f"prune after {config.model or 'the pipeline'} on {days.date}"
-    removed = prune_file_parts(store.uri, old, work_dir=config.preprocess.work_dir, owner=owner, say=say)
-    if removed:
-        say(f"removed the parsed parts of {len(removed)} input file(s) older than {cutoff}")
-    return removed
 
 
 def _export_verified(*args, **kwargs):

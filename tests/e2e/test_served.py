@@ -127,6 +127,11 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
         assert parsed[f"{logs}/2026-11-04/part-00000.tsv"] < stamp(first["end_time"]).timestamp()
         assert stamp(second["start_time"]).timestamp() < parsed[f"{logs}/2026-11-05/part-00000.tsv"] \
             < stamp(second["end_time"]).timestamp()
+        # that removal is the store's clean-up (nightly.gc) after the night's decision: its table is in the night's
+        # logs and on its Artifacts tab; both nights' runs and datasets stay (keep_nights 14)
+        assert any(re.match(rf"gc of {re.escape(str(store))}: removed \d+ item\(s\)", m)
+                   for _, m in server.logs(second_id))
+        assert server.artifacts(artifacts.gc_key(str(store)), second_id)
 
         model = store / "models" / "demo"
         history = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
@@ -140,6 +145,7 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
             better = h["challenger"]["auc"] - h["champion"]["auc"] > h["promote_margin"]   # a tie keeps
             assert h["decision"] == ("promoted" if better else "kept"), h
             champion_run = h["run"] if better else champion_run
+        assert all(Path(h["run"], RunDir.DONE).is_file() and Path(h["dataset"], "_SUCCESS").is_file() for h in history)
         champion = json.loads((model / "champion.json").read_text())
         assert champion["run"] == champion_run
         # the champion's serving bundle (night 2 scored night 1's champion on its test day), at most one before it

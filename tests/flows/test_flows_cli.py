@@ -130,7 +130,7 @@ def test_every_config_field_is_a_command_line_option():
     assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]
     assert {f"@evaluate:{f}" for f in leaves(EvaluateConfig)} <= dests["evaluate"]
     assert {f"@config:{f}" for f in leaves(SynthConfig)} <= dests["synth"]
-    filled_in = {"train.dataset", "preprocess.out", "preprocess.progress"}
+    filled_in = {"train.dataset", "preprocess.out", "preprocess.progress", "gc.store", "gc.inputs", "gc.retain_days"}
     served = {"pipeline." + f for f in filled_in | {"store", "window.timezone"}}  # serve's own store and time zone
     assert {f"@config:{f}" for f in leaves(ServeConfig)} - {f"@config:{f}" for f in served} <= dests["serve"]
     assert {f"@pipeline:{f}" for f in leaves(PipelineConfig)} - {f"@pipeline:{f}" for f in filled_in} <= dests["run"]
@@ -165,7 +165,7 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 124   # the promotion gates, --notify-block and --catchup (issue 19 §6, §8)
+        assert total == 126   # the promotion gates, --notify-block, --catchup, --gc.* (issue 19 §6, §7, §8)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup"} <= set(_listed(full))
 
