@@ -75,6 +75,8 @@ def init(timeout_s: float) -> DistEnv:
 def run_rank(work: Callable[[], None]) -> int:
     """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error for a
     UserError. Always leaves the process group."""
+    if "RANK" in os.environ:
+        name_process(f"dlrmflow-rank{os.environ['RANK']}")
     try:
         work()
         return 0
@@ -83,6 +85,26 @@ def run_rank(work: Callable[[], None]) -> int:
         return 2
     finally:
         destroy()
+
+
+def name_process(name: str) -> None:
+    """Linux: this process's name in ps/top (``comm``, 15 bytes): a forked rank would otherwise show its launcher's."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_name = 15
+        ctypes.CDLL(None).prctl(pr_set_name, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+
+
+def exit_rank(code: int) -> None:
+    """End this rank with ``code`` once its work is done, skipping the interpreter's teardown (a rank was seen to
+    abort there, SIGABRT, after finishing its work). A rank forked by ``training.launchers.torchrun`` ends
+    through ``SystemExit``, which its launcher turns into a return value or a failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.environ.get("DLRMFLOW_FORKED_RANK"):
+        sys.exit(code)
+    os._exit(code)
 
 
 def destroy() -> None:

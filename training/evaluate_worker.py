@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
 from training import distributed
 from training.config import EvaluateConfig
@@ -45,8 +43,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()  # the process group is destroyed and every file written by now
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # skip interpreter teardown: a rank was seen to abort there (SIGABRT) after finishing its work
-    os._exit(code)
+    distributed.exit_rank(main())   # the process group is destroyed and every file written by now

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 from training import distributed
@@ -55,7 +53,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)   # as training.evaluate_worker: skip the interpreter teardown
+    distributed.exit_rank(main())   # the process group is destroyed and every file written by now

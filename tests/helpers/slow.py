@@ -32,7 +32,7 @@ def heavy(argv) -> str | None:
         argv = [argv]
     argv = [os.fsdecode(a) for a in argv]
     names = [os.path.basename(a) for a in argv]
-    if "torchrun" in names or "torch.distributed.run" in argv:
+    if "torchrun" in names or {"torch.distributed.run", "training.launchers.torchrun"} & set(argv):
         return "torchrun"
     if "prefect" in names and "server" in argv:
         return "a Prefect server"

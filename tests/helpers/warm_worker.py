@@ -3,7 +3,6 @@ TrainConfig (with ``init_from``), warm-starts it (0 training steps), saves it as
 folder OUT (model and optimizer state, DCP) and writes the sorted probabilities of the test split to
 OUT/pred.npy (rank 0)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,4 @@ def main(config: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    code = distributed.run_rank(lambda: main(sys.argv[1], sys.argv[2]))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)   # as training.evaluate_worker: a rank was seen to abort (SIGABRT) in interpreter teardown
+    distributed.exit_rank(distributed.run_rank(lambda: main(sys.argv[1], sys.argv[2])))

@@ -55,7 +55,7 @@ def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(mo
     run = tmp_path / "runs" / "r"
     assert launcher.launch(str(run), cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
     (args, kw), = calls
-    assert args[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--nnodes", "2",
+    assert args[0][1:] == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "4", "--nnodes", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
                            "-m", "training.train_worker", str(run), "--resume"]
     assert kw == {"env": {**AMD, "X": "2", "PET_TEE": "3"}, "on_line": print}
@@ -104,14 +104,14 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     sbatch, srun = read_calls(tmp_path)
     assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
     assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -m torch.distributed.run")
+    assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -u -m training.launchers.torchrun")
 
     argv = {}
     for line in lines:
         if " argv " in line:
             node, _, rest = line.partition(" argv ")
             argv[node] = json.loads(rest)
-    expected = lambda host: ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--nnodes", "2",
+    expected = lambda host: ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "8", "--nnodes", "2",
                              "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
                              "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
                              "-m", "training.train_worker", str(run), "--resume"]
@@ -220,7 +220,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"}]
     assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
     assert c["command"] == ["bash", "-c",
-                            f'exec python -m torch.distributed.run --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
+                            f'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
                             f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
                             f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
                             f'--max-restarts 0 -m training.train_worker {run}']

@@ -81,7 +81,7 @@ def test_unknown_preset_lists_the_known_ones():
 
 def test_torchrun_command_standalone_and_multinode():
     one = torchrun_command("runs/r", nproc=2)
-    assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+    assert one[1:] == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--standalone",
                        "-m", "training.train_worker", "runs/r"]
     multi = torchrun_command("s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500", resume=True)
     assert multi[multi.index("--rdzv-backend") + 1] == "c10d" and "--standalone" not in multi

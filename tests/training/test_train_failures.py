@@ -61,7 +61,8 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> No
 
 
 def processes_of(run: Path) -> dict[int, dict[str, str]]:
-    """pid -> environment of every live process whose command line names the run folder."""
+    """pid -> environment (at its start) of every live process whose command line names the run folder, with its
+    command line as ``_cmd`` and its name (``training.distributed.name_process``) as ``_name``."""
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -71,7 +72,8 @@ def processes_of(run: Path) -> dict[int, dict[str, str]]:
             env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
             if state != "Z":
-                found[int(pid)] = {k.decode(): v.decode() for k, v in env.items()} | {"_cmd": b" ".join(cmdline).decode()}
+                found[int(pid)] = {k.decode(): v.decode() for k, v in env.items()} | {
+                    "_cmd": b" ".join(cmdline).decode(), "_name": Path(f"/proc/{pid}/comm").read_text().strip()}
         except OSError:
             pass
     return found
@@ -121,8 +123,8 @@ def test_one_rank_killed_ends_the_whole_job_promptly_naming_the_rank(dataset, tm
     try:
         wait_for(lambda: (run / "plan.txt").exists(), proc, 90, "the ranks to start")
         time.sleep(1.0)  # into the training loop (gloo all-to-alls every step)
-        workers = {int(env["RANK"]): pid for pid, env in processes_of(run).items()
-                   if "training.train_worker" in env["_cmd"] and "RANK" in env}
+        workers = {int(env["_name"].removeprefix("dlrmflow-rank")): pid for pid, env in processes_of(run).items()
+                   if env["_name"].startswith("dlrmflow-rank")}
         assert sorted(workers) == [0, 1], workers
         killed_at = time.monotonic()
         os.kill(workers[1], signal.SIGKILL)

@@ -46,13 +46,14 @@ def days(tmp_path_factory, trained_runs):
 
 
 def _warm(run: Path, dataset: Path, init_from: str, nproc: int, seed: int = 7, **arch) -> subprocess.CompletedProcess:
-    """tests/helpers/warm_worker.py under torchrun: warm start (no training step) saved as checkpoint 0 of ``run``."""
+    """tests/helpers/warm_worker.py under torchrun (training.launchers.torchrun, as every rank job): warm start (no
+    training step) saved as checkpoint 0 of ``run``."""
     cfg = TrainConfig.from_dict({"dataset": str(dataset), "seed": seed, "init_from": init_from, "pg_timeout_s": 120,
                                  "data": {"eval_batch_size": 1024},
                                  "arch": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1], **arch}})
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(cfg.to_yaml())  # a run folder: the next warm start can start from it
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+    cmd = [sys.executable, "-m", "training.launchers.torchrun", "--standalone", "--nproc-per-node", str(nproc),
            str(WORKER), cfg.model_dump_json(), str(run)]
     return subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=300)

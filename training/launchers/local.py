@@ -14,12 +14,16 @@ from training.launchers.base import Launcher, OnLine
 from training.rundir import RunDir
 
 
+TORCHRUN = "training.launchers.torchrun"   # the module that runs torchrun (ranks forked on CPU builds)
+
+
 def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
                      node_rank: int | None = None, resume: bool = False, run_id: str | None = None,
                      module: str = "training.train_worker", args: list[str] | None = None) -> list[str]:
     """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]``
-    on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates), through
+    ``training.launchers.torchrun`` (torch's torchrun; on a CPU build the ranks fork from it, imports done)."""
+    cmd = [sys.executable, "-u", "-m", TORCHRUN, "--nproc-per-node", str(nproc)]
     if nnodes > 1:
         if not rdzv_endpoint:
             raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT")

@@ -16,9 +16,9 @@ class Shell(str):
 
 def node_command(run_uri: str, *, python: str, nproc: int, nnodes: int, resume: bool, run_id: str,
                  is_host: str, rdzv_timeout_s: int) -> str:
-    """``exec PYTHON -m torch.distributed.run ... -m training.train_worker RUN``; ``is_host`` is a shell
+    """``exec PYTHON -u -m training.launchers.torchrun ... -m training.train_worker RUN``; ``is_host`` is a shell
     expression that is 1 on the node hosting the rendezvous and 0 elsewhere."""
-    from training.launchers.local import torchrun_command
+    from training.launchers.local import TORCHRUN, torchrun_command
 
     cmd = torchrun_command(run_uri, nproc=nproc, nnodes=max(nnodes, 2), rdzv_endpoint="@ENDPOINT@",
                            resume=resume, run_id=run_id)
@@ -27,7 +27,7 @@ def node_command(run_uri: str, *, python: str, nproc: int, nnodes: int, resume: 
         i = tokens.index("--nnodes")
         tokens[i + 1] = "1"
     tokens[tokens.index("@ENDPOINT@")] = Shell('"$DLRMFLOW_RDZV_ENDPOINT"')
-    at = tokens.index("-m", tokens.index("torch.distributed.run") + 1)
+    at = tokens.index("-m", tokens.index(TORCHRUN) + 1)
     tokens[at:at] = ["--rdzv-conf", Shell(f'"is_host={is_host},join_timeout={int(rdzv_timeout_s)}"'),
                      "--max-restarts", "0"]
     return "exec " + shell_join(tokens)
