@@ -68,23 +68,30 @@ def synthetic_inputs(tmp_path_factory) -> str:
     return f"{folder}/part-*"
 
 
-@pytest.fixture()
-def s3_server(monkeypatch):
-    """moto's S3 server on a free 127.0.0.1 port with a bucket ``store``; AWS_* variables point at it."""
-    import boto3
-    from s3fs import S3FileSystem
-
-    S3FileSystem.clear_instance_cache()  # cached filesystems keep the endpoint of an earlier test
+@pytest.fixture(scope="session")
+def moto_endpoint() -> str:
+    """moto's S3 server on a free 127.0.0.1 port, one per session (``s3_server`` empties it for each test)."""
     port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
     with process_group([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
         wait_for_port(port, proc, 30)
-        for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
-            monkeypatch.setenv(key, value)
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        s3.create_bucket(Bucket="store")
-        yield s3
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture()
+def s3_server(moto_endpoint, monkeypatch):
+    """The session's moto S3 server, emptied, with a bucket ``store``; AWS_* variables point at it."""
+    import boto3
+    import requests
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()  # cached filesystems keep the endpoint of an earlier test
+    requests.post(f"{moto_endpoint}/moto-api/reset", timeout=30).raise_for_status()
+    for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": moto_endpoint}.items():
+        monkeypatch.setenv(key, value)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="store")
+    yield s3
 
 
 @pytest.fixture

@@ -4,47 +4,16 @@ from __future__ import annotations
 
 import gzip
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from preprocessing import PreprocessConfig, run
 
-BIN = Path(sys.executable).parent
-
-
-@pytest.fixture()
-def s3_endpoint():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, "moto_server did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_endpoint):
-    import boto3
-    env = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    s3 = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="testing",
-                      aws_secret_access_key="testing", region_name="us-east-1")
+def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_server):
+    s3, env = s3_server, dict(os.environ)   # the fixture's AWS_* variables
     s3.create_bucket(Bucket="logs")
     with gzip.open(criteo_10k, "rb") as f:
         lines = f.readlines()
