@@ -168,7 +168,7 @@ def _same_rows(challenger: dict, champion: dict) -> str | None:
     return None
 
 
-def _data(failed_checks: list[str]) -> list[str]:
+def data_refusals(failed_checks: list[str]) -> list[str]:
     """The data_check gate's refusal of a night whose data checks failed (``on_data_check: warn``)."""
     if not failed_checks:
         return []
@@ -185,11 +185,13 @@ def decide(challenger: dict, champion: dict | None, gates: Gates = Gates(),
     (``failed_checks``: their texts, ``nightly.datacheck``). Both sides need a finite AUC and log loss. The reason
     reports both AUCs and log losses, and each refusing gate with its value and threshold."""
     new = _number(challenger, "auc")
+    data = data_refusals(list(failed_checks))
+    also = "".join(f"; {r}" for r in data)   # named where another reason keeps the champion first
     if champion is None:
         if not finite(challenger):
             return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
-                            "not promoted")
-        refused = _floors(challenger, True, gates) + _data(list(failed_checks))
+                            f"not promoted{also}")
+        refused = _floors(challenger, True, gates) + data
         if refused:
             return "kept", f"no champion yet, but the challenger ({_summary(challenger)}) fails {'; '.join(refused)}"
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
@@ -197,10 +199,9 @@ def decide(challenger: dict, champion: dict | None, gates: Gates = Gates(),
     if not finite(challenger) or not finite(champion):
         side = "challenger's" if not finite(challenger) else "champion's"
         return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
-                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)})")
+                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)}){also}")
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates),
-                           *_data(list(failed_checks))] if r]
+    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates), *data] if r]
     if not new - old > gates.margin:
         refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
                        f"is not above the margin {gates.margin:g}")

@@ -34,7 +34,7 @@ from common.errors import UserError
 from common.lease import lease
 from common.store import MODELS, filesystem, read_text
 from nightly.datacheck import refusals
-from nightly.decision import PROMOTING, Gates, decide, finite
+from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
@@ -214,7 +214,8 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
         if current is not None and measured is None and finite(current.metrics):
-            decision, reason = "kept", reason_prefix + "champion kept"
+            data = "".join(f"; {r}" for r in data_refusals(refusals(data_checks)))
+            decision, reason = "kept", reason_prefix + "champion kept" + data
         else:
             decision, reason = decide(challenger.metrics, measured, gates, refusals(data_checks))
             reason = reason_prefix + reason

@@ -15,6 +15,7 @@ import pytest
 from helpers.paths import CRITEO_10K, need
 from nightly import datacheck, registry
 from nightly.config import DataCheckConfig
+from nightly.decision import decide
 from preprocessing import PreprocessConfig, run
 from preprocessing.profile import StoredProfiles
 from synthetic.generator import SynthConfig, write_days
@@ -180,20 +181,29 @@ def test_real_criteo_rows_split_into_days_pass(tmp_path):
 def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
     failed = datacheck.Check(TEST, "I5", "psi", 1.7, "<=", 0.2, False, "PSI over fixed bins against the 4 days before")
     summary = datacheck.summary([failed, datacheck.Check(TEST, None, "rows", 3000, "in", [1500, 6000], True)], "warn")
+    refusal = f"gate data_check: 1 data check(s) failed ({failed.text()})"
     model = registry.model_uri(str(tmp_path), "m")
+    metrics = {"auc": 0.7, "logloss": 0.45, "rows": 3000, "positives": 750, "base_logloss": 0.56, "calibration": 1.0,
+               "fingerprint": "f"}
 
-    def night(date: str, auc: float, checks: dict | None) -> dict:
+    def night(date: str, auc: float, checks: dict | None, champion: dict | None = None) -> dict:
         return registry.record(model, {"run": f"{tmp_path}/runs/{date}", "step": 1, "dataset": "d", "vocab": "d/vocab",
-                                       "date": date, "window": [date], "metrics": {
-                                           "auc": auc, "logloss": 0.45, "rows": 3000, "positives": 750,
-                                           "base_logloss": 0.56, "calibration": 1.0}},
-                               champion_metrics=None, data_checks=checks)
+                                       "date": date, "window": [date], "metrics": metrics | {"auc": auc}},
+                               champion, f"{tmp_path}/runs/2026-11-05", data_checks=checks)
 
     first = night("2026-11-04", 0.7, summary)   # a first champion is refused too
     assert first["decision"] == "kept" and registry.load_champion(model) is None
-    assert first["reason"].endswith(f"fails gate data_check: 1 data check(s) failed ({failed.text()})")
+    assert first["reason"].endswith(f"fails {refusal}")
     assert first["data_checks"]["failed"] == [failed.row()] and first["data_checks"]["on_data_check"] == "warn"
     assert night("2026-11-05", 0.7, datacheck.summary([], "warn"))["decision"] == "first"
+    better = night("2026-11-06", 0.8, summary, metrics)   # better than the champion on the same rows, but
+    assert better["decision"] == "kept" and better["reason"].startswith(f"champion kept: {refusal}; log loss")
+    assert registry.load_champion(model).date == "2026-11-05"
+    unknown = night("2026-11-07", 0.8, summary)   # no metrics of the champion on that day
+    assert unknown["reason"].endswith(f"champion kept; {refusal}")
+    nan = decide({"auc": float("nan"), "logloss": 0.2}, None, failed_checks=[failed.text()])   # e.g. all labels 0
+    assert nan == ("kept", f"no champion yet, but the challenger's metrics are not finite (AUC nan, log loss 0.2000): "
+                           f"not promoted; {refusal}")
 
 
 def test_a_night_failed_on_data_is_recorded_once_and_decides_nothing(tmp_path):
