@@ -148,8 +148,9 @@ def model_history_png(history: list[dict], title: str = "") -> bytes:
 def data_drift_png(history: list[dict], title: str = "") -> bytes:
     """Each feature's drift on each night's test day, from a model's history.jsonl lines (``data_checks.test_day``):
     categoricals (check ``drift``: the largest change of a top value's share) above, numericals (check ``psi``)
-    below, one line per feature, each threshold dashed; a night without checks leaves a gap."""
-    lines = sorted((e for e in history if e.get("date")), key=lambda e: e["date"])
+    below, one line per feature, each threshold dashed; a night without checks leaves a gap (a date's last line
+    counts)."""
+    lines = sorted({e["date"]: e for e in history if e.get("date")}.values(), key=lambda e: e["date"])  # a date's last
     days = [Date.fromisoformat(e["date"]) for e in lines]
     fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for ax, name, label in ((axes[0], "drift", "categorical drift (L-inf of top shares)"),
@@ -168,7 +169,7 @@ def data_drift_png(history: list[dict], title: str = "") -> bytes:
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3)
         if series:
-            ax.legend(loc="upper left", fontsize=6, ncol=7)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6, ncol=2)
         else:
             ax.text(0.5, 0.5, "no data checks recorded", ha="center", va="center", transform=ax.transAxes)
     axes[0].set_title(f"Drift of each feature on each test day{' - ' + title if title else ''}", fontsize=10)

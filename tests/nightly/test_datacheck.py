@@ -219,3 +219,16 @@ def test_psi_and_top_distance():
     assert datacheck.psi({"0": 500, "4": 500}, {"0": 500, "4": 500}) == 0
     assert datacheck.psi({"0": 900, "4": 100}, {"0": 100, "4": 900}) > 1
     assert datacheck.top_distance({1: 60, 2: 40}, 100, {1: 50, 3: 50}, 100, 20) == (pytest.approx(0.5), 3)
+
+
+def test_drift_by_night_is_drawn_from_the_history():
+    from training.plots import data_drift_png
+
+    def line(date: str, value: float | None) -> dict:
+        checks = [datacheck.Check(date, "C1", "drift", value, "<=", 0.1, value <= 0.1),
+                  datacheck.Check(date, "I1", "psi", value * 2, "<=", 0.2, True)] if value is not None else []
+        return {"date": date, "decision": "kept", "data_checks": datacheck.summary(checks, "warn") if checks else None}
+
+    for lines in ([line("2026-11-04", 0.02), line("2026-11-05", None), line("2026-11-06", 0.3)], []):
+        png = data_drift_png(lines, "ctr")
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
