@@ -83,15 +83,13 @@ def _unseen(config: PipelineConfig, store: Store, days: Window, stored: StoredPr
     if not config.model:
         return {}, {}, None
     champion = registry.load_champion(registry.model_uri(store.uri, config.model))
-    if champion is None or not finite(champion.metrics) or champion.date >= days.date.isoformat():
+    if champion is None or not finite(champion.metrics):
         return {}, {}, None
-    seen = set(champion.window)
-    earlier = [d for d in checked[:-1] if d.isoformat() not in seen]
-    if not earlier:
-        log.info("data check: no day of the window before %s that the champion never trained on: no unseen check",
-                 days.date)
+    before = datacheck.unseen_reference([d.isoformat() for d in checked], champion.window, champion.date)
+    if before is None:
+        log.info("data check: no day of the window before %s that the champion (tested on %s) never trained on: "
+                 "no unseen check", days.date, champion.date)
         return {}, {}, None
-    before = earlier[-1]
-    shares = stored.unseen({"test": [u for u, _ in files[days.date]], "before": [u for u, _ in files[before]]},
-                           champion.dataset)
-    return shares.get("test", {}), shares.get("before", {}), before.isoformat()
+    shares = stored.unseen({"test": [u for u, _ in files[days.date]],
+                            "before": [u for u, _ in files[dt.date.fromisoformat(before)]]}, champion.dataset)
+    return shares.get("test", {}), shares.get("before", {}), before

@@ -192,6 +192,17 @@ def check(days: list[DayStats], config: DataCheckConfig, unseen: dict[str, float
     return out
 
 
+def unseen_reference(days: list[str], window: list[str], date: str) -> str | None:
+    """The day the test day's unseen shares are compared with: the newest of ``days`` (the window's, oldest first;
+    the last is the test day) that a champion tested on ``date``, whose run read ``window`` (its train, val and test
+    days), never trained or validated on; None where there is none (or the champion is not older than the test
+    day)."""
+    if not days or date >= days[-1]:
+        return None
+    trained = set(window) - {date}
+    return next((d for d in reversed(days[:-1]) if d not in trained), None)
+
+
 def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if not c.passed]
 

@@ -52,8 +52,7 @@ def _inputs(root: Path, days: list[str]) -> list[str]:
     return [f"{s}={root}/{d}/part-*" for s, d in zip(splits, days)]
 
 
-def _check(root: Path, store: Path, days: list[str] = DAYS, champion: str | None = None,
-           champion_window: list[str] = ()) -> list[datacheck.Check]:
+def _check(root: Path, store: Path, days: list[str] = DAYS, champion: str | None = None) -> list[datacheck.Check]:
     """The window's checks as the pipeline makes them: preprocessing, then the stored profiles (and the stored
     counts against the champion's vocabulary for the unseen shares)."""
     config = PreprocessConfig(inputs=_inputs(root, days), out=str(store), progress=False)
@@ -64,8 +63,8 @@ def _check(root: Path, store: Path, days: list[str] = DAYS, champion: str | None
         files.setdefault(Path(uri).parent.name, []).append((uri, profile))
     stats = [datacheck.day_stats(d, [p for _, p in files[d]]) for d in days]
     unseen = {}, {}, None
-    if champion:
-        before = [d for d in days[:-1] if d not in champion_window][-1]
+    if champion:   # the champion's run read 11-01..11-04 and was tested on 11-04, as compete records it
+        before = datacheck.unseen_reference(days, DAYS[:4], DAYS[3])
         shares = stored.unseen({"test": [u for u, _ in files[days[-1]]], "before": [u for u, _ in files[before]]},
                                champion)
         unseen = shares["test"], shares["before"], before
@@ -124,7 +123,7 @@ def test_a_replaced_categorical_fails_its_drift_and_unseen_checks(logs, tmp_path
     root = _faulty(logs, tmp_path, lambda rows: [[*r[:c], _renamed(r[c]), *r[c + 1:]] for r in rows])
     store = tmp_path / "store"
     champion = run(PreprocessConfig(inputs=_inputs(root, DAYS[:-1]), out=str(store), progress=False))  # up to 11-04
-    checks = _check(root, store, champion=champion, champion_window=DAYS[:3])
+    checks = _check(root, store, champion=champion)
     before = [r[c] for r in _before(logs) if r[c]]
     today = [r[c] for r in _rows(next((root / TEST).glob("part-*"))) if r[c]]
     top = max(set(before), key=before.count)   # gone from the day; renamed, it is new there
@@ -173,7 +172,7 @@ def test_real_criteo_rows_split_into_days_pass(tmp_path):
         (root / day).mkdir(parents=True)
         (root / day / "part-0.tsv").write_text("".join(lines[2000 * k:2000 * (k + 1)]))
     champion = run(PreprocessConfig(inputs=_inputs(root, DAYS[:-1]), out=str(tmp_path / "store"), progress=False))
-    checks = _check(root, tmp_path / "store", champion=champion, champion_window=DAYS[:3])
+    checks = _check(root, tmp_path / "store", champion=champion)
     assert not datacheck.failed(checks), [c.text() for c in datacheck.failed(checks)]
     assert {c.check for c in checks if c.day == TEST} >= {"unseen", "drift", "psi", "missing"}
 
@@ -213,6 +212,13 @@ def test_a_night_failed_on_data_is_recorded_once_and_decides_nothing(tmp_path):
     assert registry.record_data_failed(model, TEST, DAYS, summary, "1 data check(s) failed: ...") == line
     assert registry.history(model) == [line] and line["decision"] == registry.DATA_FAILED
     assert registry.decided_dates(model) == [] and registry.windows_in_use(str(tmp_path)) == {"m": DAYS[0]}
+
+
+def test_the_unseen_shares_are_compared_with_the_newest_day_the_champion_never_trained_on():
+    assert datacheck.unseen_reference(DAYS, DAYS[:4], DAYS[3]) == DAYS[3]   # its own test day, the val day now
+    assert datacheck.unseen_reference(DAYS, ["2026-10-30", "2026-10-31", DAYS[0]], DAYS[0]) == DAYS[3]
+    assert datacheck.unseen_reference(DAYS, DAYS, TEST) is None   # not older than the test day
+    assert datacheck.unseen_reference(DAYS[3:], DAYS[:5], "2026-11-06") is None
 
 
 def test_psi_and_top_distance():
