@@ -28,21 +28,31 @@ from .transforms import Transforms
 TOP = 100            # the most frequent values of a vocabulary feature kept per file
 _LOW = 121 * 4       # float32 magnitude code (exponent * 4 + 2 mantissa bits) of 2^-6: bin 1
 _BINS = 188          # bins per sign: up to 2^41; beyond goes to the last
-_MASK = np.int32(0x7FFFFFFF)
 
 
 def bins(values: np.ndarray) -> np.ndarray:
     """Each value's fixed bin (module doc): ... -2, -1, 0, 1, 2 ...; 0 holds |x| < 2^-6."""
-    bits = np.ascontiguousarray(values, np.float32).view(np.int32)
-    code = np.right_shift(bits & _MASK, 21)
-    b = np.clip(code - (_LOW - 1), 0, _BINS)
-    if len(b) and bits.min() < 0:   # a negative value (most transforms leave none)
-        b = np.where(bits < 0, -b, b)
-    return b
+    return _FOLD[_codes(values)] - _BINS
+
+
+def _codes(values: np.ndarray) -> np.ndarray:
+    """The float32 sign, exponent and two leading mantissa bits of each value: 0..2047."""
+    return np.right_shift(np.ascontiguousarray(values, np.float32).view(np.uint32), 21)
+
+
+def _fold_table() -> np.ndarray:
+    code = np.arange(2048)
+    b = np.clip((code & 1023) - (_LOW - 1), 0, _BINS)
+    return np.where(code >= 1024, -b, b) + _BINS
+
+
+_FOLD = _fold_table()   # code -> its bin's position in a dense histogram (bin + _BINS)
 
 
 def _histogram(values: np.ndarray) -> np.ndarray:
-    return np.bincount(bins(values) + _BINS, minlength=2 * _BINS + 1)
+    """Counts per code (``_codes``; a shift and a bincount: the cheap part of a block), folded into the bins once
+    per file (``finish``)."""
+    return np.bincount(_codes(values), minlength=2048)
 
 
 def block_profile(out: pl.DataFrame, t: Transforms, dictionaries: dict, numerical_missing: dict[str, int]) -> dict:
@@ -65,7 +75,7 @@ def block_profile(out: pl.DataFrame, t: Transforms, dictionaries: dict, numerica
     histograms = {}
     for n, _ in t.numerical:
         h = _histogram(out[n].to_numpy())
-        h[_BINS] -= missing[n]   # the missing values: 0.0, bin 0
+        h[0] -= missing[n]   # the missing values: 0.0, code 0
         histograms[n] = h
     return {"rows": len(out), "positives": int(found["\0label"]), "missing": missing, "histograms": histograms}
 
@@ -83,9 +93,10 @@ def finish(profile: dict | None, t: Transforms, counts: Path | None) -> dict:
     """A file's profile as stored: the blocks' sum (histograms as {bin: count}) and, from the file's all-rows
     count folder ``counts`` (None: not counted), each vocabulary feature's values and ``TOP`` values."""
     profile = profile or {"rows": 0, "positives": 0, "missing": {}, "histograms": {}}
+    dense = {n: np.bincount(_FOLD, weights=h, minlength=2 * _BINS + 1).astype(np.int64)
+             for n, h in profile["histograms"].items()}
     out = {"rows": profile["rows"], "positives": profile["positives"], "missing": profile["missing"],
-           "histograms": {n: {str(int(b) - _BINS): int(h[b]) for b in np.flatnonzero(h)}
-                          for n, h in profile["histograms"].items()}}
+           "histograms": {n: {str(int(b) - _BINS): int(h[b]) for b in np.flatnonzero(h)} for n, h in dense.items()}}
     if counts is not None:
         out["values"], out["top"] = {}, {}
         for f in t.vocab_features:
