@@ -45,9 +45,10 @@ def check_data(config: PipelineConfig, store: Store, days: Window, preprocessing
     stats = [datacheck.day_stats(d.isoformat(), [p for _, p in files[d]]) for d in checked]
     unseen = _unseen(config, store, days, stored, files, checked, log) if checked and checked[-1] == days.date \
         else ({}, {}, None)
-    checks = datacheck.check(stats, config.data_check, *unseen)
-    summary = datacheck.summary(checks, config.on_data_check, [d.isoformat() for d in unchecked])
-    artifacts.data_checks(checks, days.date.isoformat())
+    test_day = days.date.isoformat()
+    checks = datacheck.check(stats, config.data_check, *unseen, test_day=test_day)
+    summary = datacheck.summary(checks, config.on_data_check, test_day, [d.isoformat() for d in unchecked])
+    artifacts.data_checks(checks, test_day)
     failed = datacheck.failed(checks)
     log.info("data check of %s: %d checks over %d days, %d failed", days.date, len(checks), len(stats), len(failed))
     if not failed:

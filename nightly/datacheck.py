@@ -181,13 +181,14 @@ def check_test_day(day: DayStats, config: DataCheckConfig, unseen: dict[str, flo
 
 
 def check(days: list[DayStats], config: DataCheckConfig, unseen: dict[str, float] | None = None,
-          unseen_before: dict[str, float] | None = None, before_day: str | None = None) -> list[Check]:
-    """Every check of a window's ``days`` (oldest first; the last is the test day): each day against the days
-    before it, then the test day's own (``check_test_day``)."""
+          unseen_before: dict[str, float] | None = None, before_day: str | None = None,
+          test_day: str | None = None) -> list[Check]:
+    """Every check of a window's ``days`` (oldest first): each day against the days before it, then the test day's
+    own (``check_test_day``) where the last day is the test day (``test_day``; default: it is)."""
     out = []
     for k, day in enumerate(days):
         out += check_day(day, days[:k], config)
-    if days:
+    if days and days[-1].day == (test_day or days[-1].day):
         out += check_test_day(days[-1], config, unseen, unseen_before, before_day)
     return out
 
@@ -207,10 +208,11 @@ def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if not c.passed]
 
 
-def summary(checks: list[Check], mode: str, unchecked: list[str] = ()) -> dict:
+def summary(checks: list[Check], mode: str, test_day: str | None = None, unchecked: list[str] = ()) -> dict:
     """What the model's history records of a night's checks: the mode, the counts, every failed check and the test
-    day's checks (its drift and shares, night after night), and the days without a stored profile."""
-    test_day = max((c.day for c in checks), default=None)
+    day's checks (its drift and shares, night after night; default: the newest day checked), and the days without a
+    stored profile."""
+    test_day = test_day or max((c.day for c in checks), default=None)
     return {"on_data_check": mode, "checks": len(checks), "failed": [c.row() for c in failed(checks)],
             "test_day": [c.row() for c in checks if c.day == test_day], "unchecked": list(unchecked)}
 
