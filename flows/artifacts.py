@@ -1,6 +1,6 @@
 """Prefect artifacts of the flows: dataset tables, sharding plan, training progress and curve, metrics, plots,
-output locations, the store's runs table and clean-up table, a named model's history (table, decision, AUC by
-date).
+output locations, the store's runs table and clean-up table, a night's data checks, a named model's history (table,
+decision, AUC by date, each feature's drift by date).
 
 Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history; every
 key is named below. Pictures are markdown artifacts with an embedded PNG (an image artifact shows its whole
@@ -40,6 +40,8 @@ EVALUATION_METRICS, EVALUATION_LOCATION = "evaluation-metrics", "evaluation-loca
 ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
 PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
 MODEL_HISTORY, MODEL_DECISION, MODEL_AUC = "history", "decision", "auc"  # model-<name>-<kind> (model_key)
+MODEL_DRIFT = "drift"   # model-<name>-drift: each feature's drift by test day
+DATA_CHECKS = "data-checks"
 SCORE_SUMMARY = "score-summary"
 
 
@@ -271,7 +273,7 @@ def gc_table(report) -> None:
 
 
 def model_key(name: str, kind: str) -> str:
-    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC) with the name lowercased and
+    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC, MODEL_DRIFT) with the name lowercased and
     anything but letters and digits made a dash; a name that changes so gets a short hash of itself appended,
     so that two models never share a key."""
     slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", name.lower())).strip("-")
@@ -323,7 +325,7 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
                  ("rows' fingerprint", "fingerprint")]
         table = ["| | challenger | champion |", "|---|---|---|"]
         table += [f"| {label} | {_num(challenger.get(k))} | {_num(champion.get(k))} |" for label, k in cells]
-        table.append(f"| run | {location(entry['run'])} | "
+        table.append(f"| run | {location(entry['run']) if entry.get('run') else '(none)'} | "
                      f"{location(entry['champion_run']) if entry.get('champion_run') else '(none)'} |")
         text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
                 *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
@@ -337,3 +339,24 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     create_markdown_artifact(_picture(plots.model_history_png(lines, name), model_key(name, MODEL_AUC)),
                              key=model_key(name, MODEL_AUC),
                              description=f"Model '{name}': champion and challenger AUC by test day.")
+
+
+def data_checks(checks: list, date: str) -> None:
+    """A night's data checks (``nightly.datacheck.Check``) as a table, the failed ones first."""
+    rows = [{"day": c.day, "feature": c.feature or "-", "check": c.check, "value": _num(float(c.value)),
+             "rule": c.op, "threshold": [_num(float(t)) for t in c.threshold] if isinstance(c.threshold, list)
+             else _num(float(c.threshold)), "passed": c.passed, "against": c.against}
+            for c in sorted(checks, key=lambda c: c.passed)]
+    bad = sum(not c.passed for c in checks)
+    create_table_artifact(rows, key=DATA_CHECKS, description=f"The data checks of the night {date}: {len(checks)} "
+                          f"checks, {bad} failed (each day of the window against the days before it).")
+
+
+def data_drift(model_uri: str, name: str) -> None:
+    """A picture of each feature's drift on each night's test day, from the model's history."""
+    from nightly import registry
+    from training import plots
+
+    png = plots.data_drift_png(registry.history(model_uri), name)
+    create_markdown_artifact(_picture(png, model_key(name, MODEL_DRIFT)), key=model_key(name, MODEL_DRIFT),
+                             description=f"Model '{name}': each feature's drift on each test day (data checks).")

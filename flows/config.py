@@ -19,7 +19,7 @@ from common.errors import UserError
 
 from common.store import default_store
 from nightly.registry import NAME_PATTERN as MODEL_NAME
-from nightly.config import GcConfig, WindowConfig
+from nightly.config import DataCheckConfig, GcConfig, WindowConfig
 from nightly.decision import Gates
 from nightly.window import is_dated
 from preprocessing import PreprocessConfig
@@ -151,6 +151,12 @@ class PipelineConfig(_Model):
     gc: PipelineGcConfig = Field(default_factory=PipelineGcConfig, description="After each dated night's decision: "
                                  "the store's clean-up (`dlrmflow gc`): what no champion, recent night, lease or "
                                  "window needs is removed.")
+    on_data_check: Literal["fail", "warn", "off"] = Field("fail", description="Dated runs: after preprocessing, "
+                                                          "each day of the window is checked against the days before "
+                                                          "it (`data_check`). `fail`: a failing check fails the night "
+                                                          "before training; `warn`: it trains, but nothing is "
+                                                          "promoted; `off`: no checks.")
+    data_check: DataCheckConfig = Field(default_factory=DataCheckConfig, description="The data checks' thresholds.")
     catchup: Literal["all", "latest"] = Field("all", description="After an outage, for the scheduled nights of a "
                                               "dated run: `all` runs every missed night in order; `latest` records a "
                                               "night as skipped (in the model's history) when a newer night is due "

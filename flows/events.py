@@ -3,7 +3,7 @@
 Events (``prefect.events.emit_event``), each about the model (resource ``dlrmflow.model.<name>``; a run without a
 model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics and the decision's numbers),
 ``dlrmflow.night.failed`` (date, stage, error), ``dlrmflow.model.promoted`` (the decision's numbers) and
-``dlrmflow.data.check_failed`` (defined here for the data gate; nothing emits it yet).
+``dlrmflow.data.check_failed`` (date, on_data_check, the failed checks; emitted by the data gate, ``flows.datacheck``).
 
 ``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it emits ``dlrmflow.night.failed`` and
 sends the message to the notification block ``notify_block`` of the run's config. A hook that fails logs why and
@@ -19,7 +19,7 @@ from nightly.decision import PROMOTING
 NIGHT_COMPLETED = "dlrmflow.night.completed"
 NIGHT_FAILED = "dlrmflow.night.failed"
 MODEL_PROMOTED = "dlrmflow.model.promoted"
-DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # for the data gate (issue 19, section 5): no emitter yet
+DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck)
 
 _NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
 

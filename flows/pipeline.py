@@ -1,9 +1,9 @@
 """The pipeline flow: [synthetic data] -> preprocess -> train -> evaluate [-> champion vs challenger], as
 subflows and tasks, all under one store.
 
-A run may be for a date (inputs with ``{date}``, or a window of synthetic days): it trains on the window of days
-before the date, tests on the date, and with a model name competes with that model's champion
-(``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a
+A run may be for a date (inputs with ``{date}``, or a window of synthetic days): its days pass the data checks
+after preprocessing (``flows.datacheck``), it trains on the window of days before the date, tests on the date, and
+with a model name competes with that model's champion (``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a
 completed training run (or its checkpoints, to resume) are reused, and the log says so. A failed or crashed run
 emits an event and notifies (``flows.events``); ``catchup: latest`` skips a scheduled night made stale by a newer
 one (``nightly.window.catchup_skip``)."""
@@ -22,6 +22,7 @@ from common.errors import UserError
 from common.store import BLOCK_KEYS, Store, filesystem
 from flows import artifacts, events
 from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfig
+from flows.datacheck import check_data
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
@@ -192,6 +193,10 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         synthesize(store, config.synthetic, days.days if days else None, return_state=True).result()  # raises its error
     events.stage("preprocess")
     dataset = preprocess(preprocess_config)
+    data_checks = None
+    if days and config.on_data_check != "off":
+        events.stage("data check")
+        data_checks = check_data(config, store, days, preprocess_config, return_state=True).result()
     run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
     preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})
@@ -210,9 +215,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         result["date"] = day.isoformat()
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
+    if data_checks:
+        result["data_checks"] = {"checks": data_checks["checks"], "failed": len(data_checks["failed"])}
     if config.model and days:
         events.stage("promote")
-        result["decision"] = compete(config, store, days, run, dataset, metrics, return_state=True).result()
+        result["decision"] = compete(config, store, days, run, dataset, metrics, data_checks,
+                                     return_state=True).result()
     if days:
         events.stage("gc")
         result["gc"] = gc(config, store.uri, days)

@@ -29,10 +29,11 @@ METRICS = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration")
 @task(cache_policy=NONE)
 @user_errors
 def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dataset: str,
-            metrics: dict) -> dict:
+            metrics: dict, data_checks: dict | None = None) -> dict:
     """The new model against the champion of ``config.model`` on the test day: scored, decided and recorded
-    (promoted or kept: ``nightly.registry.record``'s ordered commit, the bundle first) under the model's lock;
-    a re-run of a decided night scores nothing and repairs. Returns the history entry, also shown as artifacts."""
+    (promoted or kept: ``nightly.registry.record``'s ordered commit, the bundle first) under the model's lock,
+    with the night's data checks (``data_checks``: a failed one keeps the champion); a re-run of a decided night
+    scores nothing and repairs. Returns the history entry, also shown as artifacts."""
     log = get_run_logger()
     owner = f"flow run {fr.flow_run.name} ({fr.flow_run.id})" if (fr := FlowRunContext.get()) and fr.flow_run else None
     model = registry.model_uri(store.uri, config.model)
@@ -79,12 +80,14 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             mine = {k: metrics.get(k) for k in METRICS}   # evaluation scored exactly the test day, this vocabulary
         entry = registry.record(model, {**candidate, "metrics": mine}, measure(champion) if compared else None,
                                 champion.run if champion else None, gates=gates, score_champion=measure,
-                                say=log.info, owner=owner, export=_export_verified)
+                                say=log.info, owner=owner, export=_export_verified, data_checks=data_checks)
     log.info("model %s on %s: %s (%s)", config.model, days.date, entry["decision"], entry["reason"])
     if entry["decision"] in registry.PROMOTING:
         log.info("serving bundle of the new champion: %s",
                  posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri)))
     artifacts.model_history(model, config.model, entry)
+    if data_checks is not None:
+        artifacts.data_drift(model, config.model)
     return entry
 
 

@@ -1,7 +1,9 @@
-"""The config models of the recurring runs: the dated window, batch scoring, export and the store's clean-up."""
+"""The config models of the recurring runs: the dated window, the data gate, batch scoring, export and the store's
+clean-up."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -44,6 +46,38 @@ class WindowConfig(BaseModel):
         if self.min_days is not None and self.train_days is not None and self.min_days > self.train_days:
             raise ValueError(f"min_days ({self.min_days}) exceeds train_days ({self.train_days})")
         return self
+
+
+class DataCheckConfig(BaseModel):
+    """The data gate's thresholds: each day of a dated run's window against the days before it (nightly.datacheck)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rows_band: list[float] = Field([0.5, 2.0], description="A day's rows must lie within [LOW, HIGH] times the "
+                                   "median of the days before it.")
+    label_rate_change: float = Field(0.5, gt=0, description="A day's positive rate must lie within this relative "
+                                     "change of that of the days before it (0.5: from half to 1.5 times it).")
+    min_rows: int = Field(100, ge=0, description="The test day needs at least this many rows.")
+    min_positives: int = Field(10, ge=0, description="The test day needs at least this many positive labels.")
+    missing_change: float = Field(0.1, gt=0, le=1, description="A feature's missing share on a day may differ from "
+                                  "that of the days before it by at most this (absolute; 0.1: ten percentage points).")
+    unseen_increase: float = Field(0.2, gt=0, le=1, description="With a champion: a categorical's share of values "
+                                   "without an index in the champion's vocabulary on the test day may exceed that of "
+                                   "the newest earlier day the champion never trained on by at most this (absolute).")
+    max_drift: float = Field(0.1, gt=0, le=1, description="A categorical's drift on a day, the largest difference "
+                             "(L-infinity) between a value's share on the day and on the days before it, over the "
+                             "`top_values` most frequent values of each, may be at most this.")
+    top_values: int = Field(20, ge=1, le=100, description="The most frequent values of a categorical that its drift "
+                            "compares.")
+    max_psi: float = Field(0.2, gt=0, description="A numerical's drift on a day, the population stability index of "
+                           "its histogram over fixed bins against that of the days before it, may be at most this.")
+
+    @field_validator("rows_band")
+    @classmethod
+    def _band(cls, band: list[float]) -> list[float]:
+        if not (len(band) == 2 and 0 <= band[0] < 1 < band[1] and math.isfinite(band[1])):
+            raise ValueError(f"rows_band {band} is not [LOW, HIGH] with 0 <= LOW < 1 < HIGH; e.g. [0.5, 2]")
+        return band
 
 
 class _Checkpoint(BaseModel):

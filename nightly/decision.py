@@ -4,7 +4,8 @@
 count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
 lift, log loss below the base rate's entropy), an optional calibration band, a strictly better AUC (by more than
 the margin) and, optionally, a paired bootstrap interval of the AUC difference whose lower bound clears the
-margin (``paired``). A refusal names the gate, the value and the threshold."""
+margin (``paired``), and no failed data check (``on_data_check: warn``, ``nightly.datacheck``). A refusal names the
+gate, the value and the threshold."""
 
 from __future__ import annotations
 
@@ -167,18 +168,30 @@ def _same_rows(challenger: dict, champion: dict) -> str | None:
     return None
 
 
-def decide(challenger: dict, champion: dict | None, gates: Gates = Gates()) -> tuple[str, str]:
+def data_refusals(failed_checks: list[str]) -> list[str]:
+    """The data_check gate's refusal of a night whose data checks failed (``on_data_check: warn``)."""
+    if not failed_checks:
+        return []
+    more = f"; and {len(failed_checks) - 3} more" if len(failed_checks) > 3 else ""
+    return [f"gate data_check: {len(failed_checks)} data check(s) failed ({'; '.join(failed_checks[:3])}{more})"]
+
+
+def decide(challenger: dict, champion: dict | None, gates: Gates = Gates(),
+           failed_checks: list[str] = ()) -> tuple[str, str]:
     """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day
     (auc, logloss, rows, positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the
     comparison ``paired`` made). The challenger wins when every gate passes (module doc); the AUC gain must
-    exceed ``gates.margin`` (a tie keeps the champion). Both sides need a finite AUC and log loss. The reason
+    exceed ``gates.margin`` (a tie keeps the champion), and no data check of the night may have failed
+    (``failed_checks``: their texts, ``nightly.datacheck``). Both sides need a finite AUC and log loss. The reason
     reports both AUCs and log losses, and each refusing gate with its value and threshold."""
     new = _number(challenger, "auc")
+    data = data_refusals(list(failed_checks))
+    also = "".join(f"; {r}" for r in data)   # named where another reason keeps the champion first
     if champion is None:
         if not finite(challenger):
             return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
-                            "not promoted")
-        refused = _floors(challenger, True, gates)
+                            f"not promoted{also}")
+        refused = _floors(challenger, True, gates) + data
         if refused:
             return "kept", f"no champion yet, but the challenger ({_summary(challenger)}) fails {'; '.join(refused)}"
         return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
@@ -186,9 +199,9 @@ def decide(challenger: dict, champion: dict | None, gates: Gates = Gates()) -> t
     if not finite(challenger) or not finite(champion):
         side = "challenger's" if not finite(challenger) else "champion's"
         return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
-                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)})")
+                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)}){also}")
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates)] if r]
+    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates), *data] if r]
     if not new - old > gates.margin:
         refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
                        f"is not above the margin {gates.margin:g}")

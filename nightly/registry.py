@@ -1,7 +1,7 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
-(one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, decision; or a
-night the catchup
-policy skipped: ``record_skipped``), and ``bundles/`` (the
+(one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, the night's data
+checks, decision; or a night the catchup policy skipped: ``record_skipped``; or one whose data checks failed:
+``record_data_failed``), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
@@ -33,7 +33,8 @@ from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
 from common.store import MODELS, filesystem, read_text
-from nightly.decision import PROMOTING, Gates, decide, finite
+from nightly.datacheck import refusals
+from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
@@ -45,6 +46,8 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 CRASH_AFTER = "DLRMFLOW_CRASH_AFTER"   # the test hook (see the module doc)
 WRITES = ("bundle", "champion", "history", "prune")   # a promotion's writes, in order
 SKIPPED = "skipped"   # the decision of a night a catchup policy skipped (record_skipped)
+DATA_FAILED = "data_failed"   # of a night whose data checks failed before training (record_data_failed)
+UNDECIDED = (SKIPPED, DATA_FAILED)   # lines of nights that trained nothing
 
 
 class Champion(BaseModel):
@@ -156,7 +159,8 @@ def decided(model: str, date: str, run: str) -> dict | None:
 def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
            gates: Gates = Gates(), score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
            timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
-           say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None) -> dict:
+           say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None,
+           data_checks: dict | None = None) -> dict:
     """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
     dataset, vocab, date, window, metrics on day ``date``: auc, logloss, rows and the rest of ``RECORDED``) and
     record it, under the model's promotion lock: re-read the champion (another run may have promoted since),
@@ -164,7 +168,8 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     ``champion_run``, the current champion; else ``score_champion(champion)``; else the champion is kept), then
     commit in order (module doc): bundle, champion.json, history line (with ``gates`` and the champion metrics'
     ``paired`` comparison), removal of older bundles. ``export(run, step, out)`` writes and verifies the
-    bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle. Returns
+    bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle.
+    ``data_checks``: the night's data checks (``datacheck.summary``), recorded; a failed one refuses promotion. Returns
     the history line. A re-run for the same date and run returns the line recorded before and repairs the
     store (a promotion cut short, a missing or unverifiable bundle), ending as an uninterrupted run would."""
     name = posixpath.basename(model.rstrip("/"))
@@ -209,15 +214,16 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
         if current is not None and measured is None and finite(current.metrics):
-            decision, reason = "kept", reason_prefix + "champion kept"
+            data = "".join(f"; {r}" for r in data_refusals(refusals(data_checks)))
+            decision, reason = "kept", reason_prefix + "champion kept" + data
         else:
-            decision, reason = decide(challenger.metrics, measured, gates)
+            decision, reason = decide(challenger.metrics, measured, gates, refusals(data_checks))
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "dataset": challenger.dataset, "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None,
                  "paired": measured.get("paired") if measured else None, "promote_margin": gates.margin,
-                 "gates": gates.recorded(), "decision": decision, "reason": reason,
+                 "gates": gates.recorded(), "data_checks": data_checks, "decision": decision, "reason": reason,
                  "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         if decision in PROMOTING:
             _promote(model, challenger, entry, export, lock)
@@ -241,9 +247,26 @@ def record_skipped(model: str, date: str, reason: str, owner: str | None = None,
     return entry
 
 
+def record_data_failed(model: str, date: str, window: list[str], data_checks: dict, reason: str,
+                       owner: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+    """Append a ``data_failed`` line for the night ``date`` whose data checks (``data_checks``: ``datacheck.summary``)
+    failed before training, under the model's lock; a re-run that fails the same way appends nothing. Returns the
+    line."""
+    with promotion_lock(model, owner, say=say) as lock:
+        lines = history(model)
+        last = next((e for e in reversed(lines) if e.get("date") == date), None)
+        if last is not None and last.get("decision") == DATA_FAILED and last.get("reason") == reason:
+            return last
+        entry = {"date": date, "window": window, "run": None, "challenger": None, "champion": None,
+                 "champion_run": None, "data_checks": data_checks, "decision": DATA_FAILED, "reason": reason,
+                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        _append(model, lines, entry, lock)
+    return entry
+
+
 def decided_dates(model: str) -> list[str]:
-    """The dates (ISO) of the nights the model decided (promoted, first or kept; not skipped)."""
-    return [e["date"] for e in history(model) if e.get("decision") != SKIPPED and e.get("date")]
+    """The dates (ISO) of the nights the model decided (promoted, first or kept; not skipped, nor failed on data)."""
+    return [e["date"] for e in history(model) if e.get("decision") not in UNDECIDED and e.get("date")]
 
 
 def _promote(model: str, challenger: Champion, entry: dict, export, lock) -> None:

@@ -5,9 +5,12 @@
  * categoricals (empty, or 1..8 hex digits). Anything else makes parse() return -1, and the caller
  * parses the block with the general (polars) path, which reports the problem.
  *
- * parse(block, label[int8, n], num[float32, 13*n], cat[uint32, 26*n], valid[uint8, 26*n]) -> rows or -1
+ * parse(block, label[int8, n], num[float32, 13*n], cat[uint32, 26*n], valid[uint8, 26*n], missing[int64, 13])
+ *   -> rows or -1
  *   num, cat and valid are column-major (column j holds rows [j*n, (j+1)*n)); n = count_lines(block).
- *   num = (float)log1p(max(x, 0)), 0 where missing (as the polars path: Float64 -> clip -> log1p -> Float32).
+ *   num = (float)log1p(max(x, 0)), 0 where missing (as the polars path: Float64 -> clip -> log1p -> Float32);
+ *   missing[j] counts the empty fields of integer column j (the data gate's missing share, which the 0s hide).
+ * The module's VERSION is 2 (1: parse without `missing`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,7 +65,7 @@ static signed char hex_table[256];
 
 /* rows parsed, or -1 where a row is irregular */
 static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, int8_t *label, float *num,
-                             uint32_t *cat, uint8_t *valid) {
+                             uint32_t *cat, uint8_t *valid, int64_t *missing) {
     if (len == 0 || p[len - 1] != '\n')
         return -1;
     const unsigned char *end = p + len;
@@ -78,7 +81,9 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
         p += 2;
         for (int j = 0; j < N_INT; j++) {
             float v = 0.0f;
-            if (*p != '\t') {
+            if (*p == '\t') {
+                missing[j]++;
+            } else {
                 int neg = 0;
                 if (*p == '-') {
                     neg = 1;
@@ -138,10 +143,10 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
 }
 
 static PyObject *parse(PyObject *self, PyObject *args) {
-    PyObject *o_block, *o_label, *o_num, *o_cat, *o_valid;
-    if (!PyArg_ParseTuple(args, "OOOOO", &o_block, &o_label, &o_num, &o_cat, &o_valid))
+    PyObject *o_block, *o_label, *o_num, *o_cat, *o_valid, *o_missing;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o_block, &o_label, &o_num, &o_cat, &o_valid, &o_missing))
         return NULL;
-    Py_buffer b, bl, bn, bc, bv;
+    Py_buffer b, bl, bn, bc, bv, bm;
     if (get_buffer(o_block, &b, 0, -1, "block") < 0)
         return NULL;
     if (get_buffer(o_label, &bl, 1, -1, "label") < 0) {
@@ -153,10 +158,13 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     if (get_buffer(o_num, &bn, 1, n * N_INT * 4, "num") == 0) {
         if (get_buffer(o_cat, &bc, 1, n * N_CAT * 4, "cat") == 0) {
             if (get_buffer(o_valid, &bv, 1, n * N_CAT, "valid") == 0) {
-                Py_BEGIN_ALLOW_THREADS
-                r = parse_rows((const unsigned char *)b.buf, b.len, n, (int8_t *)bl.buf, (float *)bn.buf,
-                               (uint32_t *)bc.buf, (uint8_t *)bv.buf);
-                Py_END_ALLOW_THREADS
+                if (get_buffer(o_missing, &bm, 1, N_INT * 8, "missing") == 0) {
+                    Py_BEGIN_ALLOW_THREADS
+                    r = parse_rows((const unsigned char *)b.buf, b.len, n, (int8_t *)bl.buf, (float *)bn.buf,
+                                   (uint32_t *)bc.buf, (uint8_t *)bv.buf, (int64_t *)bm.buf);
+                    Py_END_ALLOW_THREADS
+                    PyBuffer_Release(&bm);
+                }
                 PyBuffer_Release(&bv);
             }
             PyBuffer_Release(&bc);
@@ -173,7 +181,7 @@ static PyObject *parse(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"count_lines", count_lines, METH_O, "count_lines(block) -> number of LF bytes"},
     {"parse", parse, METH_VARARGS,
-     "parse(block, label, num, cat, valid) -> rows, or -1 where a row is irregular (parse it another way)"},
+     "parse(block, label, num, cat, valid, missing) -> rows, or -1 where a row is irregular (parse it another way)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -191,5 +199,10 @@ PyMODINIT_FUNC PyInit__criteo(void) {
         hex_table['A' + i] = (signed char)(10 + i);
     }
     hexval = hex_table;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

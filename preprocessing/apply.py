@@ -105,7 +105,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     t = job.transforms
     cards = {c.name: model.cardinality(c.name) for c in t.categorical}
     dtypes = t.categorical_dtypes(cards)
-    vocabs = {f: _read_vocab(dataset, model, f) for f in t.vocab_features}
+    vocabs = {f: read_vocab(dataset, model, f) for f in t.vocab_features}
     encode = vocab.Encoder(vocabs)
     id_column = job.spec.metadata.get(ID_KEY)
     out = folder / "dataset"
@@ -124,7 +124,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
         for f in job.inputs:
             bad = _Recorded(f.uri, job.config.on_bad_row)
             first, before = (2 if job.fmt.header else 1), rows
-            for df, lines, _ in readers.read(f.uri, job.fmt, types, bad):   # no fast path: every block has lines
+            for df, lines, *_ in readers.read(f.uri, job.fmt, types, bad):   # no fast path: every block has lines
                 if not has_label:   # any valid label: it is never written out
                     df = df.with_columns(pl.lit("" if t.positive else 0.0, job.types[t.label]).alias(t.label))
                 bad.lines.clear()
@@ -173,7 +173,8 @@ def _offsets(folder: Path, feature: str) -> None:
     lengths.unlink(missing_ok=True)
 
 
-def _read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
+def read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
+    """The vocabulary (value, count, index) of ``feature`` in ``dataset`` (whose feature spec is ``spec``)."""
     rel = (spec.metadata.get("vocab") or {}).get(feature) or writer.vocab_file(feature)
     uri = fspec.join_uri(dataset, rel)
     try:

@@ -11,7 +11,8 @@ which reports the problem with its file, line and column as before. Its numerica
 
 Used only for the ``criteo`` chunk type with the standard layout (label, I1..I13 with log1p,
 C1..C26 hex, one value each; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``
-turns it off; where the extension is not built (no compiler) the polars path is used (debug log).
+turns it off; where the extension is not built (no compiler) the polars path is used (debug log), and where it is
+an older build (without the numericals' missing counts) too (a warning: rebuild it with ``pip install -e .``).
 """
 
 from __future__ import annotations
@@ -29,21 +30,28 @@ from .transforms import Transforms, hashed_index
 
 log = logging.getLogger(__name__)
 
+VERSION = 2   # of the extension's parse(): 2 counts the numericals' missing fields
+
 try:
     from . import _criteo
 except ImportError as e:   # not built: the polars path parses every block
     _criteo = None
     log.debug("preprocessing._criteo is not available (%s); Criteo blocks are parsed by polars", e)
+if _criteo is not None and getattr(_criteo, "VERSION", 1) != VERSION:
+    log.warning("preprocessing._criteo is an older build (version %s, not %s); Criteo blocks are parsed by polars. "
+                "Fix: rebuild it (pip install -e .)", getattr(_criteo, "VERSION", 1), VERSION)
+    _criteo = None
 
 N_INT, N_CAT = 13, 26
 
 
 def block_parser(fmt, t: Transforms, types: dict,
-                 coded: bool = False) -> Callable[[bytes], pl.DataFrame | vocab.Coded | None] | None:
-    """The block parser for this input (block -> intermediate rows, or None to use the polars path),
+                 coded: bool = False) -> Callable[..., pl.DataFrame | vocab.Coded | None] | None:
+    """The block parser for this input (block, [missing] -> intermediate rows, or None to use the polars path),
     or None where the input is not plain Criteo TSV with the standard transforms. ``coded``: the vocabulary
     features come as codes into the block's distinct values (``vocab.Coded``, as ``vocab.dictionary_encode``
-    would code them) straight from the parsed ids, without null masks in between."""
+    would code them) straight from the parsed ids, without null masks in between. ``missing``, a dict, gets
+    each numerical's count of missing values (their 0s hide them)."""
     if _criteo is None or fmt.kind != "criteo" or fmt.header or list(fmt.columns or []) != CRITEO_COLUMNS:
         return None
     label, ints, cats = CRITEO_COLUMNS[0], CRITEO_COLUMNS[1:1 + N_INT], CRITEO_COLUMNS[1 + N_INT:]
@@ -55,9 +63,9 @@ def block_parser(fmt, t: Transforms, types: dict,
     hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]
     to_code = t.vocab_features if coded and vocab._vocab is not None else []
 
-    def parse(block: bytes) -> pl.DataFrame | vocab.Coded | None:
+    def parse(block: bytes, missing: dict | None = None) -> pl.DataFrame | vocab.Coded | None:
         dictionaries = {}
-        df = parse_block(block, to_code, dictionaries)
+        df = parse_block(block, to_code, dictionaries, missing)
         if df is not None:
             for name, buckets in hashed:
                 df = df.with_columns(hashed_index(df[name], buckets).alias(name))
@@ -66,16 +74,21 @@ def block_parser(fmt, t: Transforms, types: dict,
     return parse
 
 
-def parse_block(block: bytes, coded: list[str] = (), dictionaries: dict | None = None) -> pl.DataFrame | None:
+def parse_block(block: bytes, coded: list[str] = (), dictionaries: dict | None = None,
+                missing: dict | None = None) -> pl.DataFrame | None:
     """Intermediate rows of a block of regular Criteo rows, or None where any row is not regular. The
-    categoricals in ``coded`` are codes instead (``vocab.codes_of``; their distinct values go to ``dictionaries``)."""
+    categoricals in ``coded`` are codes instead (``vocab.codes_of``; their distinct values go to ``dictionaries``);
+    ``missing`` gets each numerical's count of empty fields."""
     n = _criteo.count_lines(block)
     label = np.empty(n, np.int8)
     num = np.empty((N_INT, n), np.float32)
     cat = np.empty((N_CAT, n), np.uint32)
     valid = np.empty((N_CAT, n), np.bool_)
-    if n == 0 or _criteo.parse(block, label, num, cat, valid) != n:
+    empty = np.zeros(N_INT, np.int64)
+    if n == 0 or _criteo.parse(block, label, num, cat, valid, empty) != n:
         return None
+    if missing is not None:
+        missing.update(zip(CRITEO_COLUMNS[1:1 + N_INT], empty.tolist()))
     columns = {CRITEO_COLUMNS[0]: label}
     columns.update({name: num[j] for j, name in enumerate(CRITEO_COLUMNS[1:1 + N_INT])})
     cats = CRITEO_COLUMNS[1 + N_INT:]

@@ -21,7 +21,7 @@ from .transforms import Transforms
 from .work import FileParts, Mirror, WorkFolder
 
 FORMAT_VERSION = 1
-PARTS_VERSION = 2   # of the per-file parts' layout: a new version parses every file again
+PARTS_VERSION = 3   # of the per-file parts' layout: a new version parses every file again (3: profile.json)
 
 
 @dataclass(frozen=True)

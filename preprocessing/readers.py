@@ -32,10 +32,12 @@ PARQUET_BATCH_ROWS = 262_144
 
 
 class ParsedBlock(NamedTuple):
-    """A block as read: rows with their 1-based line numbers, or the C fast path's rows (``fast``: ``fastparse``)."""
+    """A block as read: rows with their 1-based line numbers, or the C fast path's rows (``fast``: ``fastparse``)
+    with each numerical's count of missing values (``missing``: its rows hold 0s for them)."""
     rows: Any
     lines: np.ndarray | None
     fast: bool = False
+    missing: dict[str, int] | None = None
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Format:
 def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
          block_bytes: int | None = None, fast=None, then=None, workers: int = 1) -> Iterator:
     """Yield a ParsedBlock (rows with the columns of ``types``) per block of one file. ``fast`` (text only):
-    block -> rows or None (see ``fastparse``); the blocks it does not parse are parsed here. ``then(block number,
+    (block, missing) -> rows or None (see ``fastparse``); the blocks it does not parse are parsed here. ``then(block number,
     ParsedBlock)``, if given, is applied to each block (numbered from 0) in the thread that parsed it and its results
     are yielded instead; text blocks are parsed (and ``then`` applied) ``workers`` at a time, yielded in file order
     (``parallel.ordered``)."""
@@ -201,8 +203,9 @@ def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None
     def parse(item):
         k, holder, first = item
         block = holder.pop()   # the only reference: the bytes go as soon as they are parsed
-        rows = fast(block) if fast is not None else None
-        parsed = ParsedBlock(rows, None, fast=True) if rows is not None else \
+        missing = {}
+        rows = fast(block, missing) if fast is not None else None
+        parsed = ParsedBlock(rows, None, True, missing) if rows is not None else \
             ParsedBlock(*_parse_block(block, first, columns, fmt, types, bad)[:2])
         del block
         return parsed if then is None else then(k, parsed)

@@ -4,9 +4,11 @@ finished, and returns its result.
 
 ``parse_file``: raw file -> typed, transformed rows (a folder of Arrow IPC files, one per block; integer
   vocabulary features as codes into the block's distinct values, see ``vocab.dictionary_encode``) + row/bad-row
-  counts, stored with the file's parts (``job.parts[i]``), shared by every dataset that reads the file with the
-  same parse settings; where all of the file's rows are counted rows (count_on=all, a `files` train input) it
-  also counts them (the count stage then skips that file).
+  counts and the file's profile (``profile``: what the data gate compares), stored with the file's parts
+  (``job.parts[i]``), shared by every dataset that reads the file with the same parse settings; it also counts
+  the file's values where all its rows are counted rows (count_on=all, a `files` train input; the count stage
+  then skips that file) and for every other `files` input (a dated window's days: the gate compares their
+  values, and a later window trains on them).
 ``count_file``: value counts of the vocabulary features over the counted splits: a file whose rows are all
   counted rows uses (or makes) its stored all-rows counts, a file partly counted gets counts of this job's own.
 ``encode_file``: indices, labels, numericals -> per-split binary parts (in the job's work folder: its vocabulary's).
@@ -33,7 +35,7 @@ from common.atomic import atomic_dir
 from common.errors import UserError
 from feature_spec import categorical_file_name
 
-from . import fastparse, lists, parallel, readers, splits, vocab
+from . import fastparse, lists, parallel, profile, readers, splits, vocab
 from .errors import BadRows
 from .job import Job
 from .transforms import SPLIT_COLUMN, Transforms, check_numerical, numerical_max, to_intermediate
@@ -54,8 +56,9 @@ class Placement:
 
 
 def parse_file(job: Job, i: int, progress=None) -> dict:
-    """The parse stage: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), then its
-    ``parsed.json``; returns the latter (rows, bad rows, split names)."""
+    """The parse stage: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), its
+    counts (``_may_count_in_parse``), its ``profile.json``, then its ``parsed.json``; returns the latter (rows, bad
+    rows, split names)."""
     parts, mirror = job.parts[i], job.mirror
     if mirror.complete(parts.parse_meta):
         return json.loads(mirror.read_text(parts.parse_meta))
@@ -69,16 +72,17 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
     fast = fastparse.block_parser(job.fmt, t, job.types, coded=True) if job.config.fast_parse else None
     with atomic_dir(parts.parsed) as tmp:
         def finish(k: int, parsed: readers.ParsedBlock):
-            """Parsed block k -> its part written (IPC + dictionaries), its counts, split names and row counts."""
+            """Parsed block k -> its part written (IPC + dictionaries), its counts, split names, row counts, profile."""
             df = parsed.rows
             coded = isinstance(df, vocab.Coded)   # the fast parse coded the vocabulary features
             if coded:
                 df, dictionaries = df.rows, df.dictionaries
+            missing = parsed.missing if parsed.fast else {}
             out = df if parsed.fast else \
                 to_intermediate(df, t, parsed.lines, bad, lambda s: splits.column_names(job.rule, s),
-                                numerical_max(job.config.numerical_dtype))
+                                numerical_max(job.config.numerical_dtype), missing)
             found = set(out[SPLIT_COLUMN].unique().to_list()) if t.split_column else set()
-            counts = None
+            counts = block = None
             if len(out):
                 if not coded:
                     out, dictionaries = vocab.dictionary_encode(out, t.vocab_features)
@@ -86,12 +90,15 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
                 if dictionaries:
                     _write_dictionaries(tmp / f"{k:06d}{_DICTIONARIES}", dictionaries)
                 counts = vocab.block_counts(out, t.vocab_features, dictionaries) if counter else None
-            return len(out), len(df), found, counts
+                block = profile.block_profile(out, t, dictionaries, missing)
+            return len(out), len(df), found, counts, block
 
-        for n_out, n_raw, block_names, counts in readers.read(uri, job.fmt, job.types, bad, fast=fast, then=finish,
-                                                              workers=_block_workers(job)):
+        summed = None
+        for n_out, n_raw, block_names, counts, block in readers.read(uri, job.fmt, job.types, bad, fast=fast,
+                                                                     then=finish, workers=_block_workers(job)):
             rows += n_out
             names |= block_names
+            summed = profile.merge(summed, block)
             if counts:
                 counter.merge(counts)
             if progress:
@@ -101,6 +108,9 @@ def parse_file(job: Job, i: int, progress=None) -> dict:
         with atomic_dir(parts.counts) as tmp:
             counter.write(tmp)
         mirror.push(parts.counts)
+    counted_all = rows and _may_count_in_parse(job, i) and mirror.pull(parts.counts)
+    mirror.write_text(parts.profile, json.dumps(profile.finish(summed, t, parts.counts if counted_all else None),
+                                                sort_keys=True))
     meta = {"rows": rows, "bad_rows": bad.count, "split_names": sorted(names)}
     mirror.write_text(parts.parse_meta, json.dumps(meta, sort_keys=True))
     return meta
@@ -151,12 +161,14 @@ def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True, wh
 
 
 def _may_count_in_parse(job: Job, i: int) -> bool:
-    """Whether to count in the parse: only where all of this file's rows are sure to be counted rows. (For an
-    ordered split the file holding the split point would be counted twice; measured on 1M rows, counting in
-    the parse then costs as much CPU as the count stage re-reading the parsed part, so it is left to that stage.)"""
+    """Whether to count all of the file's rows in the parse: where all of them are sure to be counted rows, and
+    for every input of a `files` rule (a dated window's val and test days: the data gate compares their values,
+    and the later windows that train on them find them counted). (For an ordered split the file holding the split
+    point would be counted twice; measured on 1M rows, counting in the parse then costs as much CPU as the count
+    stage re-reading the parsed part, so it is left to that stage.)"""
     if not job.transforms.vocab_features:
         return False
-    return job.config.count_on == "all" or (job.rule.kind == "files" and job.inputs[i].split == "train")
+    return job.config.count_on == "all" or job.rule.kind == "files"
 
 
 def counted(job: Job, placement: Placement, i: int) -> str:
@@ -218,7 +230,7 @@ def broken_part(job: Job, i: int, problem: str, part: Path | None = None) -> Use
     forgotten, so that a rerun parses the file again (a missing count is made again from the parse)."""
     parts = job.parts[i]
     if part is None or not job.mirror.complete(parts.parsed):
-        for p in (parts.parse_meta, parts.parsed, parts.counts):
+        for p in (parts.parse_meta, parts.parsed, parts.counts, parts.profile):
             job.mirror.remove(p)
     return UserError(f"input file {job.inputs[i].uri}: its {'parsed part' if part is None else 'part'} "
                      f"{part or parts.parsed} {problem}. Nothing was written to the dataset. Fix: run the same "

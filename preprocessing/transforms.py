@@ -103,14 +103,14 @@ def numerical_max(dtype: str) -> float:
 
 
 def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray, bad: BadRows,
-                    split_names, max_abs: float = np.inf) -> pl.DataFrame:
+                    split_names, max_abs: float = np.inf, missing: dict | None = None) -> pl.DataFrame:
     """Typed raw rows -> label (Int8), transformed numericals (Float32), categoricals (hex -> UInt32,
     int -> Int64, str -> String, hashed -> final Int64 index), and ``__split`` (String) for column rules.
     Rows failing a check (non-hex id, label not 0/1, no split value) go to the bad-row policy. A numerical
     ``nan`` is missing, as an empty field is; one that is not finite after its transform or above ``max_abs``
     (the output dtype's largest value, ``numerical_max``) is a ``NumericalRangeError`` naming feature, file
     (``bad.uri``), line and value, whatever the bad-row policy (it is no malformed row: it needs another transform
-    or dtype)."""
+    or dtype). ``missing``, a dict, gets each numerical's count of missing values in the rows kept (filled with 0)."""
     cols = [_label(transforms).alias(transforms.label)]
     cols += [_numerical(n, t).alias(n) for n, t in transforms.numerical]
     for c in transforms.categorical:
@@ -125,6 +125,10 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
     ok = _check(df, out, transforms, lines, bad)
     if ok is not None:
         out = out.filter(ok)
+    if missing is not None and transforms.numerical:
+        kept = df if ok is None else df.filter(ok)
+        names = [n for n, _ in transforms.numerical]
+        missing.update(zip(names, kept.select(pl.col(n).fill_nan(None).is_null().sum() for n in names).row(0)))
     check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {_lines_kept(lines, ok)[i]}",
                     lambda name, i: df.filter(ok)[name][i] if ok is not None else df[name][i])
     for c in transforms.categorical:

@@ -94,6 +94,11 @@ def _counts_file(folder: Path, feature: str) -> Path:
     return folder / f"{feature}.arrow"
 
 
+def read_counts(folder: Path, feature: str) -> pl.DataFrame:
+    """The (value, count) table of ``feature`` in a count folder (written by ``Counter.write``)."""
+    return pl.read_ipc(_counts_file(folder, feature))
+
+
 def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """(value, count) tables summed by value (integer values: by the native hash table, ~10x a polars group_by
     on 2 cores; rows in no particular order)."""

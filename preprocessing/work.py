@@ -219,12 +219,14 @@ def parts_in_use(out: str) -> set[str]:
 _ENTRY = "entry.json"   # the input file's identity (uri, size, version) and the settings of the key
 _REMOVED = ".removed"   # suffix of a parts entry's or a work folder's name while it is deleted
 _PARSE_META = "parsed.json"
+_PROFILE = "profile.json"
 
 
 @dataclass(frozen=True)
 class FileParts:
     """One input file's parts: ``entry.json`` (written first), ``parsed/`` (one Arrow IPC file per block),
-    ``parsed.json`` (the parse's meta, written last), ``counts/`` (counts of all the file's rows)."""
+    ``counts/`` (counts of all the file's rows), ``profile.json`` (what the data gate compares, ``profile``),
+    ``parsed.json`` (the parse's meta, written last)."""
 
     root: Path
     mirror: Mirror
@@ -249,6 +251,10 @@ class FileParts:
     @property
     def counts(self) -> Path:
         return self.root / "counts"
+
+    @property
+    def profile(self) -> Path:
+        return self.root / _PROFILE
 
 
 def _entries(mirror: Mirror) -> list[tuple[Path, dict]]:
@@ -331,7 +337,8 @@ def remove_parts(out: str, parts: list[StoredParts], work_dir: str | None = None
     for p in parts:
         folder = mirror.cache / FILES / p.key
         if mirror.store is not None:
-            for part in (folder / _ENTRY, folder / _PARSE_META, folder / "parsed", folder / "counts", folder):
+            for part in (folder / _ENTRY, folder / _PARSE_META, folder / "parsed", folder / "counts",
+                         folder / _PROFILE, folder):
                 mirror.remove(part)
         elif folder.exists():
             _delete_local(folder)

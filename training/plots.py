@@ -5,7 +5,8 @@ reliability diagram (mean prediction vs observed click rate per probability bin,
 diagonal for reference) above a histogram of how many rows fall in each bin; ``training_curve_png``
 draws a run's metrics.jsonl: loss, validation AUC and log loss (the best evaluation marked), samples/s;
 ``model_history_png`` draws a named model's history: challenger and champion AUC and log loss by date, the
-promotions marked.
+promotions marked; ``data_drift_png`` each feature's drift on each night's test day (the data checks the history
+recorded).
 """
 
 from __future__ import annotations
@@ -142,3 +143,37 @@ def model_history_png(history: list[dict], title: str = "") -> bytes:
     loss_ax.set_xlabel("test day")
     fig.autofmt_xdate()
     return _png(fig)
+
+
+def data_drift_png(history: list[dict], title: str = "") -> bytes:
+    """Each feature's drift on each night's test day, from a model's history.jsonl lines (``data_checks.test_day``):
+    categoricals (check ``drift``: the largest change of a top value's share) above, numericals (check ``psi``)
+    below, one line per feature, each threshold dashed; a night without checks leaves a gap (a date's last line
+    counts)."""
+    lines = sorted({e["date"]: e for e in history if e.get("date")}.values(), key=lambda e: e["date"])  # a date's last
+    days = [Date.fromisoformat(e["date"]) for e in lines]
+    fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for ax, name, label in ((axes[0], "drift", "categorical drift (L-inf of top shares)"),
+                            (axes[1], "psi", "numerical drift (PSI)")):
+        series: dict[str, list[float]] = {}
+        limits = set()
+        for k, e in enumerate(lines):
+            for c in ((e.get("data_checks") or {}).get("test_day") or []):
+                if c.get("check") == name:
+                    series.setdefault(c["feature"], [np.nan] * len(lines))[k] = c["value"]
+                    limits.add(c["threshold"])
+        for name, values in series.items():
+            ax.plot(days, values, "o-", lw=1, markersize=3, label=name)
+        for limit in limits:
+            ax.axhline(limit, ls="--", color="tab:red", lw=1)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3)
+        if series:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6, ncol=2)
+        else:
+            ax.text(0.5, 0.5, "no data checks recorded", ha="center", va="center", transform=ax.transAxes)
+    axes[0].set_title(f"Drift of each feature on each test day{' - ' + title if title else ''}", fontsize=10)
+    axes[1].set_xlabel("test day")
+    fig.autofmt_xdate()
+    return _png(fig)
+

@@ -160,6 +160,17 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
         versions = post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["model-demo-history"]}}})
         assert len(versions) == 2 and sorted(len(json.loads(v["data"])) for v in versions) == [1, 2]
         assert server.artifacts("model-demo-auc", second_id)
+        # the data gate passed both nights (drifting days), each night's checks recorded; with a champion the test
+        # day's values are checked against its vocabulary too
+        for h in history:
+            gate = h["data_checks"]
+            assert gate["on_data_check"] == "fail" and gate["failed"] == [] and gate["unchecked"] == [], gate
+            assert gate["checks"] > 100 and {c["day"] for c in gate["test_day"]} == {h["date"]}
+        assert "unseen" not in {c["check"] for c in history[0]["data_checks"]["test_day"]}   # no champion yet
+        assert {c["check"] for c in history[1]["data_checks"]["test_day"]} >= {"unseen", "drift", "psi", "missing"}
+        [checks] = server.artifacts("data-checks", second_id)
+        assert len(json.loads(checks["data"])) == history[1]["data_checks"]["checks"]
+        assert server.artifacts("model-demo-drift", second_id)
 
     # the last night's dataset is the one preprocessing its window from scratch gives
     config = yaml.safe_load((Path(history[-1]["run"]) / RunDir.PIPELINE).read_text())

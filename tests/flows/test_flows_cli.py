@@ -165,9 +165,10 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 126   # the promotion gates, --notify-block, --catchup, --gc.* (issue 19 §6, §7, §8)
+        assert total == 136   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
-                "--promote-confidence", "--calibration-band", "--notify-block", "--catchup"} <= set(_listed(full))
+                "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
+                "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))
 
 
 def test_a_hidden_option_still_parses_and_takes_effect(capsys):

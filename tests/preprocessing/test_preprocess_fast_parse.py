@@ -145,7 +145,7 @@ def test_irregular_blocks_fall_back(tmp_path, kind):
     def run(policy, use_fast):
         bad = BadRows(str(path), policy)
         parts = [df if from_fast_path else to_intermediate(df, TRANSFORMS, lines, bad, None)
-                 for df, lines, from_fast_path in readers.read(str(path), FMT, TYPES, bad,
+                 for df, lines, from_fast_path, _ in readers.read(str(path), FMT, TYPES, bad,
                                                                fast=fast if use_fast else None)]
         return pl.concat(parts), bad.count
 

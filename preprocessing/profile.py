@@ -1,0 +1,157 @@
+"""A file's profile: what the data gate (``nightly.datacheck``) compares day by day, recorded by the parse
+(``stages.parse_file``) beside the file's parts (``profile.json``), so no check reads the data again.
+
+A profile holds the rows, the positive labels, each feature's missing values, each numerical's histogram over
+fixed bins (of the transformed values, missing ones left out) and, where the parse counts the file's values, each
+vocabulary feature's count of values and its ``TOP`` most frequent values (from the file's all-rows counts).
+
+The bins are fixed, the same for every file and dataset: four per doubling of |x| (the float32 exponent and its two
+leading mantissa bits), signed; bin 0 holds |x| < 2^-6, bin b = 4k + j + 1 holds |x| in [1 + j/4, 1 + (j + 1)/4)
+times 2^(k - 6), up to 2^41 (above: the last bin); bin -b the same negative values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+import feature_spec as fspec
+
+from . import vocab
+from .config import PreprocessConfig
+from .job import Job
+from .transforms import Transforms
+
+TOP = 100            # the most frequent values of a vocabulary feature kept per file
+_LOW = 121 * 4       # float32 magnitude code (exponent * 4 + 2 mantissa bits) of 2^-6: bin 1
+_BINS = 188          # bins per sign: up to 2^41; beyond goes to the last
+
+
+def bins(values: np.ndarray) -> np.ndarray:
+    """Each value's fixed bin (module doc): ... -2, -1, 0, 1, 2 ...; 0 holds |x| < 2^-6."""
+    return _FOLD[_codes(values)] - _BINS
+
+
+def _codes(values: np.ndarray) -> np.ndarray:
+    """The float32 sign, exponent and two leading mantissa bits of each value: 0..2047."""
+    return np.right_shift(np.ascontiguousarray(values, np.float32).view(np.uint32), 21)
+
+
+def _fold_table() -> np.ndarray:
+    code = np.arange(2048)
+    b = np.clip((code & 1023) - (_LOW - 1), 0, _BINS)
+    return np.where(code >= 1024, -b, b) + _BINS
+
+
+_FOLD = _fold_table()   # code -> its bin's position in a dense histogram (bin + _BINS)
+
+
+def _histogram(values: np.ndarray) -> np.ndarray:
+    """Counts per code (``_codes``; a shift and a bincount: the cheap part of a block), folded into the bins once
+    per file (``finish``)."""
+    return np.bincount(_codes(values), minlength=2048)
+
+
+def block_profile(out: pl.DataFrame, t: Transforms, dictionaries: dict, numerical_missing: dict[str, int]) -> dict:
+    """The profile of a block of intermediate rows (``out``; its features in ``dictionaries`` hold codes, 0 where
+    missing; hashed ones indices, 0 where missing): rows, positives, missing per feature, a dense histogram per
+    numerical (whose missing values, filled with 0, ``numerical_missing`` counts)."""
+    exprs = [pl.col(t.label).cast(pl.Int64).sum().alias("\0label")]
+    for c in t.categorical:
+        col = pl.col(c.name)
+        if c.multi_valued:
+            gone = col.list.len().fill_null(0).eq(0).sum()
+        elif c.name in dictionaries or c.hash_buckets is not None:
+            gone = col.eq(0).sum()
+        else:
+            gone = col.null_count()
+        exprs.append(gone.cast(pl.Int64).alias(c.name))
+    found = out.lazy().select(exprs).collect().row(0, named=True)
+    missing = {n: int(numerical_missing.get(n, 0)) for n, _ in t.numerical}
+    missing |= {c.name: int(found[c.name]) for c in t.categorical}
+    histograms = {}
+    for n, _ in t.numerical:
+        h = _histogram(out[n].to_numpy())
+        h[0] -= missing[n]   # the missing values: 0.0, code 0
+        histograms[n] = h
+    return {"rows": len(out), "positives": int(found["\0label"]), "missing": missing, "histograms": histograms}
+
+
+def merge(a: dict | None, b: dict | None) -> dict | None:
+    """Two block profiles summed."""
+    if a is None or b is None:
+        return a or b
+    return {"rows": a["rows"] + b["rows"], "positives": a["positives"] + b["positives"],
+            "missing": {k: a["missing"][k] + b["missing"][k] for k in a["missing"]},
+            "histograms": {k: a["histograms"][k] + b["histograms"][k] for k in a["histograms"]}}
+
+
+def finish(profile: dict | None, t: Transforms, counts: Path | None) -> dict:
+    """A file's profile as stored: the blocks' sum (histograms as {bin: count}) and, from the file's all-rows
+    count folder ``counts`` (None: not counted), each vocabulary feature's values and ``TOP`` values."""
+    profile = profile or {"rows": 0, "positives": 0, "missing": {}, "histograms": {}}
+    dense = {n: np.bincount(_FOLD, weights=h, minlength=2 * _BINS + 1).astype(np.int64)
+             for n, h in profile["histograms"].items()}
+    out = {"rows": profile["rows"], "positives": profile["positives"], "missing": profile["missing"],
+           "histograms": {n: {str(int(b) - _BINS): int(h[b]) for b in np.flatnonzero(h)} for n, h in dense.items()}}
+    if counts is not None:
+        out["values"], out["top"] = {}, {}
+        for f in t.vocab_features:
+            table = vocab.read_counts(counts, f)
+            out["values"][f] = int(table["count"].sum())
+            out["top"][f] = _top(table)
+    return out
+
+
+def _top(table: pl.DataFrame) -> dict:
+    """The ``TOP`` most frequent values of a (value, count) table (ties: the smaller value first) as lists."""
+    if len(table) > TOP:
+        table = table.filter(pl.col("count") >= table["count"].top_k(TOP).min())
+    table = table.sort(["count", "value"], descending=[True, False]).head(TOP)
+    return {"values": table["value"].to_list(), "counts": table["count"].to_list()}
+
+
+class StoredProfiles:
+    """What the parts of a preprocessing config's input files hold for the data gate: each file's profile and,
+    for the unseen shares, its all-rows counts (no pass over the data)."""
+
+    def __init__(self, config: PreprocessConfig):
+        self.job = Job.from_config(config)
+
+    def profiles(self) -> list[tuple[str, dict | None]]:
+        """(input URI, its profile) per input file; None where its parts hold none (removed by a prune, or
+        parsed before profiles were recorded)."""
+        mirror, found = self.job.mirror, []
+        for f, parts in zip(self.job.inputs, self.job.parts):
+            text = mirror.read_text(parts.profile) if mirror.complete(parts.profile) else None
+            found.append((f.uri, json.loads(text) if text else None))
+        return found
+
+    def unseen(self, groups: dict[str, list[str]], dataset: str) -> dict[str, dict[str, float]]:
+        """Per group of input files (name -> their URIs) and vocabulary feature: the share of the files' values (their
+        stored all-rows counts) that the vocabulary of ``dataset`` holds no index for. A feature is left out where
+        that dataset has no vocabulary of it, a group where a file of it has no stored counts."""
+        from .apply import read_vocab
+
+        parts = {name: [p for f, p in zip(self.job.inputs, self.job.parts) if f.uri in set(uris)]
+                 for name, uris in groups.items()}
+        parts = {name: found for name, found in parts.items()
+                 if found and all(self.job.mirror.pull(p.counts) for p in found)}
+        if not parts:
+            return {}
+        spec = fspec.load(dataset)
+        shares: dict[str, dict[str, float]] = {name: {} for name in parts}
+        for feature in self.job.transforms.vocab_features:
+            if feature not in (spec.metadata.get("vocab") or {}):
+                continue
+            known = read_vocab(dataset, spec, feature)["value"]
+            for name, found in parts.items():
+                counts = pl.concat([vocab.read_counts(p.counts, feature) for p in found])
+                values = known.cast(counts["value"].dtype, strict=False).drop_nulls()
+                total = int(counts["count"].sum())
+                unseen = int(counts.filter(~pl.col("value").is_in(values.implode()))["count"].sum())
+                shares[name][feature] = unseen / total if total else 0.0
+        return shares
