@@ -16,7 +16,8 @@ import sys
 
 import torch
 from torch.distributed import run as torchrun
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.api import MultiprocessContext, RunProcsResult
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure, record
 
 PRELOAD = ("training.trainer",)
 FORKED = "DLRMFLOW_FORKED_RANK"   # set in a forked rank's environment: how it ends (``training.distributed.exit``)
@@ -36,8 +37,28 @@ def _fork_from_here(args) -> None:
         args.training_script = importlib.util.find_spec(args.training_script).origin
     args.module, args.run_path, args.start_method = False, True, "fork"
     os.environ[FORKED] = "1"
+    MultiprocessContext._poll = _report_every_failed_rank(MultiprocessContext._poll)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _report_every_failed_rank(poll):
+    """torch's poll of forked ranks reports one failed rank, the first it looks at; torchrun's subprocess ranks
+    report every rank that had failed by then. Report them all, a rank killed by a signal first (on a tie of
+    timestamps it is the root cause: a rank that dies takes its peers' collectives down with it, not the other
+    way round), so the failure summary names the rank that died, as with torchrun."""
+    def report(self) -> RunProcsResult | None:
+        failed = {i: p.exitcode for i, p in enumerate(self._pc.processes if self._pc else []) if p.exitcode}
+        result = poll(self)
+        if result is None or not result.failures:
+            return result
+        for i, code in failed.items():
+            if i not in result.failures:
+                result.failures[i] = ProcessFailure(local_rank=i, pid=self._pc.processes[i].pid, exitcode=code,
+                                                    error_file=self.error_files[i])
+        result.failures = dict(sorted(result.failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[0])))
+        return result
+    return report
 
 
 @record
