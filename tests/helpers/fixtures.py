@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from helpers import fake_cluster
 from helpers.datasets import write_dataset
-from helpers.paths import ADULT, BIN, CRITEO_10K, need
+from helpers.paths import ADULT, BIN, CRITEO_10K, REPO, need
 from helpers.prefect_api import prefect_server as start_prefect_server
 from helpers.processes import free_port, process_group, python, wait_for_port
 from helpers.runs import TrainedRuns
@@ -50,6 +52,27 @@ def prefect_server(tmp_path_factory):
     to it (`dlrmflow serve`) and look at its UI: a helpers.prefect_api.PrefectServer."""
     with start_prefect_server(tmp_path_factory.mktemp("prefect-server")) as server:
         yield server
+
+
+@slow_fixture(scope="session")
+def slurm_cluster() -> str:
+    """A real two-node Slurm cluster on this machine (nodes n1 and n2, partition ``local``), started by
+    infra/slurm/local-cluster.sh: its SLURM_CONF. Installs slurm-wlm and munge with apt when they are missing;
+    skips where that cannot be done (not root, no apt-get, no packages)."""
+    script = str(REPO / "infra" / "slurm" / "local-cluster.sh")
+    if os.geteuid() != 0:
+        pytest.skip("a real Slurm cluster needs root (slurmd starts the jobs' processes)")
+    if not (shutil.which("slurmctld") and shutil.which("munged")):
+        if not shutil.which("apt-get"):
+            pytest.skip("slurm-wlm and munge are not installed and there is no apt-get to install them")
+        got = subprocess.run([script, "install"], capture_output=True, text=True, timeout=900)
+        if got.returncode != 0:
+            pytest.skip(f"could not install slurm-wlm and munge: {got.stderr.strip()[-500:]}")
+    started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    conf = started.stdout.strip().splitlines()[-1].removeprefix("SLURM_CONF=")
+    yield conf
+    subprocess.run([script, "stop"], env={**os.environ, "SLURM_CONF": conf}, capture_output=True, timeout=120)
 
 
 @slow_fixture(scope="session")
