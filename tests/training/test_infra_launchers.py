@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,14 +18,16 @@ import yaml
 
 from pydantic import TypeAdapter, ValidationError
 
+from common.config import validate
 from common.errors import UserError
 from helpers.datasets import write_dataset
-from helpers.fake_cluster import calls as read_calls, executable
+from helpers.fake_cluster import FAKE_PYTHON, calls as read_calls, executable, sbatch_options
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
-                                LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
-                                launcher_config, read_env_file)
+                                LocalLauncherConfig, RanksConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher,
+                                infra_dir, launcher_config, read_env_file)
 from training.launchers.base import LaunchError, render
+from training.launchers.slurm import sbatch_quote
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
 
@@ -69,6 +73,120 @@ def test_every_launcher_checks_the_dataset_before_anything_starts(kind, tmp_path
         build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
             str(run), TrainConfig(dataset=str(tmp_path / "missing")), on_line=print)
     assert not run.exists()  # nothing saved, nothing submitted
+
+
+@pytest.mark.parametrize("kind, field, value", [
+    ("slurm", "partition", "mi300x\n#SBATCH --uid=0"), ("slurm", "account", "a\rb"), ("slurm", "time_limit", "1:00\x00"),
+    ("slurm", "sbatch_options", ["--qos=high\necho injected"]), ("slurm", "setup", ["module load rocm\ttab"]),
+    ("slurm", "python", "python\x1b[2J"), ("slurm", "env", {"X": "1\n2"}), ("local", "rccl_profiles", ["a\nb"]),
+    ("kubernetes", "image", "img\nother: 1"), ("kubernetes", "node_selector", {"zone": "a\u0085b"}),
+])
+def test_launcher_settings_refuse_control_characters(kind, field, value):
+    with pytest.raises(UserError, match=rf"launcher.yaml: launcher.{kind}.{field}.*control character .* Fix: give it "
+                                        "on one line"):
+        validate(RanksConfig, {"launcher": {"kind": kind, field: value}}, "launcher.yaml")
+
+
+@pytest.mark.parametrize("kind, field, value, message", [
+    ("slurm", "env", {"A;touch x": "1"}, "not an environment variable name"),
+    ("local", "env", {"1A": "1"}, "not an environment variable name"),
+    ("kubernetes", "namespace", "dlrmflow --kubeconfig=/tmp/k", "not a Kubernetes namespace"),
+    ("kubernetes", "s3_secret", "-secret", "not a Kubernetes object name"),
+    ("kubernetes", "memory", "1500 GiB", "not a Kubernetes quantity"),
+    ("kubernetes", "extra_resources", {"rdma/hca": "$(eight)"}, "not a Kubernetes quantity"),
+])
+def test_launcher_settings_refuse_names_and_quantities_that_are_none(kind, field, value, message):
+    with pytest.raises(UserError, match=rf"launcher.{kind}.{field}.*{message}"):
+        validate(RanksConfig, {"launcher": {"kind": kind, field: value}}, "launcher.yaml")
+
+
+def hostile(tag: str, marker: Path) -> str:
+    """A string that runs ``touch marker`` wherever it is taken for shell (or YAML, or an #SBATCH line) somewhere."""
+    return (f"{tag} $(touch {marker}) `touch {marker}` ; touch {marker} ' ; touch {marker} ; ' \" ; touch {marker} "
+            f"; \" # {{{{ x }}}} %u %j \\ packjob HetJob & touch {marker} | touch {marker} > {marker}")
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_sbatch_arguments_read_back_verbatim(old, tmp_path):
+    for value in ["--partition=mi300x", "--comment=a b", "--comment=#", "--comment=\\", "--comment='\"'",
+                  f"--comment={hostile('c', tmp_path / 'm')}", "--comment=\u00e9\u00a0x"]:
+        assert sbatch_options(f"#!/bin/bash\n#SBATCH {sbatch_quote(value)}\n", old=old) == [value], value
+    with pytest.raises(LaunchError, match="line break"):
+        sbatch_quote("--partition=a\n#SBATCH --uid=0")
+
+
+@pytest.mark.timeout(60)
+def test_slurm_script_keeps_hostile_strings_as_data(fake_slurm):
+    """Every setting (but `setup`, which is shell by design) and the run URI are data: the rendered script runs
+    (fake sbatch/srun, a fake python at a hostile path), nothing injected runs, and each value arrives verbatim:
+    the #SBATCH lines as sbatch parses them, srun's and torchrun's arguments, the ranks' environment."""
+    tmp_path, settings = fake_slurm
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    odd = tmp_path / "bin $(touch INJECTED) `touch INJECTED`; 'q' \"d\" %j %% #"
+    odd.mkdir()
+    python = shutil.copy(settings["python"], odd / "python; touch INJECTED")
+    profile = shutil.copy(infra_dir() / "rccl" / "amd-mi3xx.env", odd / "rccl $(touch INJECTED).env")
+    work_dir = odd / "work"
+    settings = {**settings, "partition": evil("p"), "account": evil("a"), "time_limit": evil("t"),
+                "sbatch_options": [f"--comment={evil('c')}"], "python": str(python), "work_dir": str(work_dir),
+                "container_image": evil("img"), "container_mounts": [evil("m")], "rccl_profiles": [str(profile)],
+                "env": {"X": evil("x")}}
+    run = odd / f"run {evil('r')[:60].replace('/', '_')}"
+    lines: list[str] = []
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    code = build_launcher({"kind": "slurm", **settings}).launch(str(run), TrainConfig(dataset=ds), on_line=lines.append)
+    assert code == 0, "\n".join(lines)
+    assert not marker.exists() and not (Path.cwd() / "INJECTED").exists()
+
+    (script,) = work_dir.glob("*.sbatch")
+    for old in (False, True):
+        options = sbatch_options(script.read_text(), old=old)
+        assert [o for o in options if o.split("=")[0] in ("--partition", "--account", "--time", "--comment", "--output")] \
+            == [f"--partition={evil('p')}", f"--account={evil('a')}", f"--time={evil('t')}",
+                f"--output={str(work_dir).replace('%', '%%')}/{script.stem}-%j.out", f"--comment={evil('c')}"]
+    (srun,) = [c for c in read_calls(tmp_path) if c[0] == "srun"]
+    assert srun[4:6] == [f"--container-image={evil('img')}", f"--container-mounts={evil('m')}"]
+    argv = [json.loads(line.partition(" argv ")[2]) for line in lines if " argv " in line]
+    assert len(argv) == 2 and all(a[-3:] == ["-m", "training.train_worker", str(run)] for a in argv)
+    assert f'node 1 env {json.dumps({"NCCL_IB_GID_INDEX": "3", "PET_TEE": None, "X": evil("x")})}' in lines
+    assert any(line.endswith(f"rendezvous node0:29500, run {run}") for line in lines)
+    assert any(line.endswith(f"Slurm job 4242 submitted; log {work_dir}/{script.stem}-4242.out") for line in lines)
+
+
+def test_slurm_work_dir_with_a_backslash_is_refused(tmp_path):
+    with pytest.raises(LaunchError, match=r"work_dir .* holds a backslash, .* Fix: choose a folder without one"):
+        build_launcher({"kind": "slurm", "work_dir": str(tmp_path / "a\\b")}).render("s3://b/runs/r1")
+
+
+def test_kubernetes_manifest_keeps_hostile_strings_as_data(tmp_path):
+    """The manifest's values are YAML data (whatever they hold), and the pod's command, run by bash as the
+    container runs it, passes the run URI and the python path to torchrun verbatim, running nothing injected."""
+    import yaml
+
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    odd = tmp_path / "bin $(touch INJECTED) `touch INJECTED`; 'q' \"d\""
+    odd.mkdir()
+    python = executable(odd / "python; touch INJECTED", FAKE_PYTHON)
+    run = f"s3://bucket/runs/{evil('r').replace('/', '_')}"
+    settings = {"kind": "kubernetes", "nodes": 2, "image": evil("img"), "python": str(python), "env": {"X": evil("x")},
+                "node_selector": {evil("k"): evil("v")}, "gpu_resource": evil("gpu"), "rccl_profiles": []}
+    config_map, service, job = yaml.safe_load_all(build_launcher(settings).render(run))
+    assert config_map["data"] == {"X": evil("x")}
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == evil("img") and pod["nodeSelector"] == {evil("k"): evil("v")}
+    assert container["resources"]["limits"] == {evil("gpu"): "8"}
+    bash, flag, command = container["command"]
+    proc = subprocess.run([bash, flag, command], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "JOB_COMPLETION_INDEX": "1", "DLRMFLOW_RDZV_ENDPOINT": "pod-0:29500"})
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists() and not (tmp_path / "INJECTED").exists()
+    argv = json.loads(proc.stdout.splitlines()[0].partition(" argv ")[2])
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "pod-0:29500"
+    assert argv[argv.index("--rdzv-conf") + 1] == "is_host=0,join_timeout=900"
+    assert argv[-3:] == ["-m", "training.train_worker", run]
 
 
 def test_templates_fail_on_a_missing_value():
