@@ -22,6 +22,7 @@ from common.config import validate
 from common.errors import UserError
 from helpers.datasets import write_dataset
 from helpers.fake_cluster import FAKE_PYTHON, calls as read_calls, executable, sbatch_options
+from helpers.kube_schema import check_object
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
                                 LocalLauncherConfig, RanksConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher,
@@ -345,6 +346,52 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
     assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls
+
+
+# every option that changes the manifest, each alone (all but kubectl, context and timeout_s, which change commands)
+MANIFEST_OPTIONS = {
+    "defaults": {}, "nodes": {"nodes": 4}, "cpu pods": {"gpus_per_node": 0}, "ranks": {"nproc_per_node": 2},
+    "python": {"python": "/opt/venv/bin/python"}, "rdzv_port": {"rdzv_port": 1234},
+    "rdzv_timeout_s": {"rdzv_timeout_s": 60}, "no rccl profile": {"rccl_profiles": []},
+    "rccl profiles": {"rccl_profiles": ["amd-mi3xx", "debug"]}, "env": {"env": {"X": "2", "NCCL_DEBUG": "WARN"}},
+    "image": {"image": "registry.example.com/dlrmflow-rocm:0.1.0@sha256:" + "0" * 64}, "namespace": {"namespace": "ml"},
+    "gpu_resource": {"gpu_resource": "nvidia.com/gpu"}, "cpu": {"cpu": "96"}, "memory": {"memory": "1500Gi"},
+    "shm_size": {"shm_size": "1Ti"}, "extra_resources": {"extra_resources": {"rdma/hca": "8", "ephemeral-storage": "1Ti"}},
+    "no s3_secret": {"s3_secret": None}, "service_account": {"service_account": "dlrmflow"},
+    "image_pull_secret": {"image_pull_secret": "registry-creds"},
+    "node_selector": {"node_selector": {"node.kubernetes.io/instance-type": "mi300x"}}, "ttl_s": {"ttl_s": 0},
+}
+
+
+def test_manifest_options_are_all_covered():
+    covered = {k for options in MANIFEST_OPTIONS.values() for k in options}
+    assert covered == set(KubernetesLauncherConfig.model_fields) - {"kind", "kubectl", "context", "timeout_s"}
+
+
+@pytest.mark.parametrize("options", MANIFEST_OPTIONS.values(), ids=MANIFEST_OPTIONS.keys())
+def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(options):
+    import yaml
+
+    launcher = build_launcher({"kind": "kubernetes", **options})
+    for run, resume, env in [("s3://bucket/prod/runs/r1", False, None),
+                             ("s3://bucket/prod/runs/Nightly_CTR.2026-11-03-" + "x" * 80, True, {"PET_TEE": "3"})]:
+        docs = list(yaml.safe_load_all(launcher.render(run, resume=resume, env=env)))
+        assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
+        for doc in docs:
+            check_object(doc, f"{options} {run}")
+
+
+def test_the_schema_check_finds_a_field_in_the_wrong_place():
+    import yaml
+
+    job = list(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render("s3://b/runs/r1")))[-1]
+    job["spec"]["template"]["spec"]["parallelism"] = 1   # a Job's field in the pod spec
+    with pytest.raises(AssertionError, match=r"spec.template.spec: Additional properties .*'parallelism'"):
+        check_object(job, "test")
+    job["spec"]["template"]["spec"].pop("parallelism")
+    job["spec"]["completions"] = "2"
+    with pytest.raises(AssertionError, match=r"spec.completions: '2' is not of type 'integer'"):
+        check_object(job, "test")
 
 
 @pytest.mark.timeout(60)
