@@ -76,6 +76,17 @@ def test_every_launcher_checks_the_dataset_before_anything_starts(kind, tmp_path
     assert not run.exists()  # nothing saved, nothing submitted
 
 
+@pytest.mark.parametrize("kind", ["local", "slurm", "kubernetes"])
+def test_every_launcher_refuses_a_warm_start_from_another_store(kind, tmp_path):
+    run = tmp_path / "store" / "runs" / "new"
+    ds = str(write_dataset(tmp_path / "store" / "datasets" / "ds", {"train": 64, "val": 32}))
+    cfg = TrainConfig.from_dict({"dataset": ds, "init_from": str(tmp_path / "elsewhere" / "runs" / "old")})
+    with pytest.raises(UserError, match=r"init_from .*/elsewhere/runs/old lies outside .*/store, the store of the run"):
+        build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
+            str(run), cfg, on_line=print)
+    assert not run.exists()  # nothing saved, nothing submitted
+
+
 @pytest.mark.parametrize("kind, field, value", [
     ("slurm", "partition", "mi300x\n#SBATCH --uid=0"), ("slurm", "account", "a\rb"), ("slurm", "time_limit", "1:00\x00"),
     ("slurm", "sbatch_options", ["--qos=high\necho injected"]), ("slurm", "setup", ["module load rocm\ttab"]),
