@@ -127,6 +127,43 @@ def test_sbatch_arguments_read_back_verbatim(old, tmp_path):
         sbatch_quote("--partition=a\n#SBATCH --uid=0")
 
 
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's sbatch (Debian: slurm-client)")
+@pytest.mark.timeout(60)
+def test_the_real_sbatch_reads_the_directives_verbatim(tmp_path):
+    """Slurm's own sbatch parses the rendered #SBATCH lines (-vv prints the options it read, before it looks for
+    a controller: none runs here, and it is stopped right after)."""
+    import re
+
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    (tmp_path / "slurm.conf").write_text("ClusterName=t\nSlurmctldHost=localhost\nSlurmctldPort=9\nAuthType=auth/none\n"
+                                         "NodeName=n1 CPUs=1\nPartitionName=p1 Nodes=n1\n")
+    launcher = build_launcher({"kind": "slurm", "partition": evil("p"), "account": evil("a"),
+                               "sbatch_options": [f"--comment={evil('c')}"], "work_dir": str(tmp_path / "w %x #j")})
+    run = "s3://bucket/runs/r1"
+    script = tmp_path / "job.sbatch"
+    script.write_text(launcher.render(run))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_"))}
+    proc = subprocess.Popen(["sbatch", "-vv", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**env, "SLURM_CONF": str(tmp_path / "slurm.conf")}, cwd=tmp_path)
+    options, lines = {}, []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "end of defined options" in line:
+                break
+            m = re.match(r"sbatch: (\S+)\s+: (.*)\n?$", line)
+            if m:
+                options[m.group(1)] = m.group(2)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert {k: options.get(k) for k in ("partition", "account", "comment", "output", "job-name")} == {
+        "partition": evil("p"), "account": evil("a"), "comment": evil("c"), "output": launcher.output_pattern(run),
+        "job-name": "dlrmflow-r1"}, "".join(lines)
+    assert not marker.exists()
+
+
 @pytest.mark.timeout(60)
 def test_slurm_script_keeps_hostile_strings_as_data(fake_slurm):
     """Every setting (but `setup`, which is shell by design) and the run URI are data: the rendered script runs
