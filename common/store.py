@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import uuid
 from typing import Any
 from urllib.parse import urlparse
@@ -27,6 +28,8 @@ WORK = "_work"            # <dataset key>/: one preprocessing job's work folder 
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
 TRASH = "_trash"          # <what>-<token>/: a folder gc (nightly.gc) renamed away and is deleting (local stores)
+
+RUN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"   # a folder of runs/: one path segment, never "." or ".."
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"
@@ -56,6 +59,42 @@ def read_text(uri: str, **options: Any) -> str:
         return f.read()
 
 
+def check_run_name(name: str, given: str | None = None) -> str:
+    """``name`` when it can name a folder in a store's ``runs/``, else a UserError saying how to fix it (a '/' or
+    '..' would put the run elsewhere, even in another store). ``given``: the name as the user wrote it, when
+    ``name`` is it filled in (a dated run's ``{date}``)."""
+    if not re.fullmatch(RUN_NAME, name):
+        raise UserError(f"run name {given or name!r} cannot name a folder in the store's {RUNS}/ folder. Fix: use "
+                        "letters, digits, '_', '.' or '-' (no '/'), starting with a letter, digit or '_', at most 255.")
+    return name
+
+
+def _location(uri: str) -> tuple[str, tuple[str, ...]] | None:
+    """(scheme, path segments) of ``uri`` for comparing places: a local path absolute and normalised, s3a as s3;
+    None for a remote path with '.' or '..' segments (S3 takes them literally: such a key is no place to trust)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme == "file":
+        return "file", tuple(p for p in os.path.abspath(rest if sep else uri).split("/") if p)
+    segments = tuple(p for p in rest.split("/") if p)
+    return None if {".", ".."} & set(segments) else ({"s3a": "s3"}.get(scheme, scheme), segments)
+
+
+def inside(uri: str, root: str) -> bool:
+    """Whether ``uri`` is the folder ``root`` or lies in it (same scheme, bucket and path prefix, segment by segment:
+    ``s3://b/store2`` is not in ``s3://b/store``)."""
+    place, folder = _location(uri), _location(root)
+    return place is not None and folder is not None and place[0] == folder[0] and \
+        place[1][:len(folder[1])] == folder[1]
+
+
+def store_of(uri: str, folder: str) -> str:
+    """The store that holds ``uri`` as ``<store>/<folder>/<name>`` (``folder``: ``RUNS``, ``MODELS``); for a ``uri``
+    that is not in such a folder, its parent folder."""
+    path = uri.rstrip("/") if "://" in uri else os.path.abspath(uri)
+    parent = posixpath.dirname(path)
+    return posixpath.dirname(parent) if posixpath.basename(parent) == folder else parent
+
+
 def default_store() -> str:
     """``$DLRMFLOW_STORE``, else ``./artifacts``."""
     return os.environ.get(ENV_STORE) or DEFAULT_STORE
@@ -81,7 +120,7 @@ class Store:
         return posixpath.join(self.uri, *parts)
 
     def run_uri(self, run_id: str) -> str:
-        return self.join(RUNS, run_id)
+        return self.join(RUNS, check_run_name(run_id))
 
     def synthetic_uri(self, rows: int, seed: int) -> str:
         return self.join(SYNTHETIC, f"criteo-{rows}-seed{seed}")

@@ -17,7 +17,7 @@ from pydantic.json_schema import SkipJsonSchema
 from common.config import apply_overrides, validate
 from common.errors import UserError
 
-from common.store import default_store
+from common.store import check_run_name, default_store
 from nightly.registry import NAME_PATTERN as MODEL_NAME
 from nightly.config import DataCheckConfig, GcConfig, WindowConfig
 from nightly.decision import Gates
@@ -113,7 +113,8 @@ class PipelineConfig(_Model):
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
-    run_name: str | None = Field(None, description="Run folder name (in the store's runs/ folder). Default: "
+    run_name: str | None = Field(None, description="Run folder name in the store's runs/ folder (letters, digits, "
+                                 "'_', '.', '-'). Default: "
                                  "derived from the dataset and the training config, so a re-run resumes the same run. "
                                  "A dated run's name must hold {date} (filled with the run's date).")
     synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
@@ -162,6 +163,16 @@ class PipelineConfig(_Model):
                                               "night as skipped (in the model's history) when a newer night is due "
                                               "too or the model already decided a later one. A run with `date` set "
                                               "(a backfill) always runs.")
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                check_run_name(name.replace(DATE_PLACEHOLDER, "2026-01-01"), name)   # as a night fills it
+            except UserError as e:
+                raise ValueError(str(e).rstrip(".")) from None
+        return name
 
     @property
     def gates(self) -> Gates:
@@ -269,6 +280,8 @@ def config_hash(train: TrainConfig) -> str:
     data = train.model_dump(mode="json")
     data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
     data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
+    if data.get("init_from") and data["init_from"].get("store") is None:
+        data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
     text = json.dumps(data, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 

@@ -31,7 +31,7 @@ from flows.promote import compete
 from flows.train import train
 from nightly import registry
 from nightly.decision import finite
-from nightly.registry import load_champion, model_uri
+from nightly.registry import champion_to_load, model_uri
 from nightly.window import Window, catchup_skip, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
@@ -112,7 +112,7 @@ def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> Flo
     earlier day; the run's name does not depend on it, so a re-run of the date finds the same run)."""
     if not (config.model and config.warm_start) or config.train.init_from:
         return config.train
-    champion = load_champion(model_uri(store.uri, config.model))
+    champion = champion_to_load(model_uri(store.uri, config.model))
     if champion is None or champion.date >= day.isoformat():
         return config.train
     if not finite(champion.metrics):   # a diverged model: its weights would make every challenger diverge too

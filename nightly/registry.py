@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
-from common.store import MODELS, filesystem, read_text
+from common.store import MODELS, filesystem, inside, read_text, store_of
 from nightly.datacheck import refusals
 from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
 
@@ -75,7 +75,7 @@ class Champion(BaseModel):
 
 def check_name(name: str) -> str:
     """``name`` when it can name a model folder, else a UserError saying how to fix it."""
-    if not re.match(NAME_PATTERN, name):
+    if not re.fullmatch(NAME_PATTERN, name):
         raise UserError(f"model name {name!r} cannot name a folder. Fix: use letters, digits, '.', '_' or '-' "
                         "(at most 64, starting with a letter or digit).")
     return name
@@ -96,6 +96,28 @@ def load_champion(model: str) -> Champion | None:
     except ValidationError as e:
         raise UserError(f"{posixpath.join(model, CHAMPION_FILE)} is not a champion record: {e}. Fix: remove it "
                         "(the next run's challenger becomes the champion), or restore it from a backup.") from None
+
+
+def model_store(model: str) -> str:
+    """The store a model folder ``<store>/models/<name>`` lies in."""
+    return store_of(model, MODELS)
+
+
+def champion_to_load(model: str) -> Champion | None:
+    """``load_champion(model)`` for loading the champion's weights: UserError when champion.json names a run or a
+    bundle outside the model's store. A checkpoint's metadata is a pickle and a bundle's model TorchScript: loading
+    either runs code, so only what the store itself holds is loaded (the pipeline promotes nothing else)."""
+    champion = load_champion(model)
+    if champion is not None:
+        store = model_store(model)
+        for what, uri in (("run", champion.run), ("bundle", champion.bundle)):
+            if uri is not None and not inside(uri, store):
+                raise UserError(f"{posixpath.join(model, CHAMPION_FILE)}: the champion's {what} {uri} lies outside "
+                                f"the model's store {store}, so it is not loaded (a checkpoint's metadata is a "
+                                "pickle and a bundle's model TorchScript: loading either runs code). Fix: restore "
+                                "champion.json from a backup, or remove it (the next night's model becomes the "
+                                "champion).")
+    return champion
 
 
 def _read(model: str, name: str) -> str | None:
@@ -347,7 +369,7 @@ def model_names(store: str) -> list[str]:
     """The names of the model folders under ``<store>/models/`` (sorted; other entries left out)."""
     fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
     names = [posixpath.basename(f.rstrip("/")) for f in (fs.ls(root, detail=False) if fs.exists(root) else [])]
-    return sorted(n for n in names if re.match(NAME_PATTERN, n))
+    return sorted(n for n in names if re.fullmatch(NAME_PATTERN, n))
 
 
 def windows_in_use(store: str) -> dict[str, str]:
@@ -364,8 +386,9 @@ def windows_in_use(store: str) -> dict[str, str]:
 
 def champion_init(init):
     """``init`` (a ``training.config.InitFrom``) with a named model's folder resolved to its champion's run and
-    checkpoint step: ``init_from: STORE/models/NAME`` starts from the model in use. Anything else unchanged."""
-    champion = load_champion(init.run) if init is not None else None
+    checkpoint step (``champion_to_load``: a run of the model's store): ``init_from: STORE/models/NAME`` starts
+    from the model in use. Anything else unchanged."""
+    champion = champion_to_load(init.run) if init is not None else None
     if champion is not None and not finite(champion.metrics):
         raise UserError(f"init_from {init.run}: its champion ({champion.run}, step {champion.step}) has non-finite "
                         f"recorded metrics {champion.metrics}, so it counts as absent and its weights are not used. "

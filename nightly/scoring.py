@@ -37,7 +37,7 @@ def export(config: ExportConfig) -> dict[str, Any]:
 def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
-    from nightly.registry import CHAMPION_FILE, load_champion
+    from nightly.registry import CHAMPION_FILE, champion_to_load
     from training.checkpoint import checkpoint_of
     from training.rundir import RunDir
 
@@ -49,7 +49,7 @@ def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     if config.run:
         found = checkpoint_of(RunDir(config.run), config.checkpoint)
         return {"run": config.run, **found}
-    champion = load_champion(config.model)
+    champion = champion_to_load(config.model)
     if champion is None:
         raise UserError(f"{config.model}: no {CHAMPION_FILE} there, so the model has no champion to score with. "
                         "Fix: check the model folder (STORE/models/NAME), run the pipeline for that model first, "
@@ -64,11 +64,11 @@ def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
     dataset, and the metrics (auc, logloss, ...) when the inputs carry labels. ``on_line`` gets each line of
     progress text (default: printed)."""
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
-    config = _with_champion_bundle(config)
+    config, pinned = _with_champion_bundle(config)
     if config.bundle and (config.model or config.run):
         locate_checkpoint(config)   # the error naming both
     with tempfile.TemporaryDirectory(prefix="dlrmflow-score-", ignore_cleanup_errors=True) as folder:
-        summary = _score_bundle(config, say, folder) if config.bundle else \
+        summary = _score_bundle(config, say, folder, pinned) if config.bundle else \
             _score_checkpoint(config, say, folder, env, on_line)
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
@@ -140,25 +140,29 @@ def row_scores(out: str) -> RowScores:
                      fingerprint(files[order], rows[order], labels))
 
 
-def _with_champion_bundle(config: ScoreConfig) -> ScoreConfig:
-    """A model's champion scores with its serving bundle when it has one (one process, no torchrun)."""
-    from nightly.registry import load_champion
+def _with_champion_bundle(config: ScoreConfig) -> tuple[ScoreConfig, str | None]:
+    """A model's champion scores with its serving bundle when champion.json pins one (the sha256 of its manifest;
+    one process, no torchrun); else with its run's checkpoint. Returns the config and the pinned sha256 (None: a
+    bundle the user named, or none)."""
+    from nightly.registry import champion_to_load
 
     if not config.model or config.run or config.bundle:
-        return config
-    champion = load_champion(config.model)
-    if champion is None or not champion.bundle:
-        return config
-    return config.model_copy(update={"model": None, "bundle": champion.bundle})
+        return config, None
+    champion = champion_to_load(config.model)
+    if champion is None or not champion.bundle or not champion.bundle_sha256:
+        return config, None
+    return config.model_copy(update={"model": None, "bundle": champion.bundle}), champion.bundle_sha256
 
 
-def _score_bundle(config: ScoreConfig, say: Callable[[str], None], folder: str) -> dict[str, Any]:
-    """``score`` with a serving bundle: encode with its vocabularies and input spec, predict in this process."""
+def _score_bundle(config: ScoreConfig, say: Callable[[str], None], folder: str,
+                  pinned: str | None = None) -> dict[str, Any]:
+    """``score`` with a serving bundle: encode with its vocabularies and input spec, predict in this process.
+    ``pinned``: the sha256 its manifest must have (a champion's, from champion.json)."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
     from training.export import load_bundle, predict_split
     from training.score import write_scores
 
-    bundle = load_bundle(config.bundle, cache=f"{folder}/bundle")
+    bundle = load_bundle(config.bundle, cache=f"{folder}/bundle", manifest_sha256=pinned)
     source = bundle.manifest["source"]
     say(f"encoding {len(config.inputs)} input(s) with the vocabularies of the bundle {config.bundle}")
     encoded = encode_inputs(str(bundle.folder), config.inputs, f"{folder}/encoded", spec=bundle.input_spec,

@@ -163,6 +163,9 @@ class InitFrom(_Section):
     optimizer_state: Literal["carry", "reset"] = Field(
         "carry", description="'carry': the embedding accumulators remapped like the rows and the dense optimizer "
         "state copied; 'reset': fresh optimizer state.")
+    store: str | None = Field(None, description="The store `run` lies in, when it is not the store of the run being "
+                              "trained: a checkpoint's metadata is a pickle (loading it runs code), so a warm start "
+                              "reads another store only when it is named here. Name only a store you trust.")
 
     @model_validator(mode="before")
     @classmethod
@@ -178,6 +181,20 @@ class InitFrom(_Section):
     @classmethod
     def _best_latest_or_step(cls, v: Any) -> str:
         return _checkpoint_name(v)
+
+    def check_store(self, run_uri: str) -> None:
+        """UserError unless ``run`` lies in ``store``, by default the store of the run being trained (``run_uri``:
+        ``<store>/runs/<name>``; a run elsewhere: the folder it is in)."""
+        from common.store import inside
+        from training.rundir import run_store
+
+        store = self.store or run_store(run_uri)
+        if not inside(self.run, store):
+            which = "init_from.store" if self.store else f"the store of the run being trained ({run_uri})"
+            raise UserError(f"init_from {self.run} lies outside {store}, {which}. A checkpoint's metadata is a "
+                            "pickle (loading it runs code), so a warm start reads only runs of that store. Fix: start "
+                            "from a run in it, or name the other store, if you trust it, as init_from.store "
+                            "(--init-from.store STORE).")
 
 
 class TrainConfig(_Section):

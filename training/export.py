@@ -11,7 +11,8 @@
 - ``feature_spec.yaml``, ``vocab/<f>.parquet`` and ``input_spec.yaml``: the dataset's spec, vocabularies and
   the input spec it was preprocessed with (the numerical transforms, hash buckets, label rule), so raw rows
   encode exactly as for training (``preprocessing.apply.encode_inputs``);
-- ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them.
+- ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them (and, for a champion's bundle,
+  the manifest's own sha256 against the one champion.json pins).
 
 ``export_verified`` is what a promotion calls: export (or keep a bundle that verifies), re-read every file's
 sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records).
@@ -169,6 +170,9 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     else:
         config["input_spec"] = input_spec   # a built-in preset (criteo), or None: no raw rows (NVIDIA's datasets)
     for relative in (metadata.get("vocab") or {}).values():
+        if not _relative(relative):
+            raise UserError(f"{dataset}/{SPEC}: metadata.vocab names {relative!r}, which is not a path inside the "
+                            "dataset (absolute, or with '..'). Fix: re-run preprocessing for the dataset.")
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         fs, path = filesystem(posixpath.join(dataset, relative))
         fs.get_file(path, str(folder / relative))
@@ -211,21 +215,36 @@ class Bundle:
         return torch.jit.load(str(self.folder / MODULE), map_location="cpu").eval()
 
 
-def load_bundle(uri: str, cache: str | Path | None = None) -> Bundle:
+def load_bundle(uri: str, cache: str | Path | None = None, manifest_sha256: str | None = None) -> Bundle:
     """The bundle at ``uri`` with every file checked against its manifest's sha256 (UserError naming the file
-    that is missing or altered). A remote bundle is first copied into the local folder ``cache``."""
+    that is missing or altered, or a manifest naming a file outside the bundle). ``manifest_sha256``: the sha256
+    the manifest itself must have (a champion's bundle: the one champion.json pins). A remote bundle is first
+    copied into the local folder ``cache``."""
     fs, path = filesystem(uri)
-    manifest = _read_manifest(uri)
-    if manifest is None:
+    try:
+        raw = fs.cat_file(posixpath.join(path, MANIFEST))
+    except FileNotFoundError:
         raise UserError(f"{uri}: not a complete serving bundle (no {MANIFEST} there). Fix: pass the folder "
-                        "`dlrmflow export` wrote, or re-export.")
+                        "`dlrmflow export` wrote, or re-export.") from None
+    if manifest_sha256 is not None and hashlib.sha256(raw).hexdigest() != manifest_sha256:
+        raise UserError(f"{uri}: the bundle's {MANIFEST} is not the one champion.json pins (sha256 "
+                        f"{hashlib.sha256(raw).hexdigest()}, pinned {manifest_sha256}): the bundle was replaced after "
+                        "its promotion, so it is not loaded. Fix: find out who changed it (whoever can write the store "
+                        "can run code where a bundle is loaded), then re-run the pipeline for the champion's date "
+                        "(its `date` in champion.json): the re-run exports and pins the bundle again.")
+    manifest = json.loads(raw)
+    names = [_inside_bundle(name, uri) for name in manifest["files"]]
+    for required in (CONFIG, MODULE):
+        if required not in names:
+            raise UserError(f"{uri}: the bundle's {MANIFEST} lists no {required}. Fix: re-export the bundle "
+                            "(dlrmflow export).")
     if isinstance(fs, LocalFileSystem):
         folder = Path(path)
     else:
         if cache is None:
             raise ValueError("a remote bundle needs a local cache folder")
         folder = Path(cache)
-        for name in manifest["files"]:
+        for name in names:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             try:
                 fs.get_file(posixpath.join(path, name), str(folder / name))
@@ -238,6 +257,22 @@ def load_bundle(uri: str, cache: str | Path | None = None) -> Bundle:
             raise UserError(f"{uri}: bundle file {name} was altered (its sha256 differs from {MANIFEST}). "
                             "Fix: re-export the bundle (dlrmflow export).")
     return Bundle(folder, manifest, json.loads((folder / CONFIG).read_text()))
+
+
+def _inside_bundle(name: Any, uri: str) -> str:
+    """``name`` (a file the manifest lists) when it is a relative path inside the bundle: never absolute, never
+    '..' (a manifest naming ``../x`` would have a remote bundle copied, or a local one read, outside its folder)."""
+    if not _relative(name):
+        raise UserError(f"{uri}: the bundle's {MANIFEST} names the file {name!r}, which is not a path inside the "
+                        "bundle (absolute, or with '..'). Fix: re-export the bundle (dlrmflow export); an exported "
+                        "manifest never names one.")
+    return name
+
+
+def _relative(name: Any) -> bool:
+    """Whether ``name`` is a relative path of plain segments: no leading '/', no '', '.' or '..' segment, no '\\'."""
+    return isinstance(name, str) and bool(name) and "\\" not in name and \
+        all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, batch_rows: int = 65536) -> int:

@@ -12,12 +12,18 @@ from typing import Any, Callable
 
 from common.atomic import write_atomic
 from common.lease import lease, wait_released
-from common.store import filesystem, storage_options
+from common.store import RUNS, filesystem, storage_options, store_of
 
 
 def run_name(run_uri: str) -> str:
     """The name of a run folder given by its URI."""
     return run_uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def run_store(run_uri: str) -> str:
+    """The store a run folder lies in: ``<store>`` of ``<store>/runs/<name>``; for a run folder elsewhere, the
+    folder it is in."""
+    return store_of(run_uri, RUNS)
 
 
 class RunDir:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from common.errors import UserError
-from common.store import Store, redact
+from common.store import Store, inside, redact, store_of
 from helpers.processes import free_port
 
 
@@ -18,6 +18,24 @@ def test_local_store_is_made_absolute_and_checked(tmp_path, monkeypatch):
     assert store.uri == str(tmp_path / "artifacts") and (tmp_path / "artifacts").is_dir()
     assert not list((tmp_path / "artifacts").iterdir())  # the probe file is removed
     assert store.run_uri("r1") == f"{tmp_path}/artifacts/runs/r1"
+
+
+@pytest.mark.parametrize("name", ["../models/prod", "/other-bucket/x", "..", ".", "a/b", ".hidden", "x\n", "", "x" * 256])
+def test_a_run_name_stays_in_the_runs_folder(name, tmp_path):
+    assert Store(str(tmp_path)).run_uri("ctr-2026-11-03-ab12") == f"{tmp_path}/runs/ctr-2026-11-03-ab12"
+    with pytest.raises(UserError, match=r"cannot name a folder in the store's runs/ folder\. Fix: .* \(no '/'\)"):
+        Store(str(tmp_path)).run_uri(name)
+
+
+def test_inside_compares_places_segment_by_segment(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert inside("s3://b/store/runs/r1", "s3://b/store") and inside("s3a://b/store/", "s3://b/store")
+    assert not inside("s3://b/store2/runs/r1", "s3://b/store") and not inside("s3://c/store/r", "s3://b/store")
+    assert not inside("s3://b/store/../x", "s3://b/store") and not inside("s3://b/store/x", "/b/store")
+    assert inside("store/runs/r1", str(tmp_path / "store")) and inside(f"file://{tmp_path}/store/r", "store")
+    assert not inside(str(tmp_path / "store" / ".." / "x"), "store")
+    assert store_of("s3://b/p/runs/r1", "runs") == "s3://b/p" == store_of("s3://b/p/models/ctr/", "models")
+    assert store_of("s3://b/p/r1", "runs") == "s3://b/p" and store_of("runs/r1", "runs") == str(tmp_path)
 
 
 def test_default_store_from_environment(monkeypatch, tmp_path):

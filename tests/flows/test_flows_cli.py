@@ -36,6 +36,11 @@ def _main(*args: str, capsys) -> tuple[int, str]:
     (["run", "--set", "train.arch.no_such_field=1"], {}, "train.arch.no_such_field: Extra inputs are not permitted"),
     (["run", "--synthetic.rows", "10"], {}, "synthetic.rows: Input should be greater than or equal to 1000"),
     (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
+    (["run", "--run-name", "../models/prod"], {}, "run_name: Value error, run name '../models/prod' cannot name a "
+     "folder in the store's runs/ folder. Fix: use letters, digits, '_', '.' or '-' (no '/')"),
+    (["run", "--run-name", "/other-bucket/x"], {}, "run name '/other-bucket/x' cannot name a folder"),
+    (["run", "--run-name", "nightly-{date}/.."], {}, "run name 'nightly-{date}/..' cannot name a folder"),
+    (["run", "--model", "../ctr"], {}, "model: String should match pattern"),
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])
@@ -62,6 +67,11 @@ def test_bad_settings_fail_before_work(args, env, message, tmp_path, monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("args, env, message", [
     (["run", "--preset", "nope"], {}, "preset: Input should be 'criteo-sample', 'default' or 'synthetic'"),
+    (["run", "--run-name", "../models/prod"], {}, "run_name: Value error, run name '../models/prod' cannot name a "
+     "folder in the store's runs/ folder. Fix: use letters, digits, '_', '.' or '-' (no '/')"),
+    (["run", "--run-name", "/other-bucket/x"], {}, "run name '/other-bucket/x' cannot name a folder"),
+    (["run", "--run-name", "nightly-{date}/.."], {}, "run name 'nightly-{date}/..' cannot name a folder"),
+    (["run", "--model", "../ctr"], {}, "model: String should match pattern"),
     (["serve"], {}, "serve needs a Prefect server"),
 ])
 def test_the_command_line_fails_before_work_with_one_line(args, env, message, tmp_path):
@@ -165,7 +175,8 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 136   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8)
+        assert total == 137   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
+        #                       --train.init-from.store (issue 20 §3)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))
@@ -245,3 +256,6 @@ def test_default_run_names_survive_the_arch_rename():
     from training.config import TrainConfig
 
     assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"
+    # init_from.store (added later) unset: a warm-started config keeps the name it had before the field existed
+    warm = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"), "init_from": "s3://b/p/runs/r1"})
+    assert config_hash(warm) == "71992ea025"

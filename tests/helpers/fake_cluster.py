@@ -1,11 +1,14 @@
 """Fake Slurm commands (sbatch, scontrol, srun and a python that records each node's torchrun command line)
 for the launcher tests: ``fake_slurm(tmp_path, monkeypatch)`` puts them first on PATH; ``calls(tmp_path)`` reads
-what they were called with; ``executable(path, body)`` writes a Python script as an executable."""
+what they were called with; ``executable(path, body)`` writes a Python script as an executable;
+``sbatch_options(script)`` reads a batch script's #SBATCH lines as sbatch does (the fake sbatch reads them so)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -17,14 +20,62 @@ def executable(path: Path, body: str) -> Path:
     return path
 
 
-FAKE_SBATCH = r"""
-import json, os, re, subprocess, sys
+def sbatch_options(script: str, old: bool = False) -> list[str]:
+    """The arguments of the #SBATCH lines of a batch script as sbatch parses them (``_opt_batch_script`` and
+    ``_get_argument`` of Slurm's src/sbatch/opt.c): the directives end at the first command; the words 'packjob'
+    and 'hetjob' are blanked first; outside quotes C whitespace splits and '#' ends the line; a backslash
+    escapes the next character, inside quotes too. ``old``: the parser of older releases, where only double
+    quotes quote and '#' ends the line even inside them."""
+    args = []
+    for line in script.split("\n"):
+        if not line.startswith("#SBATCH"):
+            if line.strip() and not line.startswith("#"):
+                break
+            continue
+        rest = re.sub("(?i)hetjob", " " * 6, re.sub("(?i)packjob", " " * 7, line[len("#SBATCH"):]))
+        i, space = 0, " \t\n\v\f\r"
+        while True:
+            while i < len(rest) and rest[i] in space:
+                i += 1
+            arg, quote, escape = "", None, False
+            while i < len(rest) and (quote or rest[i] not in space):
+                c = rest[i]
+                i += 1
+                if escape:
+                    escape = False
+                elif c == "\\":
+                    escape = True
+                    continue
+                elif old and c == '"':
+                    quote = None if quote else c
+                    continue
+                elif quote and not old:
+                    if c == quote:
+                        quote = None
+                        continue
+                elif c in "\"'" and not old:
+                    quote = c
+                    continue
+                elif c == "#":
+                    i = len(rest)
+                    break
+                arg += c
+            assert not quote, f"unmatched quote in {line!r}"   # sbatch: fatal
+            if not arg:
+                break
+            args.append(arg)
+    return args
+
+
+FAKE_SBATCH = "import re\n" + inspect.getsource(sbatch_options) + r"""
+import json, os, subprocess, sys
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(["sbatch", *sys.argv[1:]]) + "\n")
 assert sys.argv[1:3] == ["--wait", "--parsable"], sys.argv
 text = open(sys.argv[3]).read()
-out = re.search(r"^#SBATCH --output=(\S+)", text, re.M).group(1).replace("%j", "4242")
-nodes = re.search(r"^#SBATCH --nodes=(\d+)", text, re.M).group(1)
+options = dict(o[2:].partition("=")[::2] for o in sbatch_options(text))
+out = re.sub("%([%j])", lambda m: "4242" if m.group(1) == "j" else "%", options["output"])   # Slurm's patterns
+nodes = options["nodes"]
 print("4242;cluster", flush=True)
 env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[0-%d]" % (int(nodes) - 1),
        "SLURM_JOB_NUM_NODES": nodes}
@@ -49,7 +100,7 @@ sys.exit(max(p.wait() for p in procs))
 """
 FAKE_PYTHON = r"""
 import json, os, sys
-node = os.environ["SLURM_NODEID"]
+node = os.environ.get("SLURM_NODEID") or os.environ["JOB_COMPLETION_INDEX"]
 # one write per whole line: both fake nodes append to the same job log, and print() writes the text
 # and its newline separately when stdout is unbuffered (PYTHONUNBUFFERED), so lines could merge
 os.write(1, ("node %s argv %s\n" % (node, json.dumps(sys.argv[1:]))).encode())

@@ -16,6 +16,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from helpers.kube_schema import KUBERNETES_VERSION, check_object
 from training.launchers import build_launcher, read_env_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,6 +115,8 @@ def test_dockerfiles_copy_files_that_exist_and_are_not_ignored(name):
     for package in re.findall(r'"(\w+)\*"', packages):  # every package the wheel holds is in the image
         assert f"COPY {package} ./{package}" in text, f"{name}: the package {package} is not copied"
     assert args["KUBECTL_VERSION"].startswith("v1.") and "sha256sum -c" in text
+    # the manifests are checked against the API of the Kubernetes the images' kubectl is for
+    assert args["KUBECTL_VERSION"].startswith(f"v{KUBERNETES_VERSION}."), (args["KUBECTL_VERSION"], KUBERNETES_VERSION)
 
 
 def test_compose_stack():
@@ -192,6 +195,22 @@ def test_prefect_work_pool_template():
     placeholders = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", json.dumps(tmpl["job_configuration"])))
     assert placeholders <= props.keys(), placeholders - props.keys()
     assert all(p.get("description") for p in props.values())
+
+
+def test_kubernetes_manifests_are_valid_for_the_kubernetes_api():
+    """Every object of infra/k8s/ against the API's schema (the launcher's rendering of train-job.yaml for each
+    option: tests/training/test_infra_launchers.py); the work pool's Job with its placeholders filled in as
+    Prefect's Kubernetes worker fills them (command split into args, env as name/value pairs)."""
+    for name, objs in _k8s_docs().items():
+        for obj in objs:
+            check_object(obj, name)
+    tmpl = json.loads((K8S / "prefect-work-pool.json").read_text())
+    values = {k: v.get("default") for k, v in tmpl["variables"]["properties"].items()}
+    values |= {"name": "flow-run-1", "labels": {"prefect.io/flow-run-id": "1"}, "env": [{"name": "A", "value": "1"}],
+               "command": ["prefect", "flow-run", "execute"]}
+    filled = re.sub(r'"\{\{\s*(\w+)\s*\}\}"', lambda m: json.dumps(values[m.group(1)]),
+                    json.dumps(tmpl["job_configuration"]["job_manifest"]))
+    check_object(json.loads(filled), "prefect-work-pool.json job_manifest")
 
 
 def test_gpu_pods_get_amd_gpus_and_shared_memory():

@@ -442,14 +442,28 @@ def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
 def test_init_from_a_model_folder_is_its_champion(model):
     from training.config import InitFrom
 
-    models.record(model, candidate("r1", "2026-11-01", 0.70))
-    assert models.champion_init(InitFrom(run=model)) == InitFrom(run="/store/runs/r1", checkpoint="10")
+    store = models.model_store(model)
+    assert model == f"{store}/models/ctr"
+    models.record(model, {**candidate("r1", "2026-11-01", 0.70), "run": f"{store}/runs/r1"})
+    assert models.champion_init(InitFrom(run=model)) == InitFrom(run=f"{store}/runs/r1", checkpoint="10")
     other = InitFrom(run="/store/runs/r9", checkpoint="latest")
     assert models.champion_init(other) == other and models.champion_init(None) is None
     # a champion whose recorded metrics are not finite (a diverged model) is never started from
     champion = json.loads(read(model, models.CHAMPION_FILE))
     fs, path = filesystem(model)
-    with fs.open(f"{path}/{models.CHAMPION_FILE}", "w") as f:
-        f.write(json.dumps({**champion, "metrics": {"auc": 1.0, "logloss": None, "rows": 10}}))
+
+    def rewrite(**fields):
+        with fs.open(f"{path}/{models.CHAMPION_FILE}", "w") as f:
+            f.write(json.dumps({**champion, **fields}))
+
+    rewrite(metrics={"auc": 1.0, "logloss": None, "rows": 10})
     with pytest.raises(UserError, match=r"non-finite recorded metrics .* Fix: train from scratch"):
         models.champion_init(InitFrom(run=model))
+    # champion.json naming a run or a bundle outside the model's store: nothing of it is loaded
+    for fields in [{"run": "s3://other-bucket/runs/r1"}, {"run": f"{store}-2/runs/r1"}, {"run": f"{store}/../x/runs/r1"},
+                   {"bundle": "/tmp/elsewhere/bundle"}]:
+        rewrite(**fields)
+        what = next(iter(fields))
+        with pytest.raises(UserError, match=rf"champion.json: the champion's {what} .* lies outside the model's store "
+                                            rf"{store}, so it is not loaded .* Fix: restore champion.json"):
+            models.champion_init(InitFrom(run=model))

@@ -25,6 +25,7 @@ from flows.score import score as score_flow
 from nightly.config import ScoreConfig
 from nightly.scoring import score
 from preprocessing import PreprocessConfig, run as preprocess
+from helpers.bundles import FILES, fake_bundle
 from helpers.fixtures import CHILD_ENV, CRITEO_ROWS
 from helpers.prefect_api import latest_artifacts
 from preprocessing.apply import SCORE_SPLIT, encode_inputs
@@ -141,8 +142,10 @@ def test_scores_equal_evaluation_unseen_values_and_bad_rows(prefect_harness, cri
 def _champion(store: Path, run: Path, step: int, dataset: Path) -> Path:
     model = store / "models" / "ctr"
     model.mkdir(parents=True)
-    champion = Champion(name="ctr", run=str(run), step=step, dataset=str(dataset), vocab=str(dataset / "vocab"),
-                        date="2026-11-20", promoted_at="2026-11-21T02:00:00Z")
+    (store / "runs").mkdir()
+    (store / "runs" / run.name).symlink_to(run)   # a champion's run lies in its model's store (or is not loaded)
+    champion = Champion(name="ctr", run=str(store / "runs" / run.name), step=step, dataset=str(dataset),
+                        vocab=str(dataset / "vocab"), date="2026-11-20", promoted_at="2026-11-21T02:00:00Z")
     (model / CHAMPION_FILE).write_text(champion.model_dump_json())
     return model
 
@@ -162,6 +165,31 @@ def test_cli_scores_with_a_models_champion_on_two_ranks(criteo, criteo_run, tmp_
     np.testing.assert_allclose(scores["probability"].to_numpy(), criteo_run["p"], rtol=0, atol=1e-6)
     # no temporary left beside it; the completion marker readers check
     assert sorted(p.name for p in out.parent.iterdir()) == ["scores.parquet", "scores.parquet.complete"]
+
+
+def test_a_champion_loads_only_from_its_store_and_its_bundle_only_as_pinned(tmp_path):
+    """Scoring with a model's champion: its bundle loads only when its manifest is the one champion.json pins;
+    a run or bundle outside the model's store is not loaded at all."""
+    store, quiet = tmp_path / "store", (lambda _: None)
+    model, bundle = store / "models" / "ctr", store / "models" / "ctr" / "bundles" / "r1"
+    spec = b'{"input_spec": null}'
+    pinned = fake_bundle(bundle, {**FILES, "model.json": spec})
+    champion = Champion(name="ctr", run=str(store / "runs" / "r1"), step=1, dataset=str(store / "datasets" / "d"),
+                        vocab=str(store / "datasets" / "d" / "vocab"), date="2026-11-20",
+                        promoted_at="2026-11-21T02:00:00Z", bundle=str(bundle), bundle_sha256=pinned)
+    (model / CHAMPION_FILE).write_text(champion.model_dump_json())
+    config = ScoreConfig(model=str(model), inputs=["x"], out=str(tmp_path / "o.parquet"))
+    with pytest.raises(UserError, match="records no input spec"):   # the pinned bundle loaded
+        score(config, on_line=quiet)
+    fake_bundle(bundle, {**FILES, "model.json": spec, "model.pt": b"another module"})   # replaced after promotion
+    with pytest.raises(UserError, match=rf"{bundle}: the bundle's manifest.json is not the one champion.json pins"):
+        score(config, on_line=quiet)
+    for fields in [{"run": "s3://elsewhere/runs/r1"}, {"run": str(tmp_path / "runs" / "r1"), "bundle": None},
+                   {"bundle": str(tmp_path / "bundles" / "r1")}]:
+        (model / CHAMPION_FILE).write_text(champion.model_copy(update=fields).model_dump_json())
+        with pytest.raises(UserError, match=rf"champion.json: the champion's \w+ .* lies outside the model's store "
+                                            rf"{store}, so it is not loaded"):
+            score(config, on_line=quiet)
 
 
 def test_clear_errors_before_any_work(criteo, tmp_path):

@@ -21,6 +21,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from nightly.config import ScoreConfig
 from nightly.scoring import score
+from helpers.bundles import FILES, fake_bundle
 from helpers.fixtures import CHILD_ENV as ENV
 from helpers.paths import REPO
 from helpers.processes import python
@@ -181,3 +182,26 @@ print(json.dumps(p.tolist()))
     got = _fresh(tmp_path / "b2", dataset, "test")
     assert got["loaded"] == []
     np.testing.assert_allclose(np.array(got["p"], np.float32), expected, rtol=0, atol=1e-5)
+
+
+def test_a_manifest_is_pinned_and_names_only_files_inside_its_bundle(tmp_path):
+    """A champion's bundle loads only with the manifest champion.json pins; a manifest naming a file outside its
+    folder (absolute, '..') is refused before anything is read or copied; model.json and model.pt must be listed."""
+    bundle = tmp_path / "bundle"
+    pinned = fake_bundle(bundle)
+    assert load_bundle(str(bundle), manifest_sha256=pinned).config == {}
+    fake_bundle(bundle, {**FILES, "vocab/C1.parquet": b"rows"})   # a manifest written again, listing another file
+    with pytest.raises(UserError, match=rf"bundle's manifest.json is not the one champion.json pins \(sha256 \w+, "
+                                        rf"pinned {pinned}\): the bundle was replaced .* Fix: find out who changed it"):
+        load_bundle(str(bundle), manifest_sha256=pinned)
+    (tmp_path / "secret").write_bytes(b"outside")
+    for name in ["../secret", str(tmp_path / "secret"), "vocab/../../secret", "vocab//C1.parquet", "./model.pt"]:
+        shutil.rmtree(bundle)
+        fake_bundle(bundle, listed={name: b"outside"})
+        with pytest.raises(UserError, match=r"manifest.json names the file .*, which is not a path inside the bundle "
+                                            r"\(absolute, or with '..'\)\. Fix: re-export"):
+            load_bundle(str(bundle))
+    shutil.rmtree(bundle)
+    fake_bundle(bundle, {"model.json": b"{}"})
+    with pytest.raises(UserError, match=r"manifest.json lists no model.pt. Fix: re-export"):
+        load_bundle(str(bundle))

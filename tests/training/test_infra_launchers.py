@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,14 +18,17 @@ import yaml
 
 from pydantic import TypeAdapter, ValidationError
 
+from common.config import validate
 from common.errors import UserError
 from helpers.datasets import write_dataset
-from helpers.fake_cluster import calls as read_calls, executable
+from helpers.fake_cluster import FAKE_PYTHON, calls as read_calls, executable, sbatch_options
+from helpers.kube_schema import check_object
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
-                                LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
-                                launcher_config, read_env_file)
+                                LocalLauncherConfig, RanksConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher,
+                                infra_dir, launcher_config, read_env_file)
 from training.launchers.base import LaunchError, render
+from training.launchers.slurm import sbatch_quote
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
 
@@ -69,6 +74,168 @@ def test_every_launcher_checks_the_dataset_before_anything_starts(kind, tmp_path
         build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
             str(run), TrainConfig(dataset=str(tmp_path / "missing")), on_line=print)
     assert not run.exists()  # nothing saved, nothing submitted
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm", "kubernetes"])
+def test_every_launcher_refuses_a_warm_start_from_another_store(kind, tmp_path):
+    run = tmp_path / "store" / "runs" / "new"
+    ds = str(write_dataset(tmp_path / "store" / "datasets" / "ds", {"train": 64, "val": 32}))
+    cfg = TrainConfig.from_dict({"dataset": ds, "init_from": str(tmp_path / "elsewhere" / "runs" / "old")})
+    with pytest.raises(UserError, match=r"init_from .*/elsewhere/runs/old lies outside .*/store, the store of the run"):
+        build_launcher({"kind": kind, "work_dir": str(tmp_path)} if kind == "slurm" else {"kind": kind}).launch(
+            str(run), cfg, on_line=print)
+    assert not run.exists()  # nothing saved, nothing submitted
+
+
+@pytest.mark.parametrize("kind, field, value", [
+    ("slurm", "partition", "mi300x\n#SBATCH --uid=0"), ("slurm", "account", "a\rb"), ("slurm", "time_limit", "1:00\x00"),
+    ("slurm", "sbatch_options", ["--qos=high\necho injected"]), ("slurm", "setup", ["module load rocm\ttab"]),
+    ("slurm", "python", "python\x1b[2J"), ("slurm", "env", {"X": "1\n2"}), ("local", "rccl_profiles", ["a\nb"]),
+    ("kubernetes", "image", "img\nother: 1"), ("kubernetes", "node_selector", {"zone": "a\u0085b"}),
+])
+def test_launcher_settings_refuse_control_characters(kind, field, value):
+    with pytest.raises(UserError, match=rf"launcher.yaml: launcher.{kind}.{field}.*control character .* Fix: give it "
+                                        "on one line"):
+        validate(RanksConfig, {"launcher": {"kind": kind, field: value}}, "launcher.yaml")
+
+
+@pytest.mark.parametrize("kind, field, value, message", [
+    ("slurm", "env", {"A;touch x": "1"}, "not an environment variable name"),
+    ("local", "env", {"1A": "1"}, "not an environment variable name"),
+    ("kubernetes", "namespace", "dlrmflow --kubeconfig=/tmp/k", "not a Kubernetes namespace"),
+    ("kubernetes", "s3_secret", "-secret", "not a Kubernetes object name"),
+    ("kubernetes", "memory", "1500 GiB", "not a Kubernetes quantity"),
+    ("kubernetes", "extra_resources", {"rdma/hca": "$(eight)"}, "not a Kubernetes quantity"),
+])
+def test_launcher_settings_refuse_names_and_quantities_that_are_none(kind, field, value, message):
+    with pytest.raises(UserError, match=rf"launcher.{kind}.{field}.*{message}"):
+        validate(RanksConfig, {"launcher": {"kind": kind, field: value}}, "launcher.yaml")
+
+
+def hostile(tag: str, marker: Path) -> str:
+    """A string that runs ``touch marker`` wherever it is taken for shell (or YAML, or an #SBATCH line) somewhere."""
+    return (f"{tag} $(touch {marker}) `touch {marker}` ; touch {marker} ' ; touch {marker} ; ' \" ; touch {marker} "
+            f"; \" # {{{{ x }}}} %u %j \\ packjob HetJob & touch {marker} | touch {marker} > {marker}")
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_sbatch_arguments_read_back_verbatim(old, tmp_path):
+    for value in ["--partition=mi300x", "--comment=a b", "--comment=#", "--comment=\\", "--comment='\"'",
+                  f"--comment={hostile('c', tmp_path / 'm')}", "--comment=\u00e9\u00a0x"]:
+        assert sbatch_options(f"#!/bin/bash\n#SBATCH {sbatch_quote(value)}\n", old=old) == [value], value
+    with pytest.raises(LaunchError, match="line break"):
+        sbatch_quote("--partition=a\n#SBATCH --uid=0")
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's sbatch (Debian: slurm-client)")
+@pytest.mark.timeout(60)
+def test_the_real_sbatch_reads_the_directives_verbatim(tmp_path):
+    """Slurm's own sbatch parses the rendered #SBATCH lines (-vv prints the options it read, before it looks for
+    a controller: none runs here, and it is stopped right after)."""
+    import re
+
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    (tmp_path / "slurm.conf").write_text("ClusterName=t\nSlurmctldHost=localhost\nSlurmctldPort=9\nAuthType=auth/none\n"
+                                         "NodeName=n1 CPUs=1\nPartitionName=p1 Nodes=n1\n")
+    launcher = build_launcher({"kind": "slurm", "partition": evil("p"), "account": evil("a"),
+                               "sbatch_options": [f"--comment={evil('c')}"], "work_dir": str(tmp_path / "w %x #j")})
+    run = "s3://bucket/runs/r1"
+    script = tmp_path / "job.sbatch"
+    script.write_text(launcher.render(run))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_"))}
+    proc = subprocess.Popen(["sbatch", "-vv", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**env, "SLURM_CONF": str(tmp_path / "slurm.conf")}, cwd=tmp_path)
+    options, lines = {}, []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "end of defined options" in line:
+                break
+            m = re.match(r"sbatch: (\S+)\s+: (.*)\n?$", line)
+            if m:
+                options[m.group(1)] = m.group(2)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert {k: options.get(k) for k in ("partition", "account", "comment", "output", "job-name")} == {
+        "partition": evil("p"), "account": evil("a"), "comment": evil("c"), "output": launcher.output_pattern(run),
+        "job-name": "dlrmflow-r1"}, "".join(lines)
+    assert not marker.exists()
+
+
+@pytest.mark.timeout(60)
+def test_slurm_script_keeps_hostile_strings_as_data(fake_slurm):
+    """Every setting (but `setup`, which is shell by design) and the run URI are data: the rendered script runs
+    (fake sbatch/srun, a fake python at a hostile path), nothing injected runs, and each value arrives verbatim:
+    the #SBATCH lines as sbatch parses them, srun's and torchrun's arguments, the ranks' environment."""
+    tmp_path, settings = fake_slurm
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    odd = tmp_path / "bin $(touch INJECTED) `touch INJECTED`; 'q' \"d\" %j %% #"
+    odd.mkdir()
+    python = shutil.copy(settings["python"], odd / "python; touch INJECTED")
+    profile = shutil.copy(infra_dir() / "rccl" / "amd-mi3xx.env", odd / "rccl $(touch INJECTED).env")
+    work_dir = odd / "work"
+    settings = {**settings, "partition": evil("p"), "account": evil("a"), "time_limit": evil("t"),
+                "sbatch_options": [f"--comment={evil('c')}"], "python": str(python), "work_dir": str(work_dir),
+                "container_image": evil("img"), "container_mounts": [evil("m")], "rccl_profiles": [str(profile)],
+                "env": {"X": evil("x")}}
+    run = odd / f"run {evil('r')[:60].replace('/', '_')}"
+    lines: list[str] = []
+    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
+    code = build_launcher({"kind": "slurm", **settings}).launch(str(run), TrainConfig(dataset=ds), on_line=lines.append)
+    assert code == 0, "\n".join(lines)
+    assert not marker.exists() and not (Path.cwd() / "INJECTED").exists()
+
+    (script,) = work_dir.glob("*.sbatch")
+    for old in (False, True):
+        options = sbatch_options(script.read_text(), old=old)
+        assert [o for o in options if o.split("=")[0] in ("--partition", "--account", "--time", "--comment", "--output")] \
+            == [f"--partition={evil('p')}", f"--account={evil('a')}", f"--time={evil('t')}",
+                f"--output={str(work_dir).replace('%', '%%')}/{script.stem}-%j.out", f"--comment={evil('c')}"]
+    (srun,) = [c for c in read_calls(tmp_path) if c[0] == "srun"]
+    assert srun[4:6] == [f"--container-image={evil('img')}", f"--container-mounts={evil('m')}"]
+    argv = [json.loads(line.partition(" argv ")[2]) for line in lines if " argv " in line]
+    assert len(argv) == 2 and all(a[-3:] == ["-m", "training.train_worker", str(run)] for a in argv)
+    assert f'node 1 env {json.dumps({"NCCL_IB_GID_INDEX": "3", "PET_TEE": None, "X": evil("x")})}' in lines
+    assert any(line.endswith(f"rendezvous node0:29500, run {run}") for line in lines)
+    assert any(line.endswith(f"Slurm job 4242 submitted; log {work_dir}/{script.stem}-4242.out") for line in lines)
+
+
+def test_slurm_work_dir_with_a_backslash_is_refused(tmp_path):
+    with pytest.raises(LaunchError, match=r"work_dir .* holds a backslash, .* Fix: choose a folder without one"):
+        build_launcher({"kind": "slurm", "work_dir": str(tmp_path / "a\\b")}).render("s3://b/runs/r1")
+
+
+def test_kubernetes_manifest_keeps_hostile_strings_as_data(tmp_path):
+    """The manifest's values are YAML data (whatever they hold), and the pod's command, run by bash as the
+    container runs it, passes the run URI and the python path to torchrun verbatim, running nothing injected."""
+    import yaml
+
+    marker = tmp_path / "INJECTED"
+    evil = lambda tag: hostile(tag, marker)
+    odd = tmp_path / "bin $(touch INJECTED) `touch INJECTED`; 'q' \"d\""
+    odd.mkdir()
+    python = executable(odd / "python; touch INJECTED", FAKE_PYTHON)
+    run = f"s3://bucket/runs/{evil('r').replace('/', '_')}"
+    settings = {"kind": "kubernetes", "nodes": 2, "image": evil("img"), "python": str(python), "env": {"X": evil("x")},
+                "node_selector": {evil("k"): evil("v")}, "gpu_resource": evil("gpu"), "rccl_profiles": []}
+    config_map, service, job = yaml.safe_load_all(build_launcher(settings).render(run))
+    assert config_map["data"] == {"X": evil("x")}
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == evil("img") and pod["nodeSelector"] == {evil("k"): evil("v")}
+    assert container["resources"]["limits"] == {evil("gpu"): "8"}
+    bash, flag, command = container["command"]
+    proc = subprocess.run([bash, flag, command], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "JOB_COMPLETION_INDEX": "1", "DLRMFLOW_RDZV_ENDPOINT": "pod-0:29500"})
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists() and not (tmp_path / "INJECTED").exists()
+    argv = json.loads(proc.stdout.splitlines()[0].partition(" argv ")[2])
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "pod-0:29500"
+    assert argv[argv.index("--rdzv-conf") + 1] == "is_host=0,join_timeout=900"
+    assert argv[-3:] == ["-m", "training.train_worker", run]
 
 
 def test_templates_fail_on_a_missing_value():
@@ -227,6 +394,52 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["volumes"]
     assert "serviceAccountName" not in pod and "nodeSelector" not in pod  # unset settings leave no nulls
+
+
+# every option that changes the manifest, each alone (all but kubectl, context and timeout_s, which change commands)
+MANIFEST_OPTIONS = {
+    "defaults": {}, "nodes": {"nodes": 4}, "cpu pods": {"gpus_per_node": 0}, "ranks": {"nproc_per_node": 2},
+    "python": {"python": "/opt/venv/bin/python"}, "rdzv_port": {"rdzv_port": 1234},
+    "rdzv_timeout_s": {"rdzv_timeout_s": 60}, "no rccl profile": {"rccl_profiles": []},
+    "rccl profiles": {"rccl_profiles": ["amd-mi3xx", "debug"]}, "env": {"env": {"X": "2", "NCCL_DEBUG": "WARN"}},
+    "image": {"image": "registry.example.com/dlrmflow-rocm:0.1.0@sha256:" + "0" * 64}, "namespace": {"namespace": "ml"},
+    "gpu_resource": {"gpu_resource": "nvidia.com/gpu"}, "cpu": {"cpu": "96"}, "memory": {"memory": "1500Gi"},
+    "shm_size": {"shm_size": "1Ti"}, "extra_resources": {"extra_resources": {"rdma/hca": "8", "ephemeral-storage": "1Ti"}},
+    "no s3_secret": {"s3_secret": None}, "service_account": {"service_account": "dlrmflow"},
+    "image_pull_secret": {"image_pull_secret": "registry-creds"},
+    "node_selector": {"node_selector": {"node.kubernetes.io/instance-type": "mi300x"}}, "ttl_s": {"ttl_s": 0},
+}
+
+
+def test_manifest_options_are_all_covered():
+    covered = {k for options in MANIFEST_OPTIONS.values() for k in options}
+    assert covered == set(KubernetesLauncherConfig.model_fields) - {"kind", "kubectl", "context", "timeout_s"}
+
+
+@pytest.mark.parametrize("options", MANIFEST_OPTIONS.values(), ids=MANIFEST_OPTIONS.keys())
+def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(options):
+    import yaml
+
+    launcher = build_launcher({"kind": "kubernetes", **options})
+    for run, resume, env in [("s3://bucket/prod/runs/r1", False, None),
+                             ("s3://bucket/prod/runs/Nightly_CTR.2026-11-03-" + "x" * 80, True, {"PET_TEE": "3"})]:
+        docs = list(yaml.safe_load_all(launcher.render(run, resume=resume, env=env)))
+        assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
+        for doc in docs:
+            check_object(doc, f"{options} {run}")
+
+
+def test_the_schema_check_finds_a_field_in_the_wrong_place():
+    import yaml
+
+    job = list(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render("s3://b/runs/r1")))[-1]
+    job["spec"]["template"]["spec"]["parallelism"] = 1   # a Job's field in the pod spec
+    with pytest.raises(AssertionError, match=r"spec.template.spec: Additional properties .*'parallelism'"):
+        check_object(job, "test")
+    job["spec"]["template"]["spec"].pop("parallelism")
+    job["spec"]["completions"] = "2"
+    with pytest.raises(AssertionError, match=r"spec.completions: '2' is not of type 'integer'"):
+        check_object(job, "test")
 
 
 @pytest.mark.timeout(60)

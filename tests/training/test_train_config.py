@@ -74,6 +74,29 @@ def test_bad_configs_name_the_file_and_field(tmp_path, text, match):
     assert str(path) in str(e.value) and isinstance(e.value, UserError)
 
 
+def test_a_warm_start_reads_only_the_store_of_the_run_or_one_named(tmp_path):
+    """init_from must lie in the store of the run being trained (a checkpoint's metadata is a pickle), unless
+    init_from.store names another store on purpose."""
+    from training.config import InitFrom
+
+    run = "s3://bucket/prod/runs/new"
+    for same in ["s3://bucket/prod/runs/old", "s3a://bucket/prod/runs/old/", "s3://bucket/prod/models/ctr"]:
+        InitFrom(run=same).check_store(run)
+    for other in ["s3://other/prod/runs/old", "s3://bucket/prod2/runs/old", "s3://bucket/prod/runs/../../x/runs/old",
+                  "/bucket/prod/runs/old", "../prod/runs/old"]:
+        with pytest.raises(UserError, match=rf"init_from {other} lies outside s3://bucket/prod, the store of the run "
+                                            rf"being trained \({run}\)\. A checkpoint's metadata is a pickle .* Fix: .* "
+                                            r"init_from.store"):
+            InitFrom(run=other).check_store(run)
+    named = TrainConfig.from_dict({"init_from": {"run": "s3://other/prod/runs/old", "store": "s3://other/prod"}})
+    named.init_from.check_store(run)
+    with pytest.raises(UserError, match=r"lies outside s3://other/prod, init_from.store\."):
+        InitFrom(run="s3://third/runs/old", store="s3://other/prod").check_store(run)
+    InitFrom(run=str(tmp_path / "old")).check_store(str(tmp_path / "new"))   # runs outside a runs/ folder: its folder
+    with pytest.raises(UserError, match="lies outside"):
+        InitFrom(run=str(tmp_path.parent / "old")).check_store(str(tmp_path / "new"))
+
+
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(UserError, match="criteo-sample"):
         TrainConfig.preset("nope")

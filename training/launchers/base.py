@@ -83,9 +83,10 @@ def render(template: str, values: dict[str, object], source: str = "template") -
 class Launcher(ABC):
     """Runs ``training.train_worker`` on every rank of a run and waits for it.
 
-    ``launch`` checks the dataset, takes the run folder's lease (``RunDir.lease``: a second training of the
-    same folder waits ``wait_s``, by default not at all, and fails naming the holder; never two trainings in
-    one folder; not for a local job started by hand on several nodes, whose launchers are one job) and writes
+    ``launch`` checks the dataset and that a warm start's run lies in the run's store (``InitFrom.check_store``),
+    takes the run folder's lease (``RunDir.lease``: a second training of the same folder waits ``wait_s``, by
+    default not at all, and fails naming the holder; never two trainings in one folder; not for a local job
+    started by hand on several nodes, whose launchers are one job) and writes
     the resolved config to ``<run>/config.yaml`` (the ranks read it from there, so the run folder must be
     reachable from wherever they run: s3:// or a shared file system), then ``start``s the
     ranks, hands every output line to ``on_line`` (or prints it), and returns the exit code of the job (0:
@@ -113,6 +114,8 @@ class Launcher(ABC):
         run = RunDir(run)
         on_line = on_line or (lambda line: print(line, flush=True))
         check_dataset(cfg)
+        if cfg.init_from is not None:   # a warm start loads its checkpoint: from the run's store (or one named)
+            cfg.init_from.check_store(run.uri)
         if getattr(self.settings, "nnodes", 1) > 1:   # by hand on every node: one job, several launchers
             run.save_config(cfg)
             return self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)

@@ -7,9 +7,54 @@ only the chosen launcher's fields and the command line takes ``--launcher KIND``
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a shell variable's name (bash `export`, a ConfigMap key)
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")   # RFC 1123 label: a namespace
+DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")   # RFC 1123 subdomain: a Secret, a service account
+QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))?")
+
+
+def _one_line(value: str) -> str:
+    """A launcher setting is data in a rendered script or manifest: no control characters (a newline would start
+    a new line of the batch script, a NUL cut it)."""
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise ValueError(f"holds the control character {bad!r} at position {value.index(bad)}. Fix: give it on "
+                         "one line, without tabs or other control characters (one list item per line)")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not ENV_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not an environment variable name. Fix: use letters, digits and '_', "
+                         "not starting with a digit")
+    return value
+
+
+def _matching(pattern: re.Pattern, what: str):
+    def check(value: str | None) -> str | None:
+        if value is not None and not pattern.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+    return check
+
+
+Text = Annotated[str, AfterValidator(_one_line)]
+"""A launcher setting's text: one line, no control characters."""
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Quantity = Annotated[str, AfterValidator(_matching(QUANTITY, "a Kubernetes quantity. Fix: e.g. '96', '500m', "
+                                                   "'1500Gi' or '1.5e3'"))]
+Namespace = Annotated[str, AfterValidator(_matching(DNS_LABEL, "a Kubernetes namespace. Fix: lower-case letters, "
+                                                    "digits and '-', starting and ending with a letter or digit, at "
+                                                    "most 63"))]
+ObjectName = Annotated[str, AfterValidator(_matching(DNS_NAME, "a Kubernetes object name. Fix: lower-case letters, "
+                                                     "digits, '-' and '.', starting and ending with a letter or "
+                                                     "digit, at most 253"))]
 
 
 class _BaseLauncherConfig(BaseModel):
@@ -17,7 +62,7 @@ class _BaseLauncherConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of every rank "
+    env: dict[EnvName, Text] = Field(default_factory=dict, description="Extra environment of every rank "
                                 "(after the RCCL profiles, so it overrides them). Never put secrets here.")
 
 
@@ -29,9 +74,9 @@ class LocalLauncherConfig(_BaseLauncherConfig):
 
     nnodes: int = Field(1, ge=1, description="Nodes in the job. >1: start the same launcher on every node "
                         "with the same rdzv_endpoint.")
-    rdzv_endpoint: str | None = Field(None, description="HOST:PORT of the c10d rendezvous (multi-node only).")
+    rdzv_endpoint: Text | None = Field(None, description="HOST:PORT of the c10d rendezvous (multi-node only).")
     node_rank: int | None = Field(None, ge=0, description="This node's rank (optional with c10d rendezvous).")
-    rccl_profiles: list[str] = Field(default_factory=list, description="RCCL/NCCL environment profiles "
+    rccl_profiles: list[Text] = Field(default_factory=list, description="RCCL/NCCL environment profiles "
                                      "(`infra/rccl/NAME.env`, or a path) exported to the ranks. Default: none.")
 
 
@@ -44,11 +89,11 @@ class _ClusterLauncherConfig(_BaseLauncherConfig):
                                "resource per pod); also the ranks per node unless nproc_per_node is set. 0: CPU nodes.")
     nproc_per_node: int | None = Field(None, ge=1, description="Ranks (torchrun processes) per node. "
                                        "Default: gpus_per_node.")
-    python: str = Field("python", description="Python on the nodes (a venv's, or the image's).")
+    python: Text = Field("python", description="Python on the nodes (a venv's, or the image's).")
     rdzv_port: int = Field(29500, ge=1, le=65535, description="c10d rendezvous port on the first node (pod 0).")
     rdzv_timeout_s: int = Field(900, ge=1, description="How long nodes wait for each other at the rendezvous "
                                 "(image pulls and scheduling included).")
-    rccl_profiles: list[str] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
+    rccl_profiles: list[Text] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
                                      "(`infra/rccl/NAME.env`, or a path) exported on every node; add 'debug' for "
                                      "NCCL_DEBUG=INFO.")
 
@@ -63,22 +108,22 @@ class SlurmLauncherConfig(_ClusterLauncherConfig):
     kind: Literal["slurm"] = "slurm"
 
     cpus_per_task: int | None = Field(None, ge=1, description="#SBATCH --cpus-per-task (CPU cores per node's torchrun).")
-    partition: str | None = Field(None, description="#SBATCH --partition.")
-    account: str | None = Field(None, description="#SBATCH --account.")
-    time_limit: str | None = Field(None, description="#SBATCH --time, e.g. '04:00:00'.")
+    partition: Text | None = Field(None, description="#SBATCH --partition.")
+    account: Text | None = Field(None, description="#SBATCH --account.")
+    time_limit: Text | None = Field(None, description="#SBATCH --time, e.g. '04:00:00'.")
     exclusive: bool = Field(True, description="#SBATCH --exclusive (whole nodes).")
-    sbatch_options: list[str] = Field(default_factory=list, description="Further sbatch options, one per item, "
+    sbatch_options: list[Text] = Field(default_factory=list, description="Further sbatch options, one per item, "
                                       "e.g. '--qos=high' or '--constraint=mi300x'.")
-    setup: list[str] = Field(default_factory=list, description="Shell lines run on the batch host before srun, e.g. "
+    setup: list[Text] = Field(default_factory=list, description="Shell lines run on the batch host before srun, e.g. "
                              "'module load rocm/7.1' or 'source /shared/dlrmflow/.venv/bin/activate'.")
-    container_image: str | None = Field(None, description="Run each node in this image with pyxis/enroot "
+    container_image: Text | None = Field(None, description="Run each node in this image with pyxis/enroot "
                                         "(srun --container-image=...). None: the nodes' own environment.")
-    container_mounts: list[str] = Field(default_factory=list, description="srun --container-mounts entries "
+    container_mounts: list[Text] = Field(default_factory=list, description="srun --container-mounts entries "
                                         "(SRC:DST), e.g. the shared run folder.")
-    work_dir: str = Field("~/.dlrmflow/slurm", description="Folder for the rendered scripts and job logs; must be "
+    work_dir: Text = Field("~/.dlrmflow/slurm", description="Folder for the rendered scripts and job logs; must be "
                           "visible to this process and the batch host (a shared file system).")
-    sbatch: str = Field("sbatch", description="sbatch executable.")
-    scancel: str = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
+    sbatch: Text = Field("sbatch", description="sbatch executable.")
+    scancel: Text = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
 
 
 class KubernetesLauncherConfig(_ClusterLauncherConfig):
@@ -86,23 +131,23 @@ class KubernetesLauncherConfig(_ClusterLauncherConfig):
 
     kind: Literal["kubernetes"] = "kubernetes"
 
-    image: str = Field("ghcr.io/example/dlrmflow-rocm:0.1.0", description="Training image (infra/docker/rocm.Dockerfile).")
-    namespace: str = Field("dlrmflow", description="Namespace of the Job, Service and ConfigMap.")
-    gpu_resource: str = Field("amd.com/gpu", description="Extended resource name of the GPUs (AMD GPU device plugin).")
-    cpu: str | None = Field(None, description="CPU request/limit per pod, e.g. '96'.")
-    memory: str | None = Field(None, description="Memory request/limit per pod, e.g. '1500Gi'.")
-    shm_size: str = Field("256Gi", description="Size limit of /dev/shm (an in-memory emptyDir).")
-    extra_resources: dict[str, str] = Field(default_factory=dict, description="More resource limits per pod, e.g. "
+    image: Text = Field("ghcr.io/example/dlrmflow-rocm:0.1.0", description="Training image (infra/docker/rocm.Dockerfile).")
+    namespace: Namespace = Field("dlrmflow", description="Namespace of the Job, Service and ConfigMap.")
+    gpu_resource: Text = Field("amd.com/gpu", description="Extended resource name of the GPUs (AMD GPU device plugin).")
+    cpu: Quantity | None = Field(None, description="CPU request/limit per pod, e.g. '96'.")
+    memory: Quantity | None = Field(None, description="Memory request/limit per pod, e.g. '1500Gi'.")
+    shm_size: Quantity = Field("256Gi", description="Size limit of /dev/shm (an in-memory emptyDir).")
+    extra_resources: dict[Text, Quantity] = Field(default_factory=dict, description="More resource limits per pod, e.g. "
                                             "{'rdma/hca': '1'} for RDMA NICs (cluster-specific).")
-    s3_secret: str | None = Field("dlrmflow-s3", description="Secret whose keys (AWS_ACCESS_KEY_ID, "
+    s3_secret: ObjectName | None = Field("dlrmflow-s3", description="Secret whose keys (AWS_ACCESS_KEY_ID, "
                                   "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION) become the pods' environment.")
-    service_account: str | None = Field(None, description="Service account of the training pods.")
-    image_pull_secret: str | None = Field(None, description="imagePullSecrets entry for a private registry.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector of the pods.")
+    service_account: ObjectName | None = Field(None, description="Service account of the training pods.")
+    image_pull_secret: ObjectName | None = Field(None, description="imagePullSecrets entry for a private registry.")
+    node_selector: dict[Text, Text] = Field(default_factory=dict, description="nodeSelector of the pods.")
     timeout_s: int = Field(7 * 24 * 3600, ge=1, description="kubectl wait timeout for the Job to finish.")
     ttl_s: int = Field(3 * 24 * 3600, ge=0, description="ttlSecondsAfterFinished of the Job (its pods' logs stay this long).")
-    kubectl: str = Field("kubectl", description="kubectl executable.")
-    context: str | None = Field(None, description="kubectl --context (None: the current one / in-cluster config).")
+    kubectl: Text = Field("kubectl", description="kubectl executable.")
+    context: Text | None = Field(None, description="kubectl --context (None: the current one / in-cluster config).")
 
 
 LauncherConfig = Annotated[Union[LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig],

@@ -27,6 +27,24 @@ if TYPE_CHECKING:
     from training.rundir import RunDir
 
 _JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")   # an sbatch argument that needs no quoting
+_BLANKED = re.compile(r"(pack|het)(job)", re.I)   # the words sbatch blanks in a directive line
+
+
+def sbatch_quote(arg: str) -> str:
+    """``arg`` as one argument of an ``#SBATCH`` line, read back verbatim by sbatch's own parser (not a shell):
+    outside quotes whitespace splits and ``#`` starts a comment; a backslash escapes the next character
+    everywhere, inside quotes too; older sbatch knows only double quotes and ends the line at an unescaped ``#``
+    even inside them; and sbatch blanks the first 'packjob' or 'hetjob' of the line before it parses. Hence:
+    plain words as they are, anything else in double quotes with ``\\``, ``"``, ``'`` and ``#`` escaped and
+    those two words broken by an escape. A line break cannot be quoted (it ends the directive): LaunchError."""
+    if any(c in arg for c in "\n\r\0"):
+        raise LaunchError(f"#SBATCH argument {arg!r} holds a line break or NUL, which would end the directive. "
+                          "Fix: remove it from the launcher settings.")
+    if _PLAIN.fullmatch(arg) and not _BLANKED.search(arg):
+        return arg
+    escaped = re.sub(r"""([\\"'#])""", r"\\\1", arg)
+    return '"' + _BLANKED.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", escaped) + '"'
 
 
 class SlurmLauncher(Launcher):
@@ -37,10 +55,19 @@ class SlurmLauncher(Launcher):
         return f"slurm: {s.nodes} node(s) x {self.settings.ranks_per_node} rank(s)" + (f", partition {s.partition}" if s.partition else "")
 
     def paths(self, run_uri: str) -> tuple[Path, Path]:
-        """(script, log pattern with %j) of a run."""
+        """(script, job log) of a run; the log's name holds ``%j`` where Slurm puts the job id."""
         work = Path(os.path.expanduser(self.settings.work_dir))
+        if "\\" in str(work):
+            raise LaunchError(f"slurm work_dir {self.settings.work_dir!r} holds a backslash, which turns off Slurm's "
+                              "file name patterns (the job log's %j). Fix: choose a folder without one.")
         name = self.job_name(run_uri)
         return work / f"{name}.sbatch", work / f"{name}-%j.out"
+
+    def output_pattern(self, run_uri: str) -> str:
+        """``#SBATCH --output``'s file name pattern of the job log: a ``%`` of the folder doubled (Slurm would
+        expand ``%u``, ``%x``... in it), then the log's name with ``%j``."""
+        log = self.paths(run_uri)[1]
+        return f"{str(log.parent).replace('%', '%%')}/{log.name}"
 
     @staticmethod
     def job_name(run_uri: str) -> str:
@@ -58,9 +85,9 @@ class SlurmLauncher(Launcher):
                                              ("time", s.time_limit)) if v]
         if s.exclusive:
             lines.append("--exclusive")
-        lines.append(f"--output={self.paths(run_uri)[1]}")
+        lines.append(f"--output={self.output_pattern(run_uri)}")
         lines += s.sbatch_options
-        return [f"#SBATCH {shlex.quote(line) if ' ' in line else line}" for line in lines]
+        return [f"#SBATCH {sbatch_quote(line)}" for line in lines]
 
     def srun_options(self) -> list[str]:
         s = self.settings
@@ -118,9 +145,9 @@ class SlurmLauncher(Launcher):
             first = proc.stdout.readline().strip()  # --parsable: "jobid[;cluster]" as soon as it is queued
             if first:
                 job_id = first.split(";")[0]
-                emit(f"dlrmflow: Slurm job {job_id} submitted; log {str(log_pattern).replace('%j', job_id)}")
-                follower = threading.Thread(target=_follow, daemon=True,
-                                            args=(Path(str(log_pattern).replace("%j", job_id)), emit, stop))
+                log = log_pattern.with_name(log_pattern.name.replace("%j", job_id))
+                emit(f"dlrmflow: Slurm job {job_id} submitted; log {log}")
+                follower = threading.Thread(target=_follow, daemon=True, args=(log, emit, stop))
                 follower.start()
             rest, err = proc.communicate()
         except BaseException:
