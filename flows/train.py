@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict, deque
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -21,48 +20,37 @@ from flows.errors import user_errors
 from nightly.registry import champion_init
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
-from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
+from training.launchers import LauncherConfig, LocalLauncherConfig, RankOutput, build_launcher
+from training.launchers.output import NOISE
 from training.rundir import RunDir
 
-TAIL_LINES = 30
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
-# torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
-_RANK = re.compile(r"\[default(\d+)\]:")
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket
 _EVAL = re.compile(r"^step \d+: \S+ auc ")  # Trainer._validate's line: metrics.jsonl holds the result by then
-# library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
-_NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
-_FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
 class TrainingFailed(UserError):
     """torchrun exited with an error (the message holds the failing rank's last lines)."""
 
 
-class _Stream:
-    """Consumes torchrun's merged output: progress bars drive the progress artifact, library warnings are
-    logged at WARNING, other text at INFO; the sharding plan is published (not logged) as soon as rank 0 has
-    written it, the training curve at each evaluation. Keeps each rank's tail for a failure message."""
+class _Stream(RankOutput):
+    """Consumes torchrun's merged output (``RankOutput``: it keeps each rank's tail for the failure message):
+    progress bars drive the progress artifact, library warnings are logged at WARNING, other text at INFO; the
+    sharding plan is published (not logged) as soon as rank 0 has written it, the training curve at each
+    evaluation."""
 
     def __init__(self, logger, progress: artifacts.Progress, run: RunDir, curve: artifacts.TrainingCurve):
+        super().__init__()
         self.logger, self.progress, self.run, self.curve = logger, progress, run, curve
-        self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
-        self.launcher: deque = deque(maxlen=200)
         self.plan_lines: set[str] = set()  # the published plan's lines, not logged
 
     def __call__(self, line: str) -> None:
-        rank = None
-        for part in redact(line).split("\r"):  # tqdm redraws; a "\r" part continues the rank before it
-            for i, piece in enumerate(_RANK.split(part)):  # [text, rank, text, rank, text, ...]
-                if i % 2:
-                    rank = int(piece)
-                else:
-                    self._segment(rank, piece)
+        super().__call__(redact(line))
 
-    def _segment(self, rank: int | None, text: str) -> None:
+    def segment(self, rank: int | None, text: str) -> None:
         if rank is None:
             if text.strip():
-                self.launcher.append(text)
+                self.keep(None, text)
                 self.logger.info(text)
             return
         if bar := _BAR.match(text.lstrip()):
@@ -71,8 +59,8 @@ class _Stream:
         body = text.strip()
         if not body:
             return
-        self.tails[rank].append(text)
-        if _NOISE.match(text):
+        self.keep(rank, text)
+        if NOISE.match(text):
             self.logger.warning("[rank %d] %s", rank, text)
         elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
@@ -82,17 +70,6 @@ class _Stream:
             self.logger.info("[rank %d] %s", rank, text)
             if rank == 0 and _EVAL.match(body):
                 self.curve.update()
-
-    def failure(self, code: int) -> str:
-        """A message naming the failing rank with its last lines."""
-        text = "\n".join(self.launcher)
-        found = _FAILED.search(text[text.find("Root Cause"):] if "Root Cause" in text else text)
-        rank = int(found.group(1)) if found else min(self.tails, default=0)
-        how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
-        if found and int(found.group(2)) < 0:
-            how += f" (killed by signal {-int(found.group(2))})"
-        tail = "\n".join(t for t in self.tails.get(rank, []) if not _NOISE.match(t))
-        return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n"
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
@@ -117,7 +94,7 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
     if code != 0:
         step = Checkpointer(run).step_of("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
-        raise TrainingFailed(stream.failure(code) + f"Run the pipeline again to resume from {resume_from}.")
+        raise TrainingFailed(stream.failure("training", code) + f"Run the pipeline again to resume from {resume_from}.")
 
 
 @flow(name="train", log_prints=True)

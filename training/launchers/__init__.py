@@ -18,9 +18,10 @@ from training.launchers.config import (KubernetesLauncherConfig, LauncherConfig,
                                        SlurmLauncherConfig)
 from training.launchers.kubernetes import KubernetesLauncher
 from training.launchers.local import LocalLauncher
+from training.launchers.output import RankOutput
 from training.launchers.slurm import SlurmLauncher
 
-__all__ = ["Launcher", "LaunchError", "LocalLauncher", "SlurmLauncher", "KubernetesLauncher", "LauncherConfig",
+__all__ = ["Launcher", "LaunchError", "RankOutput", "LocalLauncher", "SlurmLauncher", "KubernetesLauncher", "LauncherConfig",
            "RanksConfig", "LocalLauncherConfig", "SlurmLauncherConfig", "KubernetesLauncherConfig", "build_launcher",
            "launcher_config", "infra_dir", "profile_env", "read_env_file"]
 
