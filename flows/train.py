@@ -74,10 +74,9 @@ class _Stream(RankOutput):
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
 @user_errors
-def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
-                    launcher: LauncherConfig | None = None) -> None:
-    """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
-    raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
+def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: LauncherConfig | None = None) -> None:
+    """Run the training's ranks (here, or on Slurm/Kubernetes per ``launcher``) and stream their output;
+    raises TrainingFailed on failure."""
     launcher = launcher or LocalLauncherConfig()
     runner = build_launcher(launcher)
     logger = get_run_logger()
@@ -86,8 +85,9 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                      artifacts.TrainingCurve(run, config.best_metric))
     env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    code = runner.launch(run, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) //
+                                                                                launcher.nproc))
+    code = runner.launch(run, config, resume=resume, env=env, on_line=stream)
     stream.curve.update()  # the loss after the last evaluation
     if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
         artifacts.plan(run)
@@ -99,16 +99,16 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
 
 @flow(name="train", log_prints=True)
 @user_errors
-def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(), nproc: int = 2,
-          launcher: LauncherConfig = LocalLauncherConfig()) -> str:
+def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
+          launcher: LauncherConfig = LocalLauncherConfig(nproc=2)) -> str:
     """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
         run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
         dataset: A dataset folder written by the preprocess flow (local path or s3://...), e.g. STORE/datasets/NAME.
         config: The training settings.
-        nproc: Training processes (ranks) on this machine (local launcher).
-        launcher: Where the ranks run: `local` (default: torchrun here), `slurm` (sbatch --wait) or `kubernetes`.
+        launcher: Where the ranks run: `local` (default: torchrun here, `nproc` ranks), `slurm` (sbatch --wait) or
+            `kubernetes`.
     """
     log = get_run_logger()
     config = config.on(dataset)
@@ -124,7 +124,7 @@ def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
         # the state's result() raises a failure (flows.errors)
-        launch_torchrun(run, config, nproc, step is not None, launcher, return_state=True).result()
+        launch_torchrun(run, config, step is not None, launcher, return_state=True).result()
         if not run.is_complete():
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")

@@ -28,21 +28,28 @@ examples:
   dlrmflow score --bundle store/models/ctr/bundle --input test.tsv --out scores.parquet
 """
 
+EVERYDAY = ("--model", "--run", "--checkpoint", "--bundle", "--inputs", "--out", "--on-bad-row", "--max-bad-fraction",
+            "--nproc", "--launcher")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
+    from flows.options import NPROC_ALIAS, add_options
     from nightly.config import ScoreConfig
+    from training.launchers import RanksConfig
 
     add_options(p, ScoreConfig, root="score")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run (with --model or --run)",
+                aliases=NPROC_ALIAS)
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
     from nightly.config import ScoreConfig
     from nightly.scoring import score
+    from training.launchers import RanksConfig
     from training.report import format_table
 
-    summary = score(build(ScoreConfig, args, root="score"))
+    summary = score(build(ScoreConfig, args, root="score"), launcher=build(RanksConfig, args, root="launch").launcher)
     print(f"\n{summary['rows']:,} rows scored with {summary['run']} (step {summary['step']}) -> {summary['out']}")
     if "auc" in summary:
         print(format_table(summary))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ from helpers.fake_cluster import calls as read_calls, executable
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
                                 LocalLauncherConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher, infra_dir,
-                                launcher_config, read_env_file)
+                                launcher_config, read_env_file, train_job)
 from training.launchers.base import LaunchError, render
+from training.rundir import RunDir
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
 
@@ -50,10 +52,10 @@ def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(mo
     calls = []
     monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
     cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))
-    launcher = build_launcher({"kind": "local", "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
+    launcher = build_launcher({"kind": "local", "nproc": 4, "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
                                "node_rank": 1, "rccl_profiles": ["amd-mi3xx"]})
     run = tmp_path / "runs" / "r"
-    assert launcher.launch(str(run), cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
+    assert launcher.launch(str(run), cfg, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
     (args, kw), = calls
     assert args[0][1:] == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "4", "--nnodes", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
@@ -92,12 +94,12 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     assert code == 0, "\n".join(lines)
     assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
 
-    script = tmp_path / "slurm" / "dlrmflow-r1.sbatch"
+    script = tmp_path / "slurm" / "dlrmflow-train-r1.sbatch"
     text = script.read_text()
     assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
-        "#SBATCH --job-name=dlrmflow-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --job-name=dlrmflow-train-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
-        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-r1-%j.out", "#SBATCH --qos=high"]
+        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-train-r1-%j.out", "#SBATCH --qos=high"]
     assert "{{" not in text and "echo setting up" in text
     assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
 
@@ -132,7 +134,7 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
     ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     assert build_launcher({"kind": "slurm", **settings}).launch(
         str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
-    text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
+    text = (tmp_path / "slurm" / "dlrmflow-train-r2.sbatch").read_text()
     assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
     assert sum(" argv " in line for line in lines) == 3
     assert any('"--nproc-per-node", "2", "--nnodes", "3"' in line for line in lines)
@@ -192,8 +194,8 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     code = launcher.launch(run, TrainConfig(dataset=ds), env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, lines
     assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == ds
-    name = KubernetesLauncher.job_name(run)
-    assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
+    name = KubernetesLauncher.job_name(train_job(), run)
+    assert name.startswith("dlrmflow-train-run-1-") and len(name) <= 40
 
     calls = read_calls(tmp_path)
     ns = ["kubectl", "--namespace", "dlrmflow"]
@@ -237,8 +239,83 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
     ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     code = build_launcher({"kind": "kubernetes", **settings}).launch(
         str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
-    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
+    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-train-r9 failed (exit code 137)"
     assert read_calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+
+
+# ---------------------------------------------------------------- evaluation and scoring: the same launchers
+
+def _trained_run(tmp_path) -> str:
+    """A run folder with config.yaml and a complete checkpoint 4 ('latest') on a train-only dataset (no torchrun)."""
+    from helpers import stores
+
+    return stores.run(str(tmp_path / "store"), "r5", str(write_dataset(tmp_path / "ds", {"train": 64})))
+
+
+def _node_argv(lines: list[str]) -> dict[str, list[str]]:
+    """The torchrun argv each fake Slurm node was started with, by node."""
+    return {node: json.loads(rest) for node, _, rest in (line.partition(" argv ") for line in lines if " argv " in line)}
+
+
+@pytest.mark.timeout(60)
+def test_evaluation_runs_on_slurm_with_the_launchers_settings(fake_slurm, monkeypatch):
+    """An evaluation goes through the same launcher as training: the batch script of the evaluate job (its name in
+    the job name) runs `training.evaluate_worker RUN --config JSON` on every node; a failing node fails it, naming
+    the job's last lines."""
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+
+    tmp_path, settings = fake_slurm
+    run = _trained_run(tmp_path)
+    config = EvaluateConfig(split="train", checkpoint="latest")
+    lines: list[str] = []
+    evaluate_run(run, config, launcher={"kind": "slurm", **settings, "nproc_per_node": 2}, on_line=lines.append)
+    text = (tmp_path / "slurm" / "dlrmflow-evaluate-r5.sbatch").read_text()
+    assert "#SBATCH --job-name=dlrmflow-evaluate-r5" in text and "#SBATCH --partition=mi300x" in text
+    assert any(line.startswith("dlrmflow: evaluate job 4242 on Slurm, 2 node(s) x 2 rank(s)") for line in lines)
+    argv = _node_argv(lines)
+    assert sorted(argv) == ["node 0", "node 1"]
+    head = argv["node 0"][:argv["node 0"].index("--rdzv-conf")]
+    assert head == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--nnodes", "2",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r5"]
+    assert argv["node 0"][-5:] == ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    assert not (Path(run) / RunDir.LEASE).exists()   # held while the job ran, then released
+
+    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
+    with pytest.raises(UserError, match=r"(?s)evaluation of .*r5 on 'train' failed \(torchrun exit code 3\):\n.*"
+                                        r"Slurm job 4242 finished with exit code 3"):
+        evaluate_run(run, config, launcher={"kind": "slurm", **settings}, on_line=lambda _: None)
+
+
+@pytest.mark.timeout(60)
+def test_evaluation_applies_its_job_on_kubernetes(fake_kubectl):
+    """The Kubernetes launcher applies an evaluation's job as training's: the job's name in the Job's name, its
+    label and its container; every pod runs `training.evaluate_worker RUN --config JSON`."""
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+
+    tmp_path, settings = fake_kubectl
+    run, lines = _trained_run(tmp_path), []
+    config = EvaluateConfig(split="train", checkpoint="latest")
+    evaluate_run(run, config, launcher={"kind": "kubernetes", **settings}, on_line=lines.append)
+    args = ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    _, _, job_doc = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
+    name = job_doc["metadata"]["name"]
+    assert name == "dlrmflow-evaluate-r5" and job_doc["metadata"]["labels"]["app.kubernetes.io/component"] == "evaluate"
+    (c,) = job_doc["spec"]["template"]["spec"]["containers"]
+    assert c["name"] == "evaluate" and c["command"][:2] == ["bash", "-c"]
+    assert "-m training.launchers.torchrun --nproc-per-node 8 --nnodes 2" in c["command"][2]
+    assert c["command"][2].endswith(" " + " ".join(shlex.quote(a) for a in args))
+    assert lines[-1] == f"dlrmflow: job/{name} complete"
+
+
+def test_scoring_refuses_ranks_elsewhere_before_any_work(tmp_path):
+    from training.score import scoring_launcher
+
+    with pytest.raises(UserError, match=r"ranks on this machine only, not slurm: 2 node\(s\)"):
+        scoring_launcher({"kind": "slurm", "nodes": 2})
+    with pytest.raises(UserError, match="one node of a job started by hand"):
+        scoring_launcher({"kind": "local", "nnodes": 2, "rdzv_endpoint": "h:1"})
 
 
 @pytest.mark.slow
