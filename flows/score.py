@@ -31,7 +31,8 @@ def score(config: ScoreConfig, launcher: LauncherConfig = LocalLauncherConfig())
 
     Args:
         config: The model (STORE/models/NAME) or run, the raw inputs and the output Parquet.
-        launcher: Where the ranks run (a checkpoint's scoring): `local` (default: torchrun here, `nproc` ranks).
+        launcher: Where the ranks run (a checkpoint's scoring): `local` (default: torchrun here, `nproc` ranks),
+            `slurm` (sbatch --wait) or `kubernetes`; the encoded rows go through the run folder to remote ranks.
     """
     summary = run_scoring(config.model_copy(update={"progress": False}), launcher, return_state=True).result()
     artifacts.score_summary(summary)

@@ -3,8 +3,8 @@
 ``score(ScoreConfig(model=..., inputs=[...], out=...))`` finds the run, checkpoint step and dataset (a named
 model's champion, or a run folder), then: (1) ``preprocessing.apply.encode_inputs`` encodes the raw rows
 with that dataset's vocabularies and transforms into a temporary local dataset; (2)
-``training.score.predict_parts`` predicts it on the ranks of a launcher (``launcher``: local torchrun); (3)
-``training.score.write_scores``
+``training.score.predict_parts`` predicts it on the ranks of a launcher (``launcher``: local torchrun by default,
+or Slurm/Kubernetes, the rows going through the run folder); (3) ``training.score.write_scores``
 joins the probabilities with the rows' positions into the output Parquet, then its completion marker
 ``<out>.complete`` (rows and bytes); a reader takes the output only through ``check_scores`` or ``read_scores``.
 The temporary folder is removed.

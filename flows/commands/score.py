@@ -11,7 +11,9 @@ run's checkpoint (--run RUN, with --checkpoint best|latest|STEP).
 The rows are read in the format of the input spec that made the model's dataset (Criteo TSV, or the
 CSV/Parquet its spec describes) and encoded with THAT dataset's vocabularies and numerical transforms:
 values the model never kept map to index 0, hash-bucket features hash the same way, bad rows follow the
-dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun).
+dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun); or ranks on
+Slurm or Kubernetes (--launcher, as for training): the encoded rows and their predictions then go through a
+scratch folder in the run folder (RUN/scoring/), which those nodes reach.
 
 With --bundle (a serving bundle written by `dlrmflow export`, checked against its manifest) the rows are
 encoded with the bundle's vocabularies and input spec and its TorchScript model predicts them in this

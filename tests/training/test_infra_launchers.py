@@ -288,34 +288,71 @@ def test_evaluation_runs_on_slurm_with_the_launchers_settings(fake_slurm, monkey
 
 
 @pytest.mark.timeout(60)
-def test_evaluation_applies_its_job_on_kubernetes(fake_kubectl):
-    """The Kubernetes launcher applies an evaluation's job as training's: the job's name in the Job's name, its
-    label and its container; every pod runs `training.evaluate_worker RUN --config JSON`."""
+def test_scoring_runs_on_slurm_through_the_run_folder(fake_slurm):
+    """A scoring on Slurm: the encoded rows are copied to a scratch folder in the run folder (which the nodes
+    reach), the nodes run `training.score_worker` on them and write their parts beside them, the parts come back to
+    the local folder and the scratch folder goes."""
+    from training.score import predict_parts
+
+    tmp_path, settings = fake_slurm
+    run = _trained_run(tmp_path)
+    encoded = write_dataset(tmp_path / "encoded", {"train": 64})
+    parts, lines = tmp_path / "parts", []
+    predict_parts(run, 4, str(encoded), "train", parts, launcher={"kind": "slurm", **settings}, on_line=lines.append)
+    (script,) = (tmp_path / "slurm").glob("*.sbatch")
+    token = script.name.removeprefix("dlrmflow-score-r5-").removesuffix(".sbatch")
+    assert len(token) == 8 and f"#SBATCH --job-name=dlrmflow-score-r5-{token}" in script.read_text()
+    scratch = f"{run}/{RunDir.SCORING}/{token}"
+    for argv in _node_argv(lines).values():
+        assert argv[argv.index("training.score_worker") - 1:] == [
+            "-m", "training.score_worker", run, "--step", "4", "--dataset", f"{scratch}/dataset", "--split", "train",
+            "--parts", f"{scratch}/parts"]
+    head = (encoded / "feature_spec.yaml").read_bytes()[:8]   # what each fake node read of the copied dataset
+    assert {p.name: p.read_bytes() for p in parts.iterdir()} == {"probs-00000.bin": head, "probs-00001.bin": head}
+    assert not (Path(run) / RunDir.SCORING).exists()   # the scratch folder is gone
+
+
+def test_scoring_refuses_one_node_of_a_hand_started_job_before_any_work():
+    from training.score import scoring_launcher
+
+    with pytest.raises(UserError, match="one node of a job started by hand"):
+        scoring_launcher({"kind": "local", "nnodes": 2, "rdzv_endpoint": "h:1"})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("job", ["evaluate", "score"])
+def test_evaluation_and_scoring_apply_their_jobs_on_kubernetes(job, fake_kubectl):
+    """The Kubernetes launcher applies an evaluation's or a scoring's job as training's: the job's name in the Job's
+    name, its label and its container; every pod runs the job's rank module with its arguments."""
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
+    from training.score import predict_parts
 
     tmp_path, settings = fake_kubectl
     run, lines = _trained_run(tmp_path), []
-    config = EvaluateConfig(split="train", checkpoint="latest")
-    evaluate_run(run, config, launcher={"kind": "kubernetes", **settings}, on_line=lines.append)
-    args = ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    launcher = {"kind": "kubernetes", **settings}
+    if job == "evaluate":
+        config = EvaluateConfig(split="train", checkpoint="latest")
+        evaluate_run(run, config, launcher=launcher, on_line=lines.append)
+        args = ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    else:
+        encoded = str(write_dataset(tmp_path / "encoded", {"train": 64}))
+        predict_parts(run, 4, encoded, "train", tmp_path / "parts", launcher=launcher, on_line=lines.append)
+        args = None
     _, _, job_doc = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
     name = job_doc["metadata"]["name"]
-    assert name == "dlrmflow-evaluate-r5" and job_doc["metadata"]["labels"]["app.kubernetes.io/component"] == "evaluate"
+    assert name.startswith(f"dlrmflow-{job}-r5") and job_doc["metadata"]["labels"]["app.kubernetes.io/component"] == job
     (c,) = job_doc["spec"]["template"]["spec"]["containers"]
-    assert c["name"] == "evaluate" and c["command"][:2] == ["bash", "-c"]
+    assert c["name"] == job and c["command"][:2] == ["bash", "-c"]
     assert "-m training.launchers.torchrun --nproc-per-node 8 --nnodes 2" in c["command"][2]
+    if args is None:   # the scoring's rows and parts in its scratch folder of the run folder (then removed)
+        token = name.removeprefix("dlrmflow-score-r5-")
+        scratch = f"{run}/{RunDir.SCORING}/{token}"
+        args = ["-m", "training.score_worker", run, "--step", "4", "--dataset", f"{scratch}/dataset", "--split",
+                "train", "--parts", f"{scratch}/parts"]
+        assert not (Path(run) / RunDir.SCORING).exists()
     assert c["command"][2].endswith(" " + " ".join(shlex.quote(a) for a in args))
     assert lines[-1] == f"dlrmflow: job/{name} complete"
-
-
-def test_scoring_refuses_ranks_elsewhere_before_any_work(tmp_path):
-    from training.score import scoring_launcher
-
-    with pytest.raises(UserError, match=r"ranks on this machine only, not slurm: 2 node\(s\)"):
-        scoring_launcher({"kind": "slurm", "nodes": 2})
-    with pytest.raises(UserError, match="one node of a job started by hand"):
-        scoring_launcher({"kind": "local", "nnodes": 2, "rdzv_endpoint": "h:1"})
 
 
 @pytest.mark.slow
