@@ -56,8 +56,8 @@ def scoring_launcher(launcher=None) -> Launcher:
 def predict_parts(run: RunDir | str, step: int, dataset: str, split: str, parts: str | Path, *, launcher=None,
                   env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None) -> None:
     """Predict ``split`` of the local ``dataset`` with checkpoint ``step`` of ``run`` on the ranks of ``launcher``
-    (``scoring_launcher``'s argument); the parts land in the local folder
-    ``parts``. UserError when the ranks fail (naming the failing rank's error).
+    (``scoring_launcher``'s argument); the parts land in the local folder ``parts``. UserError when the ranks fail
+    (naming the failing rank's error).
 
     Ranks that do not see this machine's files (Slurm, Kubernetes) read and write through the run folder, which
     they reach anyway (the checkpoint is there): ``dataset`` is copied to ``<run>/scoring/<token>/dataset``
