@@ -121,9 +121,9 @@ class PipelineConfig(_Model):
                                                description="Synthetic data settings.")
     preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
     train: FlowTrainConfig = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
-    nproc: int = Field(2, ge=1, description="Training processes (ranks) on this machine (local launcher).")
-    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description="Where training runs: local "
-                                     "torchrun (default), a Slurm allocation or a Kubernetes Job.")
+    launcher: LauncherConfig = Field(default_factory=lambda: LocalLauncherConfig(nproc=2), description="Where the "
+                                     "ranks of training, evaluation and a challenger's scoring run: local torchrun "
+                                     "(default, 2 ranks), a Slurm allocation or a Kubernetes Job.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
     window: WindowConfig = Field(default_factory=WindowConfig, description="Dated runs: the days a run for a date "
                                  "trains, validates and tests on (inputs with {date}, or synthetic days).")

@@ -1,6 +1,7 @@
 """The evaluate flow: metrics and plots of one checkpoint of a run on a held-out split
-(``training.evaluate``; the report lands in ``<run>/eval/<split>/``). An evaluation of the same
-checkpoint step that is already complete is found, not redone."""
+(``training.evaluate``; the ranks start through the launcher the flow is given, as training's do; the report
+lands in ``<run>/eval/<split>/``). An evaluation of the same checkpoint step that is already complete is found,
+not redone."""
 
 from __future__ import annotations
 
@@ -13,26 +14,38 @@ from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S
 from training.config import EvaluateConfig
 from training.evaluate import check_inputs, evaluate_run
+from training.launchers import LauncherConfig, LocalLauncherConfig
 from training.report import format_table
 from training.rundir import RunDir
 
 
 @task(cache_policy=NONE)  # no retries: a failed evaluation is a bug or bad input, a retry would hide it
 @user_errors
-def run_evaluation(run: RunDir, config: EvaluateConfig) -> None:
+def run_evaluation(run: RunDir, config: EvaluateConfig, launcher: LauncherConfig | None = None) -> None:
     log = get_run_logger()
-    evaluate_run(run, config, env={"PYTHONWARNINGS": "ignore::FutureWarning", "OMP_NUM_THREADS": "1"},
+    evaluate_run(run, config, launcher=launcher, env=rank_env(launcher),
                  on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
+
+
+def rank_env(launcher: LauncherConfig | None) -> dict[str, str]:
+    """The environment of an evaluation's or a scoring's ranks: one thread each on this machine."""
+    env = {"PYTHONWARNINGS": "ignore::FutureWarning"}
+    if launcher is None or launcher.kind == "local":  # remote nodes set their own
+        env["OMP_NUM_THREADS"] = "1"
+    return env
 
 
 @flow(name="evaluate", log_prints=True)
 @user_errors
-def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
+def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig(),
+             launcher: LauncherConfig = LocalLauncherConfig()) -> dict:
     """Evaluate the run's ``config.checkpoint`` on ``config.split``; returns the metrics.
 
     Args:
         run_uri: A training run folder (local path or s3://...), e.g. STORE/runs/my-run.
-        config: Split, checkpoint, ranks and (optionally) another dataset of the evaluation.
+        config: Split, checkpoint and (optionally) another dataset of the evaluation.
+        launcher: Where the ranks run: `local` (default: torchrun here, `nproc` ranks), `slurm` (sbatch --wait) or
+            `kubernetes`.
     """
     log = get_run_logger()
     run = RunDir(run_uri)
@@ -45,7 +58,7 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig()) -> dict:
         if wanted["warning"]:
             log.warning("warning: %s", wanted["warning"])
     else:
-        run_evaluation(run, config, return_state=True).result()  # raises its error (flows.errors)
+        run_evaluation(run, config, launcher, return_state=True).result()  # raises its error (flows.errors)
     metrics = artifacts.evaluation(run, config.split)
     log.info("'%s' metrics (checkpoint step %s):\n%s", config.split, metrics.get("step"), format_table(metrics))
     return metrics

@@ -109,20 +109,25 @@ def _variants(annotation, field) -> list[type[BaseModel]]:
 
 def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], *, root: str = "config",
                 skip: Iterable[str] = (), flatten: Iterable[str] = (), defaults: BaseModel | None = None,
-                title: str | None = None) -> None:
+                title: str | None = None, aliases: dict[str, str] | None = None) -> None:
     """Add one option per field of ``model`` (recursively) to ``parser``.
 
     ``root`` names the model in ``collect``/``build``; ``skip`` leaves out fields (dotted paths, e.g.
     fields a command fills in itself); ``flatten`` offers a nested section's fields without its prefix
     (their names must not collide); ``defaults`` is the instance whose values the help shows (default: the model's own defaults).
     A discriminated union (e.g. the launcher) becomes ``--launcher KIND`` plus every kind's fields.
+    ``aliases`` gives a field (dotted path) a second, shorter flag, listed first: ``{"launcher.nproc": "--nproc"}``.
     """
-    _Adder(parser, root, set(skip), set(flatten)).model(model, defaults, title, "", "")
+    _Adder(parser, root, set(skip), set(flatten), dict(aliases or {})).model(model, defaults, title, "", "")
+
+
+# the short flag of the local launcher's ranks (everyday options of train, evaluate, score, run and serve)
+NPROC_ALIAS = {"launcher.nproc": "--nproc"}
 
 
 class _Adder:
-    def __init__(self, parser, root, skip, flatten):
-        self.parser, self.root, self.skip, self.flatten = parser, root, skip, flatten
+    def __init__(self, parser, root, skip, flatten, aliases):
+        self.parser, self.root, self.skip, self.flatten, self.aliases = parser, root, skip, flatten, aliases
         self.flags: set[str] = set()  # union variants with a field of the same name share its flag
 
     def model(self, model, defaults, title, path, flag, kind: str | None = None) -> None:
@@ -154,6 +159,8 @@ class _Adder:
         if flags[0] in self.flags:
             return
         self.flags.add(flags[0])
+        if path in self.aliases:
+            flags.insert(0, self.aliases[path])
         origin = typing.get_origin(annotation)
         kwargs: dict[str, Any] = {"dest": f"{_PREFIX}{self.root}:{path}", "default": argparse.SUPPRESS,
                                   "help": _help(field.description, default)}

@@ -206,9 +206,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     resolved |= {"train": resolved["train"] | {"dataset": dataset}, "date": day.isoformat() if day else None}
     run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
     events.stage("train")
-    train(run.uri, dataset, train_settings, config.nproc, config.launcher)
+    train(run.uri, dataset, train_settings, config.launcher)
     events.stage("evaluate")
-    metrics = evaluate(run.uri, config.evaluate)
+    metrics = evaluate(run.uri, config.evaluate, config.launcher)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
               "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
     if days:

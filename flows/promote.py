@@ -58,8 +58,8 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
             """The test day scored by ``which`` (once per side): its metrics and its per-row scores."""
             if side not in scored:
                 out = os.path.join(scratch, f"{side}.parquet")
-                summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out,
-                                                    nproc=config.evaluate.nproc, progress=False), on_line=log.info)
+                summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out, progress=False),
+                                        launcher=config.launcher, on_line=log.info)
                 rows = scoring.row_scores(out)   # only a complete output (its marker checked)
                 scored[side] = {k: summary.get(k) for k in METRICS} | {"fingerprint": rows.fingerprint}, rows
             return scored[side]

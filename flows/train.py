@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict, deque
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -21,48 +20,37 @@ from flows.errors import user_errors
 from nightly.registry import champion_init
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
-from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
+from training.launchers import LauncherConfig, LocalLauncherConfig, RankOutput, build_launcher
+from training.launchers.output import NOISE
 from training.rundir import RunDir
 
-TAIL_LINES = 30
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
-# torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
-_RANK = re.compile(r"\[default(\d+)\]:")
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket
 _EVAL = re.compile(r"^step \d+: \S+ auc ")  # Trainer._validate's line: metrics.jsonl holds the result by then
-# library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
-_NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
-_FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
 class TrainingFailed(UserError):
     """torchrun exited with an error (the message holds the failing rank's last lines)."""
 
 
-class _Stream:
-    """Consumes torchrun's merged output: progress bars drive the progress artifact, library warnings are
-    logged at WARNING, other text at INFO; the sharding plan is published (not logged) as soon as rank 0 has
-    written it, the training curve at each evaluation. Keeps each rank's tail for a failure message."""
+class _Stream(RankOutput):
+    """Consumes torchrun's merged output (``RankOutput``: it keeps each rank's tail for the failure message):
+    progress bars drive the progress artifact, library warnings are logged at WARNING, other text at INFO; the
+    sharding plan is published (not logged) as soon as rank 0 has written it, the training curve at each
+    evaluation."""
 
     def __init__(self, logger, progress: artifacts.Progress, run: RunDir, curve: artifacts.TrainingCurve):
+        super().__init__()
         self.logger, self.progress, self.run, self.curve = logger, progress, run, curve
-        self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
-        self.launcher: deque = deque(maxlen=200)
         self.plan_lines: set[str] = set()  # the published plan's lines, not logged
 
     def __call__(self, line: str) -> None:
-        rank = None
-        for part in redact(line).split("\r"):  # tqdm redraws; a "\r" part continues the rank before it
-            for i, piece in enumerate(_RANK.split(part)):  # [text, rank, text, rank, text, ...]
-                if i % 2:
-                    rank = int(piece)
-                else:
-                    self._segment(rank, piece)
+        super().__call__(redact(line))
 
-    def _segment(self, rank: int | None, text: str) -> None:
+    def segment(self, rank: int | None, text: str) -> None:
         if rank is None:
             if text.strip():
-                self.launcher.append(text)
+                self.keep(None, text)
                 self.logger.info(text)
             return
         if bar := _BAR.match(text.lstrip()):
@@ -71,8 +59,8 @@ class _Stream:
         body = text.strip()
         if not body:
             return
-        self.tails[rank].append(text)
-        if _NOISE.match(text):
+        self.keep(rank, text)
+        if NOISE.match(text):
             self.logger.warning("[rank %d] %s", rank, text)
         elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
@@ -83,24 +71,12 @@ class _Stream:
             if rank == 0 and _EVAL.match(body):
                 self.curve.update()
 
-    def failure(self, code: int) -> str:
-        """A message naming the failing rank with its last lines."""
-        text = "\n".join(self.launcher)
-        found = _FAILED.search(text[text.find("Root Cause"):] if "Root Cause" in text else text)
-        rank = int(found.group(1)) if found else min(self.tails, default=0)
-        how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
-        if found and int(found.group(2)) < 0:
-            how += f" (killed by signal {-int(found.group(2))})"
-        tail = "\n".join(t for t in self.tails.get(rank, []) if not _NOISE.match(t))
-        return f"training failed: rank {rank}, {how}. Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n"
-
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes
 @user_errors
-def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
-                    launcher: LauncherConfig | None = None) -> None:
-    """Run torchrun (here, or on Slurm/Kubernetes per ``launcher``) and stream its output;
-    raises TrainingFailed on failure. ``nproc`` is the local launcher's ranks."""
+def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: LauncherConfig | None = None) -> None:
+    """Run the training's ranks (here, or on Slurm/Kubernetes per ``launcher``) and stream their output;
+    raises TrainingFailed on failure."""
     launcher = launcher or LocalLauncherConfig()
     runner = build_launcher(launcher)
     logger = get_run_logger()
@@ -109,29 +85,30 @@ def launch_torchrun(run: RunDir, config: TrainConfig, nproc: int, resume: bool,
                      artifacts.TrainingCurve(run, config.best_metric))
     env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    code = runner.launch(run, config, nproc=nproc, resume=resume, env=env, on_line=stream)
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) //
+                                                                                launcher.nproc))
+    code = runner.launch(run, config, resume=resume, env=env, on_line=stream)
     stream.curve.update()  # the loss after the last evaluation
     if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
         artifacts.plan(run)
     if code != 0:
         step = Checkpointer(run).step_of("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
-        raise TrainingFailed(stream.failure(code) + f"Run the pipeline again to resume from {resume_from}.")
+        raise TrainingFailed(stream.failure("training", code) + f"Run the pipeline again to resume from {resume_from}.")
 
 
 @flow(name="train", log_prints=True)
 @user_errors
-def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(), nproc: int = 2,
-          launcher: LauncherConfig = LocalLauncherConfig()) -> str:
+def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
+          launcher: LauncherConfig = LocalLauncherConfig(nproc=2)) -> str:
     """Train ``config`` on ``dataset`` into the run folder ``run_uri`` (resuming when it has checkpoints); returns it.
 
     Args:
         run_uri: Run folder (local path or s3://...), e.g. STORE/runs/my-run; reusing one resumes it.
         dataset: A dataset folder written by the preprocess flow (local path or s3://...), e.g. STORE/datasets/NAME.
         config: The training settings.
-        nproc: Training processes (ranks) on this machine (local launcher).
-        launcher: Where the ranks run: `local` (default: torchrun here), `slurm` (sbatch --wait) or `kubernetes`.
+        launcher: Where the ranks run: `local` (default: torchrun here, `nproc` ranks), `slurm` (sbatch --wait) or
+            `kubernetes`.
     """
     log = get_run_logger()
     config = config.on(dataset)
@@ -147,7 +124,7 @@ def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
         # the state's result() raises a failure (flows.errors)
-        launch_torchrun(run, config, nproc, step is not None, launcher, return_state=True).result()
+        launch_torchrun(run, config, step is not None, launcher, return_state=True).result()
         if not run.is_complete():
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")

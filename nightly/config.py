@@ -109,7 +109,6 @@ class ScoreConfig(_Checkpoint):
                               "dataset's input spec (Criteo TSV, or the CSV/Parquet its spec describes).")
     out: str = Field(description="The output Parquet file (local path or s3://...): file, row, [id], "
                      "probability, [label].")
-    nproc: int = Field(1, ge=1, description="Processes (ranks) that predict.")
     on_bad_row: Literal["error", "skip"] | None = Field(None, description="Bad-row policy; default: the one the "
                                                         "model's dataset was preprocessed with.")
     max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "

@@ -3,7 +3,8 @@
 ``score(ScoreConfig(model=..., inputs=[...], out=...))`` finds the run, checkpoint step and dataset (a named
 model's champion, or a run folder), then: (1) ``preprocessing.apply.encode_inputs`` encodes the raw rows
 with that dataset's vocabularies and transforms into a temporary local dataset; (2)
-``training.score.predict_parts`` predicts it on ``nproc`` ranks (torchrun); (3) ``training.score.write_scores``
+``training.score.predict_parts`` predicts it on the ranks of a launcher (``launcher``: local torchrun by default,
+or Slurm/Kubernetes, the rows going through the run folder); (3) ``training.score.write_scores``
 joins the probabilities with the rows' positions into the output Parquet, then its completion marker
 ``<out>.complete`` (rows and bytes); a reader takes the output only through ``check_scores`` or ``read_scores``.
 The temporary folder is removed.
@@ -58,18 +59,19 @@ def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     return {"run": champion.run, "step": champion.step, "dataset": champion.dataset, "warning": None}
 
 
-def score(config: ScoreConfig, *, env: dict[str, str] | None = None,
+def score(config: ScoreConfig, *, launcher=None, env: dict[str, str] | None = None,
           on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Score ``config.inputs`` (see the module doc). Returns the summary: rows, bad_rows, out, run, step,
-    dataset, and the metrics (auc, logloss, ...) when the inputs carry labels. ``on_line`` gets each line of
-    progress text (default: printed)."""
+    """Score ``config.inputs`` (see the module doc) with a checkpoint on the ranks of ``launcher`` (a
+    ``training.launchers.LauncherConfig`` or its dict; None: local torchrun, one rank), or with a bundle in this
+    process. Returns the summary: rows, bad_rows, out, run, step, dataset, and the metrics (auc, logloss, ...)
+    when the inputs carry labels. ``on_line`` gets each line of progress text (default: printed)."""
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     config, pinned = _with_champion_bundle(config)
     if config.bundle and (config.model or config.run):
         locate_checkpoint(config)   # the error naming both
     with tempfile.TemporaryDirectory(prefix="dlrmflow-score-", ignore_cleanup_errors=True) as folder:
         summary = _score_bundle(config, say, folder, pinned) if config.bundle else \
-            _score_checkpoint(config, say, folder, env, on_line)
+            _score_checkpoint(config, say, folder, launcher, env, on_line)
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary
@@ -102,11 +104,13 @@ def read_scores(out: str, columns: list[str] | None = None):
         return pq.read_table(f, columns=columns)
 
 
-def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, env: dict[str, str] | None,
-                      on_line: Callable[[str], None] | None) -> dict[str, Any]:
+def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, launcher,
+                      env: dict[str, str] | None, on_line: Callable[[str], None] | None) -> dict[str, Any]:
     """``score`` with a run's checkpoint: encode with its dataset's vocabularies, predict on ranks (torchrun)."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
-    from training.score import predict_parts, write_scores
+    from training.score import predict_parts, scoring_launcher, write_scores
+
+    runner = scoring_launcher(launcher)
 
     found = locate_checkpoint(config)
     if found["warning"]:
@@ -115,9 +119,9 @@ def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: s
     encoded = encode_inputs(found["dataset"], config.inputs, folder, on_bad_row=config.on_bad_row,
                             max_bad_fraction=config.max_bad_fraction, progress=config.progress)
     say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with "
-        f"{found['run']} step {found['step']} on {config.nproc} rank(s)")
+        f"{found['run']} step {found['step']} on {runner.world_size} rank(s)")
     parts = f"{folder}/parts"
-    predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, nproc=config.nproc,
+    predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, launcher=runner,
                   env=env, on_line=on_line)
     return write_scores(encoded.positions, parts, config.out) | {
         "bad_rows": encoded.bad_rows, "run": found["run"], "step": found["step"], "dataset": found["dataset"]}

@@ -283,7 +283,6 @@ class EvaluateConfig(_Section):
     split: str = Field("test", description="Held-out split to evaluate on.")
     checkpoint: str = Field("best", description="`best` (by validation; the latest if the run never validated), "
                             "`latest` or a step number.")
-    nproc: int = Field(1, ge=1, description="Processes (ranks) for evaluation.")
     dataset: str | None = Field(None, description="Evaluate on this dataset instead of the run's own (same features).")
 
     def check_split(self, splits: list[str], where: str, field: str = "split") -> None:

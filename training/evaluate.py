@@ -1,9 +1,9 @@
 """Evaluate a checkpoint of a run on a held-out split, from the launcher's side.
 
-``evaluate_run(run, EvaluateConfig(...))`` checks the inputs (``check_inputs``), runs
-``training.evaluate_worker`` on ``nproc`` ranks under torchrun and returns the metrics that rank 0 wrote
-to ``<run>/eval/<split>/metrics.json`` (``training.report``). What ``dlrmflow evaluate`` and the
-Prefect flow call.
+``evaluate_run(run, EvaluateConfig(...), launcher=...)`` checks the inputs (``check_inputs``), runs
+``training.evaluate_worker`` (``evaluate_job``) on the ranks of the launcher (local torchrun by default, or
+Slurm/Kubernetes: ``training.launchers``) and returns the metrics that rank 0 wrote to
+``<run>/eval/<split>/metrics.json`` (``training.report``). What ``dlrmflow evaluate`` and the Prefect flow call.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from common.errors import UserError
 from training.config import EvaluateConfig
+from training.launchers import RankJob, RankOutput, build_launcher
 from training.rundir import RunDir
 
 
@@ -26,31 +27,25 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
         load(dataset).splits, dataset))
 
 
-def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, env: dict[str, str] | None = None,
+def evaluate_job(config: EvaluateConfig) -> RankJob:
+    """The evaluation's rank job: ``training.evaluate_worker RUN --config EVALUATE_CONFIG_JSON``."""
+    return RankJob("evaluate", "training.evaluate_worker", ("--config", config.model_dump_json()))
+
+
+def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, launcher=None, env: dict[str, str] | None = None,
                  on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Evaluate checkpoint ``config.checkpoint`` of a run on ``config.split`` with ``config.nproc`` ranks
-    (torchrun, in a subprocess). Returns the content of ``<run>/eval/<split>/metrics.json``; raises
-    UserError on bad inputs or a failed evaluation. Output goes to this process's stdout or to ``on_line``."""
-    from training.launchers.local import run_command, torchrun_command
-
+    """Evaluate checkpoint ``config.checkpoint`` of a run on ``config.split`` on the ranks of ``launcher`` (a
+    ``LauncherConfig`` or its dict; None: local torchrun, one rank). Returns the content of
+    ``<run>/eval/<split>/metrics.json``; raises UserError on bad inputs or a failed evaluation (naming the failing
+    rank's error). Output goes to this process's stdout or to ``on_line``."""
     run = RunDir(run)
-    lines: list[str] = []
-
-    def keep(line: str) -> None:
-        lines.append(line)
-        if on_line:
-            on_line(line)
-        else:
-            print(line, flush=True)
-
+    runner = build_launcher(launcher)
+    output = RankOutput(on_line or (lambda line: print(line, flush=True)))
     if warning := check_inputs(run, config)["warning"]:
-        keep(f"warning: {warning}")
-    cmd = torchrun_command(run.uri, nproc=config.nproc, module="training.evaluate_worker",
-                           args=["--config", config.model_dump_json()])
-    with run.lease("evaluation", say=keep):   # never while a training or another evaluation writes the run
-        rc = run_command(cmd, env=env, on_line=keep)
+        output(f"warning: {warning}")
+    # never while a training or another evaluation writes the run
+    with runner.lease(run, "evaluation", say=output):
+        rc = runner.run_ranks(evaluate_job(config), run, env=env, on_line=output)
     if rc != 0:
-        errors = [ln for ln in lines if ln.startswith("error")] or lines[-20:]
-        raise UserError(f"evaluation of {run} on '{config.split}' failed (torchrun exit code {rc}):\n"
-                        + "\n".join(errors))
+        raise UserError(output.failure(f"evaluation of {run} on '{config.split}'", rc))
     return run.eval_metrics(config.split)

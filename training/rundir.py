@@ -7,8 +7,12 @@
 from __future__ import annotations
 
 import json
+import os
 import posixpath
+from contextlib import suppress
 from typing import Any, Callable
+
+from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import write_atomic
 from common.lease import lease, wait_released
@@ -40,6 +44,7 @@ class RunDir:
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
     ROC, CALIBRATION = "roc.png", "calibration.png"
     LEASE = "run.lease"           # while a training or an evaluation writes the run (``RunDir.lease``)
+    SCORING = "scoring"           # scoring/<token>/: a scoring's scratch while ranks elsewhere predict (training.score)
     LEASE_STALE_S = 300.0         # renewed by a heartbeat every fifth of it: only a crashed holder's lease expires
 
     def __init__(self, uri: "str | RunDir", options: dict[str, Any] | None = None):
@@ -163,6 +168,21 @@ class RunDir:
     def write_bytes(self, data: bytes, *parts: str) -> None:
         """Write a binary file atomically."""
         write_atomic(self.path(*parts), data, self.fs)
+
+    # ---- scratch --------------------------------------------------------------------------
+    def scoring_dir(self, token: str) -> str:
+        """URI of ``scoring/<token>/``: one scoring's scratch folder (its rows and the ranks' parts), for ranks
+        that do not see the scoring process's files (``training.score.predict_parts``)."""
+        return self.join(self.SCORING, token)
+
+    def remove_scoring(self, token: str) -> None:
+        """Remove the scratch folder ``scoring/<token>/`` (its scoring is done with it), and ``scoring/`` when that
+        leaves it empty (a folder of a local run; never another scoring's)."""
+        if self.fs.exists(self.path(self.SCORING, token)):
+            self.fs.rm(self.path(self.SCORING, token), recursive=True)
+        with suppress(OSError):   # not empty: another scoring's scratch is there (object stores have no folders)
+            if isinstance(self.fs, LocalFileSystem):
+                os.rmdir(self.path(self.SCORING))
 
 
 class MetricsLog:

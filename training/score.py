@@ -1,7 +1,8 @@
 """Batch scoring from the launcher's side: predict an encoded split on several ranks, join the per-rank parts.
 
-``predict_parts`` runs ``training.score_worker`` under torchrun (as evaluation does): each rank writes the
-probabilities of its rows to a local parts folder. ``write_scores`` streams those parts, in row order, beside
+``predict_parts`` runs ``training.score_worker`` (``score_job``) on the ranks of a launcher (as evaluation does:
+local torchrun by default, or Slurm/Kubernetes through the run folder): each rank writes the probabilities of
+its rows to a parts folder, which ends up local. ``write_scores`` streams those parts, in row order, beside
 the rows' positions (a Parquet file with one row per scored row: file, row, id, label ...) into the output
 Parquet (written atomically, then its completion marker ``<out>.complete``: ``common.atomic.mark_complete``;
 readers check it with ``nightly.scoring.check_scores``) and returns the row count and, when there are labels, the metrics
@@ -11,6 +12,8 @@ readers check it with ``nightly.scoring.check_scores``) and returns the row coun
 from __future__ import annotations
 
 import json
+import posixpath
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -20,6 +23,7 @@ from common.atomic import atomic_open, mark_complete, unmark
 from common.errors import UserError
 from common.store import filesystem
 from training.data import rank_slice
+from training.launchers import Launcher, RankJob, RankOutput, build_launcher
 from training.rundir import RunDir
 
 META = "meta.json"
@@ -31,27 +35,69 @@ def part_name(rank: int) -> str:
     return f"probs-{rank:05d}.bin"
 
 
-def predict_parts(run: RunDir | str, step: int, dataset: str, split: str, parts: str | Path, *, nproc: int = 1,
+def score_job(step: int, dataset: str, split: str, parts: str, tag: str = "") -> RankJob:
+    """The scoring's rank job: ``training.score_worker RUN --step STEP --dataset DATASET --split SPLIT --parts
+    PARTS``; ``tag`` tells apart scorings of one run that may run at once (in the cluster job's name)."""
+    return RankJob("score", "training.score_worker",
+                   ("--step", str(step), "--dataset", dataset, "--split", split, "--parts", parts), tag)
+
+
+def scoring_launcher(launcher=None) -> Launcher:
+    """The launcher of a scoring's ranks (a ``LauncherConfig``, its dict or a ``Launcher``; None: local torchrun,
+    one rank); UserError for one node of a hand-started multi-node job (checked before any work)."""
+    runner = build_launcher(launcher)
+    if runner.one_of_several:
+        raise UserError("scoring cannot run as one node of a job started by hand on several nodes: each node's "
+                        "`dlrmflow score` would encode and predict its own copy of the rows. Fix: score on one "
+                        "machine (--launcher.nnodes 1), or on several through --launcher slurm or kubernetes.")
+    return runner
+
+
+def predict_parts(run: RunDir | str, step: int, dataset: str, split: str, parts: str | Path, *, launcher=None,
                   env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None) -> None:
-    """Predict ``split`` of ``dataset`` with checkpoint ``step`` of ``run`` on ``nproc`` ranks (torchrun);
-    the parts land in the local folder ``parts``. UserError when the ranks fail (with their error lines)."""
-    from training.launchers.local import run_command, torchrun_command
+    """Predict ``split`` of the local ``dataset`` with checkpoint ``step`` of ``run`` on the ranks of ``launcher``
+    (``scoring_launcher``'s argument); the parts land in the local folder ``parts``. UserError when the ranks fail
+    (naming the failing rank's error).
 
+    Ranks that do not see this machine's files (Slurm, Kubernetes) read and write through the run folder, which
+    they reach anyway (the checkpoint is there): ``dataset`` is copied to ``<run>/scoring/<token>/dataset``
+    (``RunDir.scoring_dir``), the ranks write their parts beside it, these are copied back to ``parts``, and the
+    scratch folder is removed, also on failure."""
     run = RunDir(run)
+    runner = scoring_launcher(launcher)
     Path(parts).mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
-
-    def keep(line: str) -> None:
-        lines.append(line)
-        lines[:] = lines[-200:]
-        (on_line or (lambda text: print(text, flush=True)))(line)
-
-    cmd = torchrun_command(run.uri, nproc=nproc, module="training.score_worker",
-                           args=["--step", str(step), "--dataset", dataset, "--split", split, "--parts", str(parts)])
-    rc = run_command(cmd, env=env, on_line=keep)
+    output = RankOutput(on_line or (lambda text: print(text, flush=True)))
+    if runner.shares_files:
+        rc = runner.run_ranks(score_job(step, dataset, split, str(parts)), run, env=env, on_line=output)
+    else:
+        token = uuid.uuid4().hex[:8]
+        scratch = run.scoring_dir(token)
+        try:
+            output(f"dlrmflow: the ranks run elsewhere ({runner.describe()}): copying the encoded rows to {scratch}")
+            _copy_to(dataset, run, RunDir.SCORING, token, "dataset")
+            job = score_job(step, f"{scratch}/dataset", split, f"{scratch}/parts", token)
+            rc = runner.run_ranks(job, run, env=env, on_line=output)
+            if rc == 0:
+                _copy_from(run, Path(parts), RunDir.SCORING, token, "parts")
+        finally:
+            run.remove_scoring(token)
     if rc != 0:
-        errors = [ln for ln in lines if ln.startswith("error")] or lines[-20:]
-        raise UserError(f"scoring with {run} (step {step}) failed (torchrun exit code {rc}):\n" + "\n".join(errors))
+        raise UserError(output.failure(f"scoring with {run} (step {step})", rc))
+
+
+def _copy_to(local: str | Path, run: RunDir, *parts: str) -> None:
+    """Copy the local folder ``local`` (its files, recursively) to ``parts`` inside the run folder."""
+    local = Path(local)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        target = run.path(*parts, path.relative_to(local).as_posix())
+        run.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        run.fs.put_file(str(path), target)
+
+
+def _copy_from(run: RunDir, local: Path, *parts: str) -> None:
+    """Copy the files of the folder ``parts`` inside the run folder into the local folder ``local`` (flat)."""
+    for path in run.fs.find(run.path(*parts)):
+        run.fs.get_file(path, str(local / posixpath.basename(path)))
 
 
 def probabilities(parts: str | Path) -> Iterator[np.ndarray]:

@@ -4,7 +4,8 @@
 
 Every rank loads the checkpoint (DCP reshards it to this world size) and writes the probabilities of its
 rows of the split, in row order, to ``FOLDER/probs-<rank>.bin`` (float32); rank 0 writes ``FOLDER/meta.json``
-(how the rows were dealt to the ranks, for ``training.score.probabilities``). The launcher reads them once
+(how the rows were dealt to the ranks, for ``training.score.probabilities``). ``FOLDER`` is a local folder, or
+a URI (a scratch folder in the run folder, when the ranks run on other machines). The launcher reads them once
 torchrun has exited with 0 (every rank done).
 """
 
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+import posixpath
 
+from common.store import filesystem
 from training import distributed
 from training.rundir import RunDir
 from training.score import META, part_name
 
 
-def score(run: RunDir, step: int, dataset: str, split: str, parts: Path) -> None:
+def score(run: RunDir, step: int, dataset: str, split: str, parts: str) -> None:
     """Predict this rank's rows of ``split`` of ``dataset`` with checkpoint ``step`` of ``run``."""
     from tqdm import tqdm
 
@@ -29,13 +31,16 @@ def score(run: RunDir, step: int, dataset: str, split: str, parts: Path) -> None
     trainer = Trainer.from_run(run, step, overrides={"dataset": dataset, "data.train_split": split})
     env, data = trainer.env, trainer.dataset(split)
     batches = data.num_batches(trainer.eval_batch_size, env.world_size)
-    with open(parts / part_name(env.rank), "wb") as f:
+    fs, folder = filesystem(parts)
+    fs.makedirs(folder, exist_ok=True)
+    with fs.open(posixpath.join(folder, part_name(env.rank)), "wb") as f:
         for p, y in tqdm(trainer.predict_stream(split), total=batches, desc="score", unit=" batch",
                          disable=not env.is_main, dynamic_ncols=True):
             f.write(p[y >= 0].float().cpu().numpy().tobytes())
     if env.is_main:
-        write_atomic(parts / META, json.dumps({"rows": data.num_rows, "world_size": env.world_size,
-                                               "batch_rows": trainer.eval_batch_size * env.world_size}))
+        write_atomic(posixpath.join(folder, META), json.dumps({"rows": data.num_rows, "world_size": env.world_size,
+                                                              "batch_rows": trainer.eval_batch_size * env.world_size}),
+                     fs)
         print(f"scored {data.num_rows:,} rows with step {step} on {env.world_size} rank(s)", flush=True)
 
 
@@ -46,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=int, required=True, help="the checkpoint step")
     parser.add_argument("--dataset", required=True, help="the encoded dataset to score")
     parser.add_argument("--split", required=True, help="its split to score")
-    parser.add_argument("--parts", required=True, help="local folder for the per-rank probability parts")
+    parser.add_argument("--parts", required=True, help="folder (or URI) for the per-rank probability parts")
     args = parser.parse_args(argv)
     return distributed.run_rank(
-        lambda: score(RunDir(args.run), args.step, args.dataset, args.split, Path(args.parts)))
+        lambda: score(RunDir(args.run), args.step, args.dataset, args.split, args.parts))
 
 
 if __name__ == "__main__":

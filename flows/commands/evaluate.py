@@ -7,7 +7,8 @@ import argparse
 HELP = "evaluate a run's checkpoint on a split: AUC, log loss, NE, accuracy, calibration, PR AUC + plots"
 DESCRIPTION = """Evaluate checkpoint best|latest|STEP of a training run on a split of its dataset.
 
-Every rank (--nproc, torchrun) predicts its share of the split; the predictions are gathered and
+Every rank (--nproc of them here, torchrun; or on Slurm or Kubernetes with --launcher, as for training)
+predicts its share of the split; the predictions are gathered and
 the metrics computed exactly over all rows (the same numbers on any number of ranks):
 ROC AUC, log loss, normalized entropy (log loss / entropy of the base rate), base-rate log loss,
 PR AUC (average precision), accuracy at 0.5 and calibration (mean prediction / base rate).
@@ -17,27 +18,34 @@ Writes <run>/eval/<split>/metrics.json, roc.png and calibration.png.
 examples:
   dlrmflow evaluate --run runs/r1
   dlrmflow evaluate --run s3://b/runs/r2 --split val --checkpoint latest --nproc 2
+  dlrmflow evaluate --run s3://b/runs/r3 --launcher slurm --launcher.nodes 2 --launcher.partition mi300x
 """
+
+EVERYDAY = ("--run", "--split", "--checkpoint", "--dataset", "--nproc", "--launcher")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
+    from flows.options import NPROC_ALIAS, add_options
     from training.config import EvaluateConfig
+    from training.launchers import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder or URI written by `dlrmflow train`")
     add_options(p, EvaluateConfig, root="evaluate")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run", aliases=NPROC_ALIAS)
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
+    from training.launchers import RanksConfig
     from training.report import format_table
     from training.rundir import RunDir
 
     config = build(EvaluateConfig, args, root="evaluate")
+    launch = build(RanksConfig, args, root="launch")
     run = RunDir(args.run)
-    record = evaluate_run(run, config)
+    record = evaluate_run(run, config, launcher=launch.launcher)
     where = run.eval_dir(config.split)
     print(f"\n{config.split} metrics of {run} (checkpoint {record['checkpoint']}, step {record['step']}):")
     print(format_table(record))

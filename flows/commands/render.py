@@ -8,6 +8,9 @@ import sys
 HELP = "print the Slurm batch script or Kubernetes manifest that `train --launcher slurm|kubernetes` would submit"
 DESCRIPTION = HELP + """
 
+Evaluation and scoring on Slurm or Kubernetes submit the same script or manifest, with their own rank module
+(training.evaluate_worker, training.score_worker) and arguments, and their job's name (dlrmflow-evaluate-RUN).
+
 examples:
   dlrmflow render --run s3://bucket/runs/r1 --launcher slurm --launcher.nodes 4 --launcher.partition mi300x
   dlrmflow render --run s3://bucket/runs/r1 --launcher kubernetes --launcher.nodes 2 --launcher.image REGISTRY/dlrmflow-rocm:0.1.0
@@ -25,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
     p.add_argument("--config", metavar="LAUNCHER.yaml", help="a launcher config YAML file of yours (kind: slurm|kubernetes, ...)")
     p.add_argument("--resume", action="store_true", help="render the --resume variant")
-    add_options(p, RanksConfig, root="launch", skip={"nproc"})
+    add_options(p, RanksConfig, root="launch", skip={"launcher.nproc"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,11 +36,11 @@ def run(args: argparse.Namespace) -> int:
 
     from common.errors import UserError
     from flows.options import build
-    from training.launchers import RanksConfig, build_launcher
+    from training.launchers import RanksConfig, build_launcher, train_job
 
     launcher = yaml.safe_load(open(args.config)) if args.config else {"kind": "slurm"}
     config = build(RanksConfig, args, {"launcher": launcher}, root="launch")
     if config.launcher.kind == "local":
         raise UserError("the local launcher submits nothing to render. Fix: --launcher slurm or --launcher kubernetes.")
-    sys.stdout.write(build_launcher(config.launcher).render(args.run, resume=args.resume))
+    sys.stdout.write(build_launcher(config.launcher).render(train_job(args.resume), args.run))
     return 0

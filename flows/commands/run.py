@@ -29,12 +29,12 @@ EVERYDAY = ("--inputs", "--spec", "--split", "--frequency-threshold", "--preset"
 
 def add_arguments(p) -> None:
     from flows.config import PipelineConfig
-    from flows.options import add_options, add_set_option
+    from flows.options import NPROC_ALIAS, add_options, add_set_option
 
     p.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
                    "optimizer, data, ...; instead of a preset's training settings)")
     p.add_argument("--date", help="the day a dated run tests on, YYYY-MM-DD (default: today minus --lag-days)")
-    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"})
+    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"}, aliases=NPROC_ALIAS)
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 

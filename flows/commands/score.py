@@ -11,7 +11,9 @@ run's checkpoint (--run RUN, with --checkpoint best|latest|STEP).
 The rows are read in the format of the input spec that made the model's dataset (Criteo TSV, or the
 CSV/Parquet its spec describes) and encoded with THAT dataset's vocabularies and numerical transforms:
 values the model never kept map to index 0, hash-bucket features hash the same way, bad rows follow the
-dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun).
+dataset's --on-bad-row/--max-bad-fraction unless given here. --nproc ranks predict (torchrun); or ranks on
+Slurm or Kubernetes (--launcher, as for training): the encoded rows and their predictions then go through a
+scratch folder in the run folder (RUN/scoring/), which those nodes reach.
 
 With --bundle (a serving bundle written by `dlrmflow export`, checked against its manifest) the rows are
 encoded with the bundle's vocabularies and input spec and its TorchScript model predicts them in this
@@ -28,21 +30,28 @@ examples:
   dlrmflow score --bundle store/models/ctr/bundle --input test.tsv --out scores.parquet
 """
 
+EVERYDAY = ("--model", "--run", "--checkpoint", "--bundle", "--inputs", "--out", "--on-bad-row", "--max-bad-fraction",
+            "--nproc", "--launcher")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
+    from flows.options import NPROC_ALIAS, add_options
     from nightly.config import ScoreConfig
+    from training.launchers import RanksConfig
 
     add_options(p, ScoreConfig, root="score")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run (with --model or --run)",
+                aliases=NPROC_ALIAS)
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
     from nightly.config import ScoreConfig
     from nightly.scoring import score
+    from training.launchers import RanksConfig
     from training.report import format_table
 
-    summary = score(build(ScoreConfig, args, root="score"))
+    summary = score(build(ScoreConfig, args, root="score"), launcher=build(RanksConfig, args, root="launch").launcher)
     print(f"\n{summary['rows']:,} rows scored with {summary['run']} (step {summary['step']}) -> {summary['out']}")
     if "auc" in summary:
         print(format_table(summary))

@@ -25,10 +25,11 @@ EVERYDAY = ("--store", "--cron", "--timezone", "--inputs", "--spec", "--split", 
 
 def add_arguments(parser) -> None:
     from flows.config import ServeConfig
-    from flows.options import add_options
+    from flows.options import NPROC_ALIAS, add_options
 
     add_options(parser, ServeConfig, skip={"pipeline.store", "pipeline.window.timezone"},
-                flatten={"pipeline", "pipeline.preprocess", "pipeline.train", "pipeline.window"})
+                flatten={"pipeline", "pipeline.preprocess", "pipeline.train", "pipeline.window"},
+                aliases={f"pipeline.{path}": flag for path, flag in NPROC_ALIAS.items()})
 
 
 def run(args) -> int:

@@ -31,7 +31,7 @@ EVERYDAY = ("--run", "--dataset", "--config", "--preset", "--resume", "--nproc",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options, add_set_option
+    from flows.options import NPROC_ALIAS, add_options, add_set_option
     from training.config import TrainConfig, preset_names
     from training.launchers import RanksConfig
 
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", metavar="NAME", help=f"a preset shipped with dlrmflow ({', '.join(preset_names())}): "
                      "its training settings (default: default)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
-    add_options(p, RanksConfig, root="launch", title="where the ranks run")
+    add_options(p, RanksConfig, root="launch", title="where the ranks run", aliases=NPROC_ALIAS)
     add_options(p, TrainConfig, root="train", defaults=TrainConfig.preset("default"), title="training config "
                 "(defaults: the 'default' preset)")
     add_set_option(p, "train")
@@ -83,4 +83,4 @@ def run(args: argparse.Namespace) -> int:
     if existing and not args.resume:
         raise UserError(f"{args.run}: run folder already has checkpoints (steps {existing}). "
                         "Fix: pass --resume to continue it, or choose a new --run.")
-    return build_launcher(launch.launcher).launch(run_dir, cfg, nproc=launch.nproc, resume=args.resume)
+    return build_launcher(launch.launcher).launch(run_dir, cfg, resume=args.resume)

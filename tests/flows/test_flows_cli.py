@@ -41,6 +41,8 @@ def _main(*args: str, capsys) -> tuple[int, str]:
     (["run", "--run-name", "/other-bucket/x"], {}, "run name '/other-bucket/x' cannot name a folder"),
     (["run", "--run-name", "nightly-{date}/.."], {}, "run name 'nightly-{date}/..' cannot name a folder"),
     (["run", "--model", "../ctr"], {}, "model: String should match pattern"),
+    (["run", "--launcher", "slurm", "--nproc", "4"], {}, "nproc is the local launcher's ranks; a cluster job has "
+     "nodes x nproc_per_node"),
     (["serve"], {}, "serve needs a Prefect server"),
     (["serve", "--cron", "every night"], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "is not a cron expression"),
 ])
@@ -131,12 +133,13 @@ def test_every_config_field_is_a_command_line_option():
     def subparser(cmd):
         return build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
 
-    sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "synth", "serve")}
+    sub = {cmd: subparser(cmd) for cmd in ("train", "preprocess", "run", "evaluate", "score", "synth", "serve")}
     dests = {cmd: {a.dest for a in p._actions} for cmd, p in sub.items()}
     assert {f"@train:{f}" for f in leaves(TrainConfig)} <= dests["train"]
-    assert {f"@launch:{f}" for f in leaves(RanksConfig)} <= dests["train"]
-    assert {"@launch:launcher.kind", "@launch:launcher.partition", "@launch:launcher.image",
-            "@launch:launcher.nnodes"} <= dests["train"]
+    for cmd in ("train", "evaluate", "score"):   # every rank job takes the same launcher options
+        assert {f"@launch:{f}" for f in leaves(RanksConfig)} <= dests[cmd]
+        assert {"@launch:launcher.kind", "@launch:launcher.nproc", "@launch:launcher.partition",
+                "@launch:launcher.image", "@launch:launcher.nnodes"} <= dests[cmd]
     assert {f"@config:{f}" for f in leaves(PreprocessConfig)} <= dests["preprocess"]
     assert {f"@evaluate:{f}" for f in leaves(EvaluateConfig)} <= dests["evaluate"]
     assert {f"@config:{f}" for f in leaves(SynthConfig)} <= dests["synth"]
@@ -148,6 +151,11 @@ def test_every_config_field_is_a_command_line_option():
                                      "--launcher.nodes", "4", "--data.no-shuffle", "--arch.bottom-mlp", "32", "16"])
     assert collect(args, "train") == {"optimizer.dense.lr": 0.3, "data.shuffle": False, "arch.bottom_mlp": [32, 16]}
     assert collect(args, "launch") == {"launcher.kind": "slurm", "launcher.nodes": 4}
+    for cmd, root in (("train", "launch"), ("evaluate", "launch"), ("score", "launch"), ("run", "pipeline"),
+                      ("serve", "config")):   # --nproc: the everyday name of the local launcher's ranks
+        path = "pipeline.launcher.nproc" if cmd == "serve" else "launcher.nproc"
+        required = {"train": ["--run", "r"], "evaluate": ["--run", "r"], "score": ["--input", "x", "--out", "o"]}
+        assert collect(sub[cmd].parse_args([*required.get(cmd, []), "--nproc", "4"]), root) == {path: 4}
 
 
 def _help(capsys, *argv: str) -> str:
@@ -164,7 +172,7 @@ def _listed(help_text: str) -> list[str]:
     return re.findall(r"^  (--[\w.-]+)", help_text, re.M)
 
 
-@pytest.mark.parametrize("command", ["run", "serve", "train", "plan", "render"])
+@pytest.mark.parametrize("command", ["run", "serve", "train", "evaluate", "score", "plan", "render"])
 def test_help_lists_the_everyday_options_and_help_all_every_option(command, capsys):
     """`--help` lists the command's EVERYDAY options (about 15) and ends saying `--help-all` shows all N."""
     everyday = importlib.import_module(f"flows.commands.{command}").EVERYDAY
@@ -175,8 +183,9 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 137   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
-        #                       --train.init-from.store (issue 20 §3)
+        assert total == 136   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
+        # --train.init-from.store (issue 20 §3); --nproc is --launcher.nproc (the local launcher's, for all three
+        # stages), --evaluate.nproc gone (issue 20 §2)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))

@@ -21,7 +21,7 @@ def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_har
     config = default_train().model_copy(update={"eval_split": None})  # a train-only dataset
 
     with pytest.raises(TrainingFailed, match="exit code 3"):
-        train(str(tmp_path / "run"), dataset, config, nproc=2, launcher=launcher)
+        train(str(tmp_path / "run"), dataset, config, launcher=launcher)
 
     sbatch, srun = calls(tmp_path)
     assert sbatch[:3] == ["sbatch", "--wait", "--parsable"] and sbatch[3].endswith(".sbatch")
@@ -32,5 +32,5 @@ def test_train_flow_submits_to_slurm_and_fails_with_the_failing_node(prefect_har
 def test_pipeline_config_defaults_to_the_local_launcher():
     from flows.config import PipelineConfig
 
-    assert PipelineConfig().launcher.kind == "local"
+    assert PipelineConfig().launcher.kind == "local" and PipelineConfig().launcher.nproc == 2
     assert PipelineConfig(launcher={"kind": "kubernetes"}).launcher.kind == "kubernetes"

@@ -31,7 +31,7 @@ def fake_score(champion_rows: int):
     base = labels * 0.8 + rng.normal(size=N)
     calls = []
 
-    def score(config, on_line=None) -> dict:
+    def score(config, launcher=None, on_line=None) -> dict:
         champion = config.model is not None
         calls.append("champion" if champion else "challenger")
         n = champion_rows if champion else N

@@ -88,6 +88,6 @@ def test_warnings_at_warning_and_plan_published_not_logged(stream):
 
 def test_failure_message_keeps_text_not_bars_or_warnings(stream):
     s, _, _ = stream
-    message = s.failure(1)
+    message = s.failure("training", 1)
     assert "rank 0" in message and "step 6: val auc" in message and "done: 8 steps" in message
     assert "%|" not in message and "WARNING" not in message

@@ -28,7 +28,7 @@ def small_pipeline(store: str, **overrides):
         {"data.batch_size": 256, "data.eval_batch_size": 1024, "log_every": 4, "checkpoint_every": None,
          **overrides.pop("train", {})})
     return PipelineConfig(store=store, synthetic={"rows": 4000, "files": 2, "seed": 3}, train=train.model_dump(),
-                          nproc=2, **overrides)
+                          launcher={"kind": "local", "nproc": 2}, **overrides)
 
 
 def logs_matching(text: str) -> list[str]:

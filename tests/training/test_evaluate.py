@@ -39,8 +39,8 @@ def test_cli_one_rank_then_api_two_ranks_agree(two_rank_run):
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
 
     # the same checkpoint by its step number, on 2 ranks, through the Python API
-    two = evaluate_run(str(run), EvaluateConfig(checkpoint=best["step"], nproc=2), env={"OMP_NUM_THREADS": "1"},
-                       on_line=lambda _: None)
+    two = evaluate_run(str(run), EvaluateConfig(checkpoint=best["step"]), launcher={"kind": "local", "nproc": 2},
+                       env={"OMP_NUM_THREADS": "1"}, on_line=lambda _: None)
     assert two["world_size"] == 2 and two["rows"] == 777 and two["positives"] == one["positives"]
     for k in ("auc", "pr_auc", "logloss", "normalized_entropy", "accuracy", "calibration", "base_logloss"):
         assert two[k] == pytest.approx(one[k], rel=1e-6, abs=1e-7), k

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -26,9 +27,10 @@ from helpers.kube_schema import check_object
 from training.config import TrainConfig
 from training.launchers import (KubernetesLauncher, KubernetesLauncherConfig, LauncherConfig, LocalLauncher,
                                 LocalLauncherConfig, RanksConfig, SlurmLauncher, SlurmLauncherConfig, build_launcher,
-                                infra_dir, launcher_config, read_env_file)
+                                infra_dir, launcher_config, read_env_file, train_job)
 from training.launchers.base import LaunchError, render
 from training.launchers.slurm import sbatch_quote
+from training.rundir import RunDir
 
 AMD = read_env_file(infra_dir() / "rccl" / "amd-mi3xx.env")
 
@@ -55,10 +57,10 @@ def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(mo
     calls = []
     monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
     cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))
-    launcher = build_launcher({"kind": "local", "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
+    launcher = build_launcher({"kind": "local", "nproc": 4, "env": {"X": "2"}, "nnodes": 2, "rdzv_endpoint": "h:1",
                                "node_rank": 1, "rccl_profiles": ["amd-mi3xx"]})
     run = tmp_path / "runs" / "r"
-    assert launcher.launch(str(run), cfg, nproc=4, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
+    assert launcher.launch(str(run), cfg, resume=True, env={"PET_TEE": "3"}, on_line=print) == 7
     (args, kw), = calls
     assert args[0][1:] == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "4", "--nnodes", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "r", "--node-rank", "1",
@@ -142,7 +144,7 @@ def test_the_real_sbatch_reads_the_directives_verbatim(tmp_path):
                                "sbatch_options": [f"--comment={evil('c')}"], "work_dir": str(tmp_path / "w %x #j")})
     run = "s3://bucket/runs/r1"
     script = tmp_path / "job.sbatch"
-    script.write_text(launcher.render(run))
+    script.write_text(launcher.render(train_job(), run))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_"))}
     proc = subprocess.Popen(["sbatch", "-vv", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env={**env, "SLURM_CONF": str(tmp_path / "slurm.conf")}, cwd=tmp_path)
@@ -159,8 +161,8 @@ def test_the_real_sbatch_reads_the_directives_verbatim(tmp_path):
         proc.kill()
         proc.wait()
     assert {k: options.get(k) for k in ("partition", "account", "comment", "output", "job-name")} == {
-        "partition": evil("p"), "account": evil("a"), "comment": evil("c"), "output": launcher.output_pattern(run),
-        "job-name": "dlrmflow-r1"}, "".join(lines)
+        "partition": evil("p"), "account": evil("a"), "comment": evil("c"), "output": launcher.output_pattern(train_job(), run),
+        "job-name": "dlrmflow-train-r1"}, "".join(lines)
     assert not marker.exists()
 
 
@@ -205,7 +207,7 @@ def test_slurm_script_keeps_hostile_strings_as_data(fake_slurm):
 
 def test_slurm_work_dir_with_a_backslash_is_refused(tmp_path):
     with pytest.raises(LaunchError, match=r"work_dir .* holds a backslash, .* Fix: choose a folder without one"):
-        build_launcher({"kind": "slurm", "work_dir": str(tmp_path / "a\\b")}).render("s3://b/runs/r1")
+        build_launcher({"kind": "slurm", "work_dir": str(tmp_path / "a\\b")}).render(train_job(), "s3://b/runs/r1")
 
 
 def test_kubernetes_manifest_keeps_hostile_strings_as_data(tmp_path):
@@ -221,7 +223,7 @@ def test_kubernetes_manifest_keeps_hostile_strings_as_data(tmp_path):
     run = f"s3://bucket/runs/{evil('r').replace('/', '_')}"
     settings = {"kind": "kubernetes", "nodes": 2, "image": evil("img"), "python": str(python), "env": {"X": evil("x")},
                 "node_selector": {evil("k"): evil("v")}, "gpu_resource": evil("gpu"), "rccl_profiles": []}
-    config_map, service, job = yaml.safe_load_all(build_launcher(settings).render(run))
+    config_map, service, job = yaml.safe_load_all(build_launcher(settings).render(train_job(), run))
     assert config_map["data"] == {"X": evil("x")}
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -259,12 +261,12 @@ def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
     assert code == 0, "\n".join(lines)
     assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
 
-    script = tmp_path / "slurm" / "dlrmflow-r1.sbatch"
+    script = tmp_path / "slurm" / "dlrmflow-train-r1.sbatch"
     text = script.read_text()
     assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
-        "#SBATCH --job-name=dlrmflow-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --job-name=dlrmflow-train-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
-        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-r1-%j.out", "#SBATCH --qos=high"]
+        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-train-r1-%j.out", "#SBATCH --qos=high"]
     assert "{{" not in text and "echo setting up" in text
     assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
 
@@ -299,7 +301,7 @@ def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypat
     ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     assert build_launcher({"kind": "slurm", **settings}).launch(
         str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
-    text = (tmp_path / "slurm" / "dlrmflow-r2.sbatch").read_text()
+    text = (tmp_path / "slurm" / "dlrmflow-train-r2.sbatch").read_text()
     assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
     assert sum(" argv " in line for line in lines) == 3
     assert any('"--nproc-per-node", "2", "--nnodes", "3"' in line for line in lines)
@@ -359,8 +361,8 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     code = launcher.launch(run, TrainConfig(dataset=ds), env={"PET_TEE": "3"}, on_line=lines.append)
     assert code == 0, lines
     assert TrainConfig.from_yaml(f"{run}/config.yaml").dataset == ds
-    name = KubernetesLauncher.job_name(run)
-    assert name.startswith("dlrmflow-run-1-") and len(name) <= 40
+    name = KubernetesLauncher.job_name(train_job(), run)
+    assert name.startswith("dlrmflow-train-run-1-") and len(name) <= 40
 
     calls = read_calls(tmp_path)
     ns = ["kubectl", "--namespace", "dlrmflow"]
@@ -423,7 +425,7 @@ def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(options):
     launcher = build_launcher({"kind": "kubernetes", **options})
     for run, resume, env in [("s3://bucket/prod/runs/r1", False, None),
                              ("s3://bucket/prod/runs/Nightly_CTR.2026-11-03-" + "x" * 80, True, {"PET_TEE": "3"})]:
-        docs = list(yaml.safe_load_all(launcher.render(run, resume=resume, env=env)))
+        docs = list(yaml.safe_load_all(launcher.render(train_job(resume), run, env=env)))
         assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
         for doc in docs:
             check_object(doc, f"{options} {run}")
@@ -432,7 +434,7 @@ def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(options):
 def test_the_schema_check_finds_a_field_in_the_wrong_place():
     import yaml
 
-    job = list(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render("s3://b/runs/r1")))[-1]
+    job = list(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render(train_job(), "s3://b/runs/r1")))[-1]
     job["spec"]["template"]["spec"]["parallelism"] = 1   # a Job's field in the pod spec
     with pytest.raises(AssertionError, match=r"spec.template.spec: Additional properties .*'parallelism'"):
         check_object(job, "test")
@@ -450,8 +452,120 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
     ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
     code = build_launcher({"kind": "kubernetes", **settings}).launch(
         str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
-    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-r9 failed (exit code 137)"
+    assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-train-r9 failed (exit code 137)"
     assert read_calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+
+
+# ---------------------------------------------------------------- evaluation and scoring: the same launchers
+
+def _trained_run(tmp_path) -> str:
+    """A run folder with config.yaml and a complete checkpoint 4 ('latest') on a train-only dataset (no torchrun)."""
+    from helpers import stores
+
+    return stores.run(str(tmp_path / "store"), "r5", str(write_dataset(tmp_path / "ds", {"train": 64})))
+
+
+def _node_argv(lines: list[str]) -> dict[str, list[str]]:
+    """The torchrun argv each fake Slurm node was started with, by node."""
+    return {node: json.loads(rest) for node, _, rest in (line.partition(" argv ") for line in lines if " argv " in line)}
+
+
+@pytest.mark.timeout(60)
+def test_evaluation_runs_on_slurm_with_the_launchers_settings(fake_slurm, monkeypatch):
+    """An evaluation goes through the same launcher as training: the batch script of the evaluate job (its name in
+    the job name) runs `training.evaluate_worker RUN --config JSON` on every node; a failing node fails it, naming
+    the job's last lines."""
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+
+    tmp_path, settings = fake_slurm
+    run = _trained_run(tmp_path)
+    config = EvaluateConfig(split="train", checkpoint="latest")
+    lines: list[str] = []
+    evaluate_run(run, config, launcher={"kind": "slurm", **settings, "nproc_per_node": 2}, on_line=lines.append)
+    text = (tmp_path / "slurm" / "dlrmflow-evaluate-r5.sbatch").read_text()
+    assert "#SBATCH --job-name=dlrmflow-evaluate-r5" in text and "#SBATCH --partition=mi300x" in text
+    assert any(line.startswith("dlrmflow: evaluate job 4242 on Slurm, 2 node(s) x 2 rank(s)") for line in lines)
+    argv = _node_argv(lines)
+    assert sorted(argv) == ["node 0", "node 1"]
+    head = argv["node 0"][:argv["node 0"].index("--rdzv-conf")]
+    assert head == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--nnodes", "2",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r5"]
+    assert argv["node 0"][-5:] == ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    assert not (Path(run) / RunDir.LEASE).exists()   # held while the job ran, then released
+
+    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
+    with pytest.raises(UserError, match=r"(?s)evaluation of .*r5 on 'train' failed \(torchrun exit code 3\):\n.*"
+                                        r"Slurm job 4242 finished with exit code 3"):
+        evaluate_run(run, config, launcher={"kind": "slurm", **settings}, on_line=lambda _: None)
+
+
+@pytest.mark.timeout(60)
+def test_scoring_runs_on_slurm_through_the_run_folder(fake_slurm):
+    """A scoring on Slurm: the encoded rows are copied to a scratch folder in the run folder (which the nodes
+    reach), the nodes run `training.score_worker` on them and write their parts beside them, the parts come back to
+    the local folder and the scratch folder goes."""
+    from training.score import predict_parts
+
+    tmp_path, settings = fake_slurm
+    run = _trained_run(tmp_path)
+    encoded = write_dataset(tmp_path / "encoded", {"train": 64})
+    parts, lines = tmp_path / "parts", []
+    predict_parts(run, 4, str(encoded), "train", parts, launcher={"kind": "slurm", **settings}, on_line=lines.append)
+    (script,) = (tmp_path / "slurm").glob("*.sbatch")
+    token = script.name.removeprefix("dlrmflow-score-r5-").removesuffix(".sbatch")
+    assert len(token) == 8 and f"#SBATCH --job-name=dlrmflow-score-r5-{token}" in script.read_text()
+    scratch = f"{run}/{RunDir.SCORING}/{token}"
+    for argv in _node_argv(lines).values():
+        assert argv[argv.index("training.score_worker") - 1:] == [
+            "-m", "training.score_worker", run, "--step", "4", "--dataset", f"{scratch}/dataset", "--split", "train",
+            "--parts", f"{scratch}/parts"]
+    head = (encoded / "feature_spec.yaml").read_bytes()[:8]   # what each fake node read of the copied dataset
+    assert {p.name: p.read_bytes() for p in parts.iterdir()} == {"probs-00000.bin": head, "probs-00001.bin": head}
+    assert not (Path(run) / RunDir.SCORING).exists()   # the scratch folder is gone
+
+
+def test_scoring_refuses_one_node_of_a_hand_started_job_before_any_work():
+    from training.score import scoring_launcher
+
+    with pytest.raises(UserError, match="one node of a job started by hand"):
+        scoring_launcher({"kind": "local", "nnodes": 2, "rdzv_endpoint": "h:1"})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("job", ["evaluate", "score"])
+def test_evaluation_and_scoring_apply_their_jobs_on_kubernetes(job, fake_kubectl):
+    """The Kubernetes launcher applies an evaluation's or a scoring's job as training's: the job's name in the Job's
+    name, its label and its container; every pod runs the job's rank module with its arguments."""
+    from training.config import EvaluateConfig
+    from training.evaluate import evaluate_run
+    from training.score import predict_parts
+
+    tmp_path, settings = fake_kubectl
+    run, lines = _trained_run(tmp_path), []
+    launcher = {"kind": "kubernetes", **settings}
+    if job == "evaluate":
+        config = EvaluateConfig(split="train", checkpoint="latest")
+        evaluate_run(run, config, launcher=launcher, on_line=lines.append)
+        args = ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
+    else:
+        encoded = str(write_dataset(tmp_path / "encoded", {"train": 64}))
+        predict_parts(run, 4, encoded, "train", tmp_path / "parts", launcher=launcher, on_line=lines.append)
+        args = None
+    _, _, job_doc = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
+    name = job_doc["metadata"]["name"]
+    assert name.startswith(f"dlrmflow-{job}-r5") and job_doc["metadata"]["labels"]["app.kubernetes.io/component"] == job
+    (c,) = job_doc["spec"]["template"]["spec"]["containers"]
+    assert c["name"] == job and c["command"][:2] == ["bash", "-c"]
+    assert "-m training.launchers.torchrun --nproc-per-node 8 --nnodes 2" in c["command"][2]
+    if args is None:   # the scoring's rows and parts in its scratch folder of the run folder (then removed)
+        token = name.removeprefix("dlrmflow-score-r5-")
+        scratch = f"{run}/{RunDir.SCORING}/{token}"
+        args = ["-m", "training.score_worker", run, "--step", "4", "--dataset", f"{scratch}/dataset", "--split",
+                "train", "--parts", f"{scratch}/parts"]
+        assert not (Path(run) / RunDir.SCORING).exists()
+    assert c["command"][2].endswith(" " + " ".join(shlex.quote(a) for a in args))
+    assert lines[-1] == f"dlrmflow: job/{name} complete"
 
 
 @pytest.mark.slow

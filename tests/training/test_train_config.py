@@ -9,6 +9,7 @@ import pytest
 
 from common.errors import UserError
 from training.config import TrainConfig, preset_names
+from training.launchers import train_job
 from training.launchers.local import torchrun_command
 from training.metrics import log_loss, roc_auc
 from training.trainer import lr_factor, per_rank
@@ -103,14 +104,15 @@ def test_unknown_preset_lists_the_known_ones():
 
 
 def test_torchrun_command_standalone_and_multinode():
-    one = torchrun_command("runs/r", nproc=2)
+    one = torchrun_command(train_job(), "runs/r", nproc=2)
     assert one[1:] == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--standalone",
                        "-m", "training.train_worker", "runs/r"]
-    multi = torchrun_command("s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500", resume=True)
+    multi = torchrun_command(train_job(resume=True), "s3://b/r", nproc=8, nnodes=2, rdzv_endpoint="h0:29500")
     assert multi[multi.index("--rdzv-backend") + 1] == "c10d" and "--standalone" not in multi
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h0:29500" and multi[-1] == "--resume"
+    assert multi[multi.index("--rdzv-id") + 1] == "r"
     with pytest.raises(ValueError):
-        torchrun_command("r", nnodes=2)
+        torchrun_command(train_job(), "r", nnodes=2)
 
 
 def test_lr_schedule_warms_up_then_decays_to_zero():

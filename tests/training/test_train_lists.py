@@ -277,7 +277,8 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     run = tmp_path / "run"
     train(ds, run, *FAST, "--set", "arch.max_table_size=250", nproc=2)   # hist's 300 ids hashed into 250 rows
     env = {"OMP_NUM_THREADS": "1"}
-    ev = evaluate_run(str(run), EvaluateConfig(nproc=2), env=env, on_line=lambda _: None)
+    ev = evaluate_run(str(run), EvaluateConfig(), launcher={"kind": "local", "nproc": 2}, env=env,
+                      on_line=lambda _: None)
     y = np.fromfile(ds / "test" / "label.bin", np.bool_).astype(np.float32)
     logits = np.load(ds / "logits.npz")
     best, without_lists = roc_auc(logits["test"], y), roc_auc(logits["test_without_lists"], y)
@@ -293,7 +294,8 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     # scoring on 2 ranks (rows in file order) = the checkpoint's predictions
     step = ev["step"]
     parts = tmp_path / "parts"
-    predict_parts(str(run), step, str(ds), "test", parts, nproc=2, env=env, on_line=lambda _: None)
+    predict_parts(str(run), step, str(ds), "test", parts, launcher={"kind": "local", "nproc": 2}, env=env,
+                  on_line=lambda _: None)
     scored = np.concatenate(list(probabilities(parts)))
     assert len(scored) == 1500 and roc_auc(scored, y) == pytest.approx(ev["auc"], abs=1e-6)
 

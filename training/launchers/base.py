@@ -1,18 +1,20 @@
-"""The Launcher base and what all launchers share: the dataset check and config save before any rank
-starts, the ranks' environment from RCCL/NCCL profiles (infra/rccl/<name>.env), the infra/ folder
-and ``{{ name }}`` templates."""
+"""The Launcher base and what all launchers share: the rank job (``RankJob``: the worker module and its
+arguments), the dataset check and config save before a training's ranks start, the ranks' environment from
+RCCL/NCCL profiles (infra/rccl/<name>.env), the infra/ folder and ``{{ name }}`` templates."""
 
 from __future__ import annotations
 
 import os
 import re
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from common.errors import UserError
 from common.store import filesystem
-from training.rundir import RunDir
+from training.rundir import RunDir, run_name
 
 if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
     from training.config import TrainConfig
@@ -80,17 +82,42 @@ def render(template: str, values: dict[str, object], source: str = "template") -
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
 
 
-class Launcher(ABC):
-    """Runs ``training.train_worker`` on every rank of a run and waits for it.
+@dataclass(frozen=True)
+class RankJob:
+    """What every rank of a job runs: ``python -m MODULE RUN ARGS...`` under torchrun. ``name`` (train, evaluate,
+    score) is in the cluster job's name and labels; ``tag`` tells apart jobs of one name on one run that may run at
+    once (a scoring's scratch folder). ``train_job``, ``training.evaluate.evaluate_job`` and
+    ``training.score.score_job`` make them."""
 
-    ``launch`` checks the dataset and that a warm start's run lies in the run's store (``InitFrom.check_store``),
-    takes the run folder's lease (``RunDir.lease``: a second training of the same folder waits ``wait_s``, by
-    default not at all, and fails naming the holder; never two trainings in one folder; not for a local job
-    started by hand on several nodes, whose launchers are one job) and writes
-    the resolved config to ``<run>/config.yaml`` (the ranks read it from there, so the run folder must be
-    reachable from wherever they run: s3:// or a shared file system), then ``start``s the
-    ranks, hands every output line to ``on_line`` (or prints it), and returns the exit code of the job (0:
-    trained; else the failing rank's exit code).
+    name: str
+    module: str
+    args: tuple[str, ...] = ()
+    tag: str = ""
+
+    def argv(self, run_uri: str) -> list[str]:
+        """The rank module's arguments: the run folder, then the job's own."""
+        return [run_uri, *self.args]
+
+    def label(self, run_uri: str) -> str:
+        """``<name>-<run>[-<tag>]``: what the cluster job is called (after ``dlrmflow-``)."""
+        return "-".join(part for part in (self.name, run_name(run_uri), self.tag) if part)
+
+
+def train_job(resume: bool = False) -> RankJob:
+    """The training job: ``training.train_worker RUN [--resume]`` (it reads ``RUN/config.yaml``)."""
+    return RankJob("train", "training.train_worker", ("--resume",) if resume else ())
+
+
+class Launcher(ABC):
+    """Runs the ranks of a job (``RankJob``: train, evaluate, score) with one set of settings, and waits for them.
+
+    ``run_ranks`` starts any job's ranks, hands every output line to ``on_line`` (or prints it) and returns the
+    job's exit code (0: done; else the failing rank's). The run folder (its first argument) must be reachable
+    from wherever the ranks run: s3:// or a shared file system. ``launch`` is training: it checks the dataset and
+    that a warm start's run lies in the run's store (``InitFrom.check_store``),
+    takes the run folder's lease (``lease``: a second training of the same folder waits ``wait_s``, by default not
+    at all, and fails naming the holder; never two trainings in one folder) and writes the resolved config to
+    ``<run>/config.yaml`` (the ranks read it from there), then runs the train job.
     """
 
     kind: str
@@ -102,37 +129,60 @@ class Launcher(ABC):
                    "kubernetes": KubernetesLauncherConfig}[self.kind]
         self.settings = settings or default()
 
+    @property
+    def world_size(self) -> int:
+        """The job's ranks, over all its nodes."""
+        s = self.settings
+        return s.nodes * s.ranks_per_node
+
+    @property
+    def shares_files(self) -> bool:
+        """Whether every rank runs on this machine and sees its local files (a local launcher of one node)."""
+        return False
+
+    @property
+    def one_of_several(self) -> bool:
+        """Whether this launcher is one node of a job started by hand on several nodes (their launchers are one
+        job: none of them holds the run's lease for it)."""
+        return False
+
     def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
         """The ranks' environment: the RCCL profiles, then the settings' env, then ``env``."""
         return {**profile_env(self.settings.rccl_profiles), **self.settings.env, **(env or {})}
 
-    def launch(self, run: RunDir | str, cfg: TrainConfig, *, nproc: int | None = None, resume: bool = False,
+    def lease(self, run: RunDir, what: str, wait_s: float = 0.0, say: OnLine | None = None):
+        """The run folder's lease for a job that writes the run (``what``: training, evaluation); none for one node
+        of a hand-started job (``one_of_several``)."""
+        return nullcontext(None) if self.one_of_several else run.lease(what, wait_s, say=say)
+
+    def run_ranks(self, job: RankJob, run: RunDir | str, *, env: dict[str, str] | None = None,
+                  on_line: OnLine | None = None) -> int:
+        """Start ``job``'s ranks on ``run`` with these settings and wait; returns the job's exit code. ``env``:
+        extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes)."""
+        return self.start(job, RunDir(run), env=env, on_line=on_line or (lambda line: print(line, flush=True)))
+
+    def launch(self, run: RunDir | str, cfg: TrainConfig, *, resume: bool = False,
                env: dict[str, str] | None = None, on_line: OnLine | None = None, wait_s: float = 0.0) -> int:
-        """``nproc``: ranks per node for the local launcher (Slurm/Kubernetes take theirs from their
-        settings); ``env``: extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes); ``wait_s``: how
-        long to wait for another training or evaluation of the run folder."""
+        """Train ``cfg`` into ``run`` (see the class doc); ``wait_s``: how long to wait for another training or
+        evaluation of the run folder."""
         run = RunDir(run)
         on_line = on_line or (lambda line: print(line, flush=True))
         check_dataset(cfg)
         if cfg.init_from is not None:   # a warm start loads its checkpoint: from the run's store (or one named)
             cfg.init_from.check_store(run.uri)
-        if getattr(self.settings, "nnodes", 1) > 1:   # by hand on every node: one job, several launchers
+        with self.lease(run, "training", wait_s, say=on_line) as held:
             run.save_config(cfg)
-            return self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)
-        with run.lease("training", wait_s, say=on_line) as held:
-            run.save_config(cfg)
-            code = self.start(run, nproc=nproc, resume=resume, env=env, on_line=on_line)
-            if code == 0:
+            code = self.run_ranks(train_job(resume), run, env=env, on_line=on_line)
+            if code == 0 and held is not None:
                 held.check()   # the run was ours throughout (a lost lease: another training may have written it)
         return code
 
     @abstractmethod
-    def start(self, run: RunDir, *, nproc: int | None, resume: bool, env: dict[str, str] | None,
-              on_line: OnLine) -> int:
-        """Start the ranks of a prepared run and wait for them; returns the job's exit code."""
+    def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine) -> int:
+        """Start the ranks of ``job`` on ``run`` and wait for them; returns the job's exit code."""
 
     def describe(self) -> str:
-        """One line for the logs: where training runs."""
+        """One line for the logs: where the ranks run."""
         return self.kind
 
 

@@ -1,4 +1,5 @@
-"""LauncherConfig: where `torchrun` runs (this machine, a Slurm allocation, a Kubernetes Job).
+"""LauncherConfig: where the ranks of a job (train, evaluate, score) run: this machine, a Slurm allocation, a
+Kubernetes Job, and how many there are (``nproc`` of the local launcher; ``nodes`` x ``nproc_per_node`` of the others).
 
 One config model per kind, told apart by ``kind`` (a discriminated union): a Prefect form shows
 only the chosen launcher's fields and the command line takes ``--launcher KIND``. Plain pydantic
@@ -11,7 +12,7 @@ import re
 import unicodedata
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a shell variable's name (bash `export`, a ConfigMap key)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")   # RFC 1123 label: a namespace
@@ -72,6 +73,7 @@ class LocalLauncherConfig(_BaseLauncherConfig):
     kind: Literal["local"] = Field("local", description="Launcher: 'local' runs torchrun here; 'slurm' submits "
                                    "an sbatch job and waits; 'kubernetes' applies an indexed Job and waits.")
 
+    nproc: int = Field(1, ge=1, description="Processes (ranks) on this machine.")
     nnodes: int = Field(1, ge=1, description="Nodes in the job. >1: start the same launcher on every node "
                         "with the same rdzv_endpoint.")
     rdzv_endpoint: Text | None = Field(None, description="HOST:PORT of the c10d rendezvous (multi-node only).")
@@ -96,6 +98,14 @@ class _ClusterLauncherConfig(_BaseLauncherConfig):
     rccl_profiles: list[Text] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
                                      "(`infra/rccl/NAME.env`, or a path) exported on every node; add 'debug' for "
                                      "NCCL_DEBUG=INFO.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nproc(cls, data):
+        if isinstance(data, dict) and "nproc" in data:
+            raise ValueError("nproc is the local launcher's ranks; a cluster job has nodes x nproc_per_node "
+                             "(default: gpus_per_node). Fix: set launcher.nproc_per_node (--launcher.nproc-per-node N)")
+        return data
 
     @property
     def ranks_per_node(self) -> int:
@@ -152,15 +162,15 @@ class KubernetesLauncherConfig(_ClusterLauncherConfig):
 
 LauncherConfig = Annotated[Union[LocalLauncherConfig, SlurmLauncherConfig, KubernetesLauncherConfig],
                            Field(discriminator="kind")]
-"""Where training runs: `local` (torchrun subprocess, default), `slurm` (sbatch) or `kubernetes` (Job)."""
+"""Where the ranks of a job run: `local` (torchrun subprocess, default), `slurm` (sbatch) or `kubernetes` (Job)."""
+
+LAUNCHER_HELP = ("Where the ranks run (training, evaluation and scoring alike): local torchrun (default; nproc "
+                 "ranks), a Slurm allocation or a Kubernetes Job.")
 
 
 class RanksConfig(BaseModel):
-    """Where a training run's ranks start, and how many on this machine."""
+    """Where the ranks of a command's job start (the launcher section of a command line, `--launcher ...`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    nproc: int = Field(1, ge=1, description="Processes (ranks) on this machine (local launcher; Slurm and "
-                       "Kubernetes take theirs from their settings).")
-    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description="Where training runs: local "
-                                     "torchrun (default), a Slurm allocation or a Kubernetes Job.")
+    launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description=LAUNCHER_HELP)

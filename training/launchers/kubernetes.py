@@ -1,4 +1,5 @@
-"""KubernetesLauncher: render infra/k8s/train-job.yaml, ``kubectl apply`` it, follow the logs, ``kubectl wait``.
+"""KubernetesLauncher: render infra/k8s/train-job.yaml for a rank job (train, evaluate, score), ``kubectl apply``
+it, follow the logs, ``kubectl wait``.
 
 The manifest holds a ConfigMap (the RCCL profile's variables), a headless Service (pod 0's DNS name
 for the c10d rendezvous) and an indexed Job with one pod per node. A Job of the same name left by an
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from training.launchers.base import Launcher, LaunchError, OnLine, infra_dir, render
+from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
 from training.launchers.nodes import node_command
 from training.rundir import run_name
 
@@ -36,27 +37,28 @@ class KubernetesLauncher(Launcher):
 
     def describe(self) -> str:
         s = self.settings
-        return f"kubernetes: {s.nodes} pod(s) x {self.settings.ranks_per_node} rank(s), namespace {s.namespace}, image {s.image}"
+        return f"kubernetes: {s.nodes} pod(s) x {s.ranks_per_node} rank(s), namespace {s.namespace}, image {s.image}"
 
     @staticmethod
-    def job_name(run_uri: str) -> str:
-        """A DNS label for the Job and Service: ``dlrmflow-<run>`` (shortened with a hash when long)."""
-        run = run_name(run_uri)
-        slug = _NOT_DNS.sub("-", run.lower()).strip("-") or "run"
+    def job_name(job: RankJob, run_uri: str) -> str:
+        """A DNS label for the Job and Service: ``dlrmflow-<job>-<run>[-<tag>]`` (shortened with a hash when long
+        or not a DNS label as it is)."""
+        label = job.label(run_uri)
+        slug = _NOT_DNS.sub("-", label.lower()).strip("-") or "run"
         name = f"dlrmflow-{slug}"
-        if len(name) > 40 or slug != run:  # pod hostnames add "-<index>"; keep distinct runs distinct
-            name = f"{name[:31].rstrip('-')}-{hashlib.blake2b(run.encode(), digest_size=4).hexdigest()}"
+        if len(name) > 40 or slug != label:  # pod hostnames add "-<index>"; keep distinct runs distinct
+            name = f"{name[:31].rstrip('-')}-{hashlib.blake2b(label.encode(), digest_size=4).hexdigest()}"
         return name
 
     def kubectl(self, *args: str) -> list[str]:
         s = self.settings
         return [s.kubectl, *(["--context", s.context] if s.context else []), "--namespace", s.namespace, *args]
 
-    def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
-        """The manifest of this run (multi-document YAML)."""
+    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None) -> str:
+        """The manifest of ``job`` on this run (multi-document YAML)."""
         s = self.settings
-        name = self.job_name(run_uri)
-        labels = {"app.kubernetes.io/name": "dlrmflow", "app.kubernetes.io/component": "train",
+        name = self.job_name(job, run_uri)
+        labels = {"app.kubernetes.io/name": "dlrmflow", "app.kubernetes.io/component": job.name,
                   "dlrmflow/run": _NOT_DNS.sub("-", run_name(run_uri).lower())[:63].strip("-") or "run"}
         resources = {**({s.gpu_resource: str(s.gpus_per_node)} if s.gpus_per_node else {}),
                      **({"cpu": s.cpu} if s.cpu else {}), **({"memory": s.memory} if s.memory else {}),
@@ -64,29 +66,28 @@ class KubernetesLauncher(Launcher):
         env_from = [{"configMapRef": {"name": f"{name}-env"}}]
         if s.s3_secret:
             env_from.append({"secretRef": {"name": s.s3_secret}})
-        cmd = node_command(run_uri, python=s.python, nproc=self.settings.ranks_per_node, nnodes=s.nodes, resume=resume,
-                           run_id=run_name(run_uri), is_host="$(( JOB_COMPLETION_INDEX == 0 ))",
-                           rdzv_timeout_s=s.rdzv_timeout_s)
+        cmd = node_command(job, run_uri, python=s.python, nproc=s.ranks_per_node, nnodes=s.nodes,
+                           is_host="$(( JOB_COMPLETION_INDEX == 0 ))", rdzv_timeout_s=s.rdzv_timeout_s)
         values = {
-            "name": name, "namespace": s.namespace, "labels": labels, "config_env": self.environment(env),
-            "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s, "nproc_per_node": self.settings.ranks_per_node,
+            "name": name, "job": job.name, "namespace": s.namespace, "labels": labels,
+            "config_env": self.environment(env), "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s,
+            "nproc_per_node": s.ranks_per_node,
             "service_account": s.service_account, "node_selector": s.node_selector,
             "image_pull_secrets": [{"name": s.image_pull_secret}] if s.image_pull_secret else [],
             "image": s.image, "node_command": cmd, "env_from": env_from, "resources": resources,
             "shm_size": s.shm_size,
         }
         path = infra_dir() / "k8s" / "train-job.yaml"
-        text = render(path.read_text(), {k: v if k in ("name",) else json.dumps(v) for k, v in values.items()},
+        text = render(path.read_text(), {k: v if k in ("name", "job") else json.dumps(v) for k, v in values.items()},
                       str(path))
         docs = [_prune(d) for d in yaml.safe_load_all(text) if d]
         return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
 
-    def start(self, run: "RunDir", *, nproc: int | None, resume: bool, env: dict[str, str] | None,
-              on_line: OnLine) -> int:
+    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine) -> int:
         emit, run_uri = on_line, run.uri
         s = self.settings
-        name = self.job_name(run_uri)
-        manifest = self.render(run_uri, resume=resume, env=env)
+        name = self.job_name(job, run_uri)
+        manifest = self.render(job, run_uri, env=env)
         with tempfile.NamedTemporaryFile("w", prefix=f"{name}-", suffix=".yaml", delete=False) as f:
             f.write(manifest)
         self._check(self.kubectl("delete", "job", name, "--ignore-not-found", "--wait=true"), emit)

@@ -1,6 +1,7 @@
 """The local launcher: torchrun as a subprocess here, standalone on one node or one node of a c10d job.
 
-``torchrun_command`` and ``run_command`` are also how evaluation starts its ranks.
+``torchrun_command`` is the torchrun line of any rank job (``RankJob``); the cluster launchers' per-node line
+(``training.launchers.nodes``) is built from it too.
 """
 
 from __future__ import annotations
@@ -10,31 +11,30 @@ import subprocess
 import sys
 from typing import Callable
 
-from training.launchers.base import Launcher, OnLine
-from training.rundir import RunDir
+from training.launchers.base import Launcher, OnLine, RankJob
+from training.rundir import RunDir, run_name
 
 
 TORCHRUN = "training.launchers.torchrun"   # the module that runs torchrun (ranks forked on CPU builds)
 
 
-def torchrun_command(run_uri: str, *, nproc: int = 1, nnodes: int = 1, rdzv_endpoint: str | None = None,
-                     node_rank: int | None = None, resume: bool = False, run_id: str | None = None,
-                     module: str = "training.train_worker", args: list[str] | None = None) -> list[str]:
-    """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]``
-    on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates), through
-    ``training.launchers.torchrun`` (torch's torchrun; on a CPU build the ranks fork from it, imports done)."""
+def torchrun_command(job: RankJob, run_uri: str, *, nproc: int = 1, nnodes: int = 1,
+                     rdzv_endpoint: str | None = None, node_rank: int | None = None) -> list[str]:
+    """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]`` of ``job``
+    on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates; ``training.score_worker``
+    scores), through ``training.launchers.torchrun`` (torch's torchrun; on a CPU build the ranks fork from it,
+    imports done). A multi-node job's rendezvous id is the run's name."""
     cmd = [sys.executable, "-u", "-m", TORCHRUN, "--nproc-per-node", str(nproc)]
     if nnodes > 1:
         if not rdzv_endpoint:
             raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT")
         cmd += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
-                "--rdzv-id", run_id or "dlrmflow"]
+                "--rdzv-id", run_name(run_uri) or "dlrmflow"]
         if node_rank is not None:
             cmd += ["--node-rank", str(node_rank)]
     else:
         cmd.append("--standalone")
-    cmd += ["-m", module, run_uri, *(args or [])]
-    return cmd + (["--resume"] if resume else [])
+    return cmd + ["-m", job.module, *job.argv(run_uri)]
 
 
 class LocalLauncher(Launcher):
@@ -42,16 +42,28 @@ class LocalLauncher(Launcher):
 
     kind = "local"
 
-    def start(self, run: RunDir, *, nproc: int | None, resume: bool, env: dict[str, str] | None,
-              on_line: OnLine) -> int:
+    @property
+    def world_size(self) -> int:
+        return self.settings.nproc * self.settings.nnodes
+
+    @property
+    def shares_files(self) -> bool:
+        return self.settings.nnodes == 1
+
+    @property
+    def one_of_several(self) -> bool:
+        return self.settings.nnodes > 1
+
+    def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine) -> int:
         s = self.settings
-        cmd = torchrun_command(run.uri, nproc=nproc or 1, nnodes=s.nnodes, rdzv_endpoint=s.rdzv_endpoint,
-                               node_rank=s.node_rank, resume=resume, run_id=run.name)
+        cmd = torchrun_command(job, run.uri, nproc=s.nproc, nnodes=s.nnodes, rdzv_endpoint=s.rdzv_endpoint,
+                               node_rank=s.node_rank)
         return run_command(cmd, env=self.environment(env), on_line=on_line)
 
     def describe(self) -> str:
         s = self.settings
-        return "local torchrun" + (f" (node of {s.nnodes}, rendezvous {s.rdzv_endpoint})" if s.nnodes > 1 else "")
+        return f"local torchrun, {s.nproc} rank(s)" + (
+            f" (node of {s.nnodes}, rendezvous {s.rdzv_endpoint})" if s.nnodes > 1 else "")
 
 
 def run_command(cmd: list[str], *, env: dict[str, str] | None = None,

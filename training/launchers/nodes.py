@@ -2,26 +2,28 @@
 
 Every node runs the same line (the launchers differ only in how it gets there): torchrun with c10d
 rendezvous at ``$DLRMFLOW_RDZV_ENDPOINT``, node 0 hosting the rendezvous store (``is_host``, so no
-hostname matching is needed), running ``python -m training.train_worker RUN [--resume]``.
+hostname matching is needed), running the job's rank module: ``python -m MODULE RUN ARGS`` (``RankJob``:
+``training.train_worker RUN [--resume]``, ``training.evaluate_worker``, ``training.score_worker``).
 """
 
 from __future__ import annotations
 
 import shlex
 
+from training.launchers.base import RankJob
+
 
 class Shell(str):
     """A token left for the shell to expand (not quoted)."""
 
 
-def node_command(run_uri: str, *, python: str, nproc: int, nnodes: int, resume: bool, run_id: str,
-                 is_host: str, rdzv_timeout_s: int) -> str:
-    """``exec PYTHON -u -m training.launchers.torchrun ... -m training.train_worker RUN``; ``is_host`` is a shell
+def node_command(job: RankJob, run_uri: str, *, python: str, nproc: int, nnodes: int, is_host: str,
+                 rdzv_timeout_s: int) -> str:
+    """``exec PYTHON -u -m training.launchers.torchrun ... -m MODULE RUN ARGS``; ``is_host`` is a shell
     expression that is 1 on the node hosting the rendezvous and 0 elsewhere."""
     from training.launchers.local import TORCHRUN, torchrun_command
 
-    cmd = torchrun_command(run_uri, nproc=nproc, nnodes=max(nnodes, 2), rdzv_endpoint="@ENDPOINT@",
-                           resume=resume, run_id=run_id)
+    cmd = torchrun_command(job, run_uri, nproc=nproc, nnodes=max(nnodes, 2), rdzv_endpoint="@ENDPOINT@")
     tokens: list[str] = [python, *cmd[1:]]
     if nnodes == 1:  # one node: the same c10d rendezvous as many (the store on this node)
         i = tokens.index("--nnodes")

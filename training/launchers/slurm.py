@@ -1,4 +1,5 @@
-"""SlurmLauncher: render infra/slurm/train.sbatch, ``sbatch --wait --parsable`` it, stream the job's log.
+"""SlurmLauncher: render infra/slurm/train.sbatch for a rank job (train, evaluate, score), ``sbatch --wait
+--parsable`` it, stream the job's log.
 
 ``sbatch --wait`` blocks until the job ends and exits with the job's exit code, so the Prefect task
 that calls ``launch`` simply waits in a subprocess; the log file (``#SBATCH --output``) is followed
@@ -19,9 +20,8 @@ from typing import TYPE_CHECKING
 
 from common.atomic import write_atomic
 
-from training.launchers.base import Launcher, LaunchError, OnLine, infra_dir, render
+from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
 from training.launchers.nodes import node_command
-from training.rundir import run_name
 
 if TYPE_CHECKING:
     from training.rundir import RunDir
@@ -52,31 +52,32 @@ class SlurmLauncher(Launcher):
 
     def describe(self) -> str:
         s = self.settings
-        return f"slurm: {s.nodes} node(s) x {self.settings.ranks_per_node} rank(s)" + (f", partition {s.partition}" if s.partition else "")
+        return f"slurm: {s.nodes} node(s) x {s.ranks_per_node} rank(s)" + (f", partition {s.partition}" if s.partition else "")
 
-    def paths(self, run_uri: str) -> tuple[Path, Path]:
-        """(script, job log) of a run; the log's name holds ``%j`` where Slurm puts the job id."""
+    def paths(self, job: RankJob, run_uri: str) -> tuple[Path, Path]:
+        """(script, log pattern with %j) of a job on a run."""
         work = Path(os.path.expanduser(self.settings.work_dir))
         if "\\" in str(work):
             raise LaunchError(f"slurm work_dir {self.settings.work_dir!r} holds a backslash, which turns off Slurm's "
                               "file name patterns (the job log's %j). Fix: choose a folder without one.")
-        name = self.job_name(run_uri)
+        name = self.job_name(job, run_uri)
         return work / f"{name}.sbatch", work / f"{name}-%j.out"
 
-    def output_pattern(self, run_uri: str) -> str:
+    def output_pattern(self, job: RankJob, run_uri: str) -> str:
         """``#SBATCH --output``'s file name pattern of the job log: a ``%`` of the folder doubled (Slurm would
         expand ``%u``, ``%x``... in it), then the log's name with ``%j``."""
-        log = self.paths(run_uri)[1]
+        log = self.paths(job, run_uri)[1]
         return f"{str(log.parent).replace('%', '%%')}/{log.name}"
 
     @staticmethod
-    def job_name(run_uri: str) -> str:
-        return "dlrmflow-" + _JOB_NAME.sub("-", run_name(run_uri))[:100]
+    def job_name(job: RankJob, run_uri: str) -> str:
+        """``dlrmflow-<job>-<run>[-<tag>]``, e.g. dlrmflow-train-r1, dlrmflow-evaluate-r1."""
+        return "dlrmflow-" + _JOB_NAME.sub("-", job.label(run_uri))[:100]
 
-    def directives(self, run_uri: str) -> list[str]:
+    def directives(self, job: RankJob, run_uri: str) -> list[str]:
         """The #SBATCH lines."""
         s = self.settings
-        lines = [f"--job-name={self.job_name(run_uri)}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
+        lines = [f"--job-name={self.job_name(job, run_uri)}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
         if s.gpus_per_node:
             lines.append(f"--gpus-per-node={s.gpus_per_node}")
         if s.cpus_per_task:
@@ -85,7 +86,7 @@ class SlurmLauncher(Launcher):
                                              ("time", s.time_limit)) if v]
         if s.exclusive:
             lines.append("--exclusive")
-        lines.append(f"--output={self.output_pattern(run_uri)}")
+        lines.append(f"--output={self.output_pattern(job, run_uri)}")
         lines += s.sbatch_options
         return [f"#SBATCH {sbatch_quote(line)}" for line in lines]
 
@@ -98,26 +99,26 @@ class SlurmLauncher(Launcher):
                 opts.append(f"--container-mounts={','.join(s.container_mounts)}")
         return opts
 
-    def node_command(self, run_uri: str, resume: bool) -> str:
+    def node_command(self, job: RankJob, run_uri: str) -> str:
         s = self.settings
-        return node_command(run_uri, python=s.python, nproc=self.settings.ranks_per_node, nnodes=s.nodes, resume=resume,
-                            run_id=run_name(run_uri), is_host="$(( SLURM_NODEID == 0 ))",
-                            rdzv_timeout_s=s.rdzv_timeout_s)
+        return node_command(job, run_uri, python=s.python, nproc=s.ranks_per_node, nnodes=s.nodes,
+                            is_host="$(( SLURM_NODEID == 0 ))", rdzv_timeout_s=s.rdzv_timeout_s)
 
-    def render(self, run_uri: str, *, resume: bool = False, env: dict[str, str] | None = None) -> str:
-        """The batch script of this run."""
+    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None) -> str:
+        """The batch script of ``job`` on this run."""
         s = self.settings
         path = infra_dir() / "slurm" / "train.sbatch"
         exports = [f"export {k}={shlex.quote(v)}" for k, v in self.environment(env).items()]
         values = {
-            "sbatch_directives": "\n".join(self.directives(run_uri)),
+            "job": job.name,
+            "sbatch_directives": "\n".join(self.directives(job, run_uri)),
             "setup": "\n".join(s.setup) or ":",
             "rccl_profiles": ", ".join(s.rccl_profiles) or "none",
             "env_exports": "\n".join(exports) or ":",
             "rdzv_port": s.rdzv_port,
-            "nproc_per_node": self.settings.ranks_per_node,
+            "nproc_per_node": s.ranks_per_node,
             "run_uri": shlex.quote(run_uri),
-            "node_command": shlex.quote(self.node_command(run_uri, resume)),
+            "node_command": shlex.quote(self.node_command(job, run_uri)),
             "srun_options": " ".join(shlex.quote(o) for o in self.srun_options()),
         }
         return render(path.read_text(), values, str(path))
@@ -125,12 +126,11 @@ class SlurmLauncher(Launcher):
     def submit_command(self, script: Path) -> list[str]:
         return [self.settings.sbatch, "--wait", "--parsable", str(script)]
 
-    def start(self, run: "RunDir", *, nproc: int | None, resume: bool, env: dict[str, str] | None,
-              on_line: OnLine) -> int:
+    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine) -> int:
         emit, run_uri = on_line, run.uri
-        script, log_pattern = self.paths(run_uri)
+        script, log_pattern = self.paths(job, run_uri)
         script.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(script, self.render(run_uri, resume=resume, env=env))
+        write_atomic(script, self.render(job, run_uri, env=env))
         cmd = self.submit_command(script)
         emit(f"dlrmflow: submitting {script}: {shlex.join(cmd)}")
         try:
