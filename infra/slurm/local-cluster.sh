@@ -54,7 +54,9 @@ SlurmdLogFile=$DIR/log/slurmd-%n.log
 SlurmdTimeout=30
 KillWait=5
 InactiveLimit=0
-MinJobAge=60
+# sbatch --wait polls every 2 s only while that is under MinJobAge/2 (else 8 s, then 32 s): a finished job is
+# seen within 2 s here, its record kept 4 s
+MinJobAge=4
 EOF
     local port=$((CTLD_PORT + 1))
     for n in "${NODES[@]}"; do
@@ -95,7 +97,8 @@ start() {
 
 stop() {
     export SLURM_CONF=$CONF
-    [ -f "$CONF" ] && scancel --quiet --partition local 2>/dev/null || true
+    # scancel waits for a controller: only when ours runs
+    if pgrep -f "slurmctld -f $CONF" >/dev/null; then scancel --quiet --partition local 2>/dev/null || true; fi
     for f in "$DIR"/slurmd-*.pid "$DIR"/slurmctld.pid; do
         [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
     done

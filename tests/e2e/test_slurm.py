@@ -20,7 +20,7 @@ from training.rundir import RunDir
 TWO_NODES = ["--launcher", "slurm", "--launcher.nodes", "2", "--launcher.nproc-per-node", "1",
              "--launcher.gpus-per-node", "0", "--launcher.cpus-per-task", "1", "--launcher.no-exclusive",
              "--launcher.partition", "local", "--launcher.python", sys.executable]
-STEPS = 60   # 2,048 rows, 2 ranks x 32 rows a step: 32 steps an epoch
+STEPS = 160   # 2,048 rows, 2 ranks x 32 rows a step: 32 steps an epoch; ~10 s of training, interrupted after 10
 
 
 def _ranks() -> list[int]:
@@ -50,7 +50,7 @@ def test_two_node_run_interrupted_is_cancelled_then_resumes(slurm_cluster, small
     args = [sys.executable, "-m", "flows.cli", "train", "--run", str(run), *TWO_NODES,
             "--launcher.work-dir", str(tmp_path / "slurm")]
     proc = subprocess.Popen([*args, "--dataset", str(small_dataset), "--max-steps", str(STEPS),
-                             "--set", "data.batch_size=32", "--set", "epochs=2", "--set", "eval_every=10",
+                             "--set", "data.batch_size=32", "--set", "epochs=5", "--set", "eval_every=10",
                              "--set", "log_every=10"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from helpers.kube_schema import KUBERNETES_VERSION, check_object
-from training.launchers import build_launcher, read_env_file
+from training.launchers import build_launcher, read_env_file, train_job
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -164,7 +164,7 @@ def _k8s_docs() -> dict[str, list[dict]]:
     docs = {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in K8S.glob("*.yaml")
             if p.name != "train-job.yaml"}  # the template: checked rendered, below
     launcher = build_launcher({"kind": "kubernetes", "nodes": 2})
-    docs["train-job.yaml (rendered)"] = list(yaml.safe_load_all(launcher.render("s3://b/runs/r1")))
+    docs["train-job.yaml (rendered)"] = list(yaml.safe_load_all(launcher.render(train_job(), "s3://b/runs/r1")))
     return docs
 
 
@@ -231,9 +231,9 @@ def test_one_rccl_profile_is_the_only_source_of_rccl_settings():
     for path in [*K8S.iterdir(), *SLURM.iterdir(), *DOCKER.iterdir()]:
         text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not RCCL_VAR.search(text), f"{path}: RCCL/NCCL variables belong in infra/rccl/*.env"
-    rendered = build_launcher({"kind": "slurm"}).render("s3://b/runs/r1")
+    rendered = build_launcher({"kind": "slurm"}).render(train_job(), "s3://b/runs/r1")
     assert all(f"export {k}={v}\n" in rendered for k, v in profile.items())
-    cm = next(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render("s3://b/runs/r1")))
+    cm = next(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render(train_job(), "s3://b/runs/r1")))
     assert cm["kind"] == "ConfigMap" and cm["data"] == profile
 
 
@@ -250,7 +250,7 @@ def test_no_credentials_outside_the_dev_compose_file():
 def test_slurm_script_template_renders_to_valid_bash(tmp_path):
     import subprocess
 
-    script = build_launcher({"kind": "slurm", "nodes": 2}).render("s3://b/runs/r 1", resume=True)
+    script = build_launcher({"kind": "slurm", "nodes": 2}).render(train_job(resume=True), "s3://b/runs/r 1")
     (tmp_path / "s.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "s.sh")]).returncode == 0
     assert re.search(r"^srun .*bash -c \"\$node_command\"$", script, re.M)
