@@ -249,16 +249,18 @@ def record_skipped(model: str, date: str, reason: str, owner: str | None = None,
 
 
 def record_data_failed(model: str, date: str, window: list[str], data_checks: dict, reason: str,
-                       owner: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+                       owner: str | None = None, say: Callable[[str], None] | None = None,
+                       dataset: str | None = None) -> dict:
     """Append a ``data_failed`` line for the night ``date`` whose data checks (``data_checks``: ``datacheck.summary``)
-    failed before training, under the model's lock; a re-run that fails the same way appends nothing. Returns the
-    line."""
+    failed before training, under the model's lock, with the ``dataset`` it preprocessed (``nightly.gc`` removes it
+    with the nights before the model's last ``keep_nights``); a re-run that fails the same way appends nothing.
+    Returns the line."""
     with promotion_lock(model, owner, say=say) as lock:
         lines = history(model)
         last = next((e for e in reversed(lines) if e.get("date") == date), None)
         if last is not None and last.get("decision") == DATA_FAILED and last.get("reason") == reason:
             return last
-        entry = {"date": date, "window": window, "run": None, "challenger": None, "champion": None,
+        entry = {"date": date, "window": window, "run": None, "dataset": dataset, "challenger": None, "champion": None,
                  "champion_run": None, "data_checks": data_checks, "decision": DATA_FAILED, "reason": reason,
                  "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         _append(model, lines, entry, lock)
