@@ -19,15 +19,16 @@ Injected (night numbers for 30 nights; a shorter ``--nights`` run keeps those th
   promotion write (``$DLRMFLOW_CRASH_AFTER``, nightly.registry's hook: bundle from night 2 on short, champion from
   night 8 on long, history from night 15 on short, prune from night 22 on long; re-armed each night until it
   fires in a promotion). Each killed night is run again; the re-run must end as a night does;
-- an outage of short on night 10, then on night 11 short's backfill of night 10 and its nightly run of night 11 at
-  once (two processes sharing the parsed parts of the days both windows read, the promotion lock and the store
-  lease).
+- an outage on night 10 (nothing runs), then on night 11 short's backfill of night 10 and its nightly run of night
+  11 at once (two processes whose windows share the days of nights 8 to 10, the last of them parsed by neither yet:
+  they share its parse, the promotion lock and the store lease), then long's backfill of night 10 and its night 11.
 
 After each night: the store's size (bytes of its files, by top-level folder), each model's history and champion
 (its bundle verified against its manifest and the run, and scored on the night's raw rows). A thread records
 every parse stored under ``_files/`` (a new ``parsed.json``). At the end, the claims (the script exits 1 when one
 fails): no faulty night promoted and no champion trained on a faulty day; each fault named in its night's log
-and history line; one history line per night per model; every champion a complete, manifest-verified bundle
+and history line, each kill in its re-run's log (a killed process writes no history: its re-run's line is the
+uninterrupted night's); one history line per night per model; every champion a complete, manifest-verified bundle
 that scores; each day parsed once for both models; the store's size flat after the retention window fills.
 Prints the tables for benchmarks/RESULTS.md, writes ``results.json`` and ``store-size.png`` in the work folder.
 
@@ -60,7 +61,7 @@ LEAD = max(MODELS.values())        # days before the first night
 FAULTS = {6: "labels_zero", 13: "cut_mid_line", 20: "few_rows", 27: "overflow"}
 KILLS = {3: ("long", "preprocess"), 4: ("short", "train")}
 CRASHES = {2: ("short", "bundle"), 8: ("long", "champion"), 15: ("short", "history"), 22: ("long", "prune")}
-OUTAGE = 10                        # short does not run that night; the next night backfills it during its own
+OUTAGE = 10                        # nothing runs that night; the next night backfills it (short: during its own)
 OVERFLOW_FEATURE, OVERFLOW_VALUE = "I10", 70000
 FAULT_NAMES = {   # what the night's history line and log must say: {date} the day, {path} its file
     "labels_zero": ["day {date}: label_rate 0 outside", "day {date}: min_positives 0 <"],
@@ -69,6 +70,11 @@ FAULT_NAMES = {   # what the night's history line and log must say: {date} the d
     "overflow": ["{path}", repr(OVERFLOW_FEATURE), str(OVERFLOW_VALUE), "65504"],
 }
 PROMOTING = ("first", "promoted")
+KILL_NAMES = {   # what the re-run of a killed night logs about what the kill left
+    "preprocess": "took over the preprocessing lease",
+    "train": "resuming training from the checkpoint at step",
+    "promotion": "took over the promotion lock",
+}
 
 
 def night_date(n: int) -> dt.date:
@@ -382,18 +388,17 @@ def main() -> int:
             if n in CRASHES:
                 model, write = CRASHES[n]
                 armed[model] = (write, n)
+            if n == OUTAGE:
+                print(f"night {n} {day}: nothing runs (an outage)", flush=True)
+            if n == OUTAGE + 1:   # short's backfill of the missed night and its nightly run at once, then long's
+                back = night_date(OUTAGE)
+                a1, p1 = m.start("short", back, "backfill")
+                a2, p2 = m.start("short", day, "nightly")
+                done = [m.finish(a1, p1), m.finish(a2, p2), m.run("long", back, "backfill")]
+                for a in done:
+                    print(f"night {n} {day}: {a.model} {a.role} {a.date}: rc {a.rc} in {a.wall:.0f} s", flush=True)
             for model in MODELS:
-                if model == "short" and n == OUTAGE:
-                    print(f"night {n} {day}: short not run (outage)", flush=True)
-                    continue
-                if model == "short" and n == OUTAGE + 1:   # the backfill of the missed night, during this night's run
-                    back = night_date(OUTAGE)
-                    a1, p1 = m.start("short", back, "backfill")
-                    time.sleep(2)
-                    a2, p2 = m.start("short", day, "nightly")
-                    done = [m.finish(a2, p2), m.finish(a1, p1)]
-                    for a in done:
-                        print(f"night {n} {day}: {a.model} {a.role} {a.date}: rc {a.rc} in {a.wall:.0f} s", flush=True)
+                if n == OUTAGE or (n == OUTAGE + 1 and model == "short"):
                     continue
                 kill = KILLS[n][1] if KILLS.get(n, (None,))[0] == model else None
                 crash = armed[model][0] if model in armed else None
@@ -477,13 +482,17 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
     claims.append(("every champion verified and scored", bool(m.champions) and not bad,
                    f"{len(m.champions)} champions checked" + (f"; failing: {bad}" if bad else "")))
 
-    # the kills: each re-run ended as a night does
+    # the kills: each re-run ended as a night does, and its log names what the killed run left
     for a in m.attempts:
         if a.killed:
             rerun = next((r for r in m.attempts if r.role == "re-run" and r.model == a.model and r.date == a.date
                           and r.start > a.start), None)
-            claims.append((f"killed {a.model} {a.date} at {a.killed.split(' ')[0]}, re-run ok",
-                           rerun is not None and rerun.rc == 0, f"{a.killed}; re-run rc {rerun and rerun.rc}"))
+            said = KILL_NAMES[a.killed.split(" ")[0]]
+            text = Path(rerun.log).read_text(errors="replace") if rerun else ""
+            line = next((x.split(" - ", 1)[-1][:130] for x in text.splitlines() if said in x), None)
+            claims.append((f"killed {a.model} {a.date} at {a.killed.split(' ')[0]}, re-run ok and named",
+                           rerun is not None and rerun.rc == 0 and line is not None,
+                           f"{a.killed}; re-run rc {rerun and rerun.rc}; its log: {line!r}"))
     for write in ("bundle", "champion", "history", "prune"):
         hit = [f for f in fired if f["write"] == write and f.get("final") in PROMOTING]
         wanted = any(w == write and n <= len(m.nights) for n, (_, w) in CRASHES.items())
@@ -496,14 +505,16 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
                                                                  for a in failed) or "none"))
 
     # the overlap
-    back = [a for a in m.attempts if a.role == "backfill"]
+    back = [a for a in m.attempts if a.role == "backfill" and a.model == "short"]
     if back:
         night = next(a for a in m.attempts if a.model == "short" and a.role == "nightly"
                      and a.date == night_date(OUTAGE + 1).isoformat())
         overlap = min(back[0].end, night.end) - max(back[0].start, night.start)
+        waited = [line.split(" - ", 1)[-1].split(", held by")[0] for a in (back[0], night)
+                  for line in Path(a.log).read_text(errors="replace").splitlines() if "waiting for the" in line]
         claims.append(("backfill overlapped the nightly run", overlap > 0 and back[0].rc == 0 and night.rc == 0,
                        f"backfill {back[0].date} {back[0].wall:.0f} s, nightly {night.date} {night.wall:.0f} s, "
-                       f"overlapping {overlap:.0f} s"))
+                       f"overlapping {overlap:.0f} s; waited: {'; '.join(waited) or 'never'}"))
 
     # each day parsed once for both models
     counts = watch.counts()
