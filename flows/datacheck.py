@@ -28,9 +28,11 @@ SHOWN = 5   # failed checks named in the error and the log (all are in the artif
 
 @task(cache_policy=NONE)
 @user_errors
-def check_data(config: PipelineConfig, store: Store, days: Window, preprocessing: PreprocessConfig) -> dict:
-    """Check the window's days (``preprocessing``: the run's config, whose stored parts hold the profiles); returns
-    the night's ``datacheck.summary``, or raises a UserError when a check failed and ``on_data_check`` is fail."""
+def check_data(config: PipelineConfig, store: Store, days: Window, preprocessing: PreprocessConfig,
+               dataset: str | None = None) -> dict:
+    """Check the window's days (``preprocessing``: the run's config, whose stored parts hold the profiles; ``dataset``
+    its dataset, named in a failed night's history line); returns the night's ``datacheck.summary``, or raises a
+    UserError when a check failed and ``on_data_check`` is fail."""
     log = get_run_logger()
     stored = StoredProfiles(preprocessing)
     files: dict[dt.date, list[tuple[str, dict | None]]] = {}
@@ -69,7 +71,7 @@ def check_data(config: PipelineConfig, store: Store, days: Window, preprocessing
         owner = f"flow run {fr.flow_run.name}" if fr and fr.flow_run else None
         model = registry.model_uri(store.uri, config.model)
         registry.record_data_failed(model, days.date.isoformat(), [d.isoformat() for d in days.days], summary,
-                                    reason, owner=owner, say=log.info)
+                                    reason, owner=owner, say=log.info, dataset=dataset)
         artifacts.model_history(model, config.model)
         artifacts.data_drift(model, config.model)
     raise UserError(f"the night {days.date}: {reason}. Fix: correct or replace those days' logs (a missing day is "

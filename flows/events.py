@@ -5,9 +5,11 @@ model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics 
 ``dlrmflow.night.failed`` (date, stage, error), ``dlrmflow.model.promoted`` (the decision's numbers) and
 ``dlrmflow.data.check_failed`` (date, on_data_check, the failed checks; emitted by the data gate, ``flows.datacheck``).
 
-``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it emits ``dlrmflow.night.failed`` and
-sends the message to the notification block ``notify_block`` of the run's config. A hook that fails logs why and
-never changes the run's own state. The pipeline says which stage it is in through ``stage``.
+``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
+model's history (a ``failed`` line naming the stage and the error, ``nightly.registry.record_failed``; the data gate
+records its own), emits ``dlrmflow.night.failed`` and sends the message to the notification block ``notify_block`` of
+the run's config. A hook that fails logs why and never changes the run's own state. The pipeline says which stage
+it is in through ``stage``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from nightly.decision import PROMOTING
+
+HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promotion lock to record the failed night
 
 NIGHT_COMPLETED = "dlrmflow.night.completed"
 NIGHT_FAILED = "dlrmflow.night.failed"
@@ -78,7 +82,8 @@ def message(date: str, model: str | None, stage_name: str, error: str, flow_run_
 
 
 def night_failed(flow, flow_run, state) -> None:
-    """The pipeline's on_failure/on_crashed hook: emit ``dlrmflow.night.failed`` and notify ``notify_block``."""
+    """The pipeline's on_failure/on_crashed hook: record the failed night in the model's history, emit
+    ``dlrmflow.night.failed`` and notify ``notify_block``."""
     from prefect.logging.loggers import flow_run_logger
 
     log = flow_run_logger(flow_run, flow)
@@ -90,6 +95,18 @@ def night_failed(flow, flow_run, state) -> None:
     date = night.get("date") or str((flow_run.parameters or {}).get("date") or "(undated)")
     stage_name = night.get("stage", "setup")
     error = ((state.message or "").strip().splitlines() or [f"the run ended {state.type.value.lower()}"])[0]
+    if model and night.get("date") and stage_name != "data check":   # the data gate recorded its own line
+        try:
+            from common.store import Store
+            from nightly import registry
+
+            uri = registry.model_uri(Store(config.get("store")).uri, model)
+            if registry.record_failed(uri, date, stage_name, error, owner=f"flow run {flow_run.name} (failed)",
+                                      timeout_s=HISTORY_LOCK_S):
+                log.info("model %s: the night %s recorded as failed at %s in %s", model, date, stage_name, uri)
+        except Exception as e:  # noqa: BLE001 - the run's own failure is what counts
+            log.warning("could not record the failed night %s in model %s's history: %s: %s", date, model,
+                        type(e).__name__, e)
     try:
         emit(NIGHT_FAILED, model, {"date": date, "stage": stage_name, "error": error, "state": state.type.value,
                                    "flow_run": str(flow_run.id)})

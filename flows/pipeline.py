@@ -196,7 +196,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     data_checks = None
     if days and config.on_data_check != "off":
         events.stage("data check")
-        data_checks = check_data(config, store, days, preprocess_config, return_state=True).result()
+        data_checks = check_data(config, store, days, preprocess_config, dataset, return_state=True).result()
     run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
     preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})

@@ -6,7 +6,7 @@ Kept (the live set), for every model under ``models/``:
 - its champion's run and dataset (and so its vocabularies); ``models/`` is never touched but for stale ``.tmp-*``
   leftovers: the registry keeps each model's bundles (the champion's and the one before it, ``nightly.registry``);
 - the runs its last ``keep_nights`` decided history lines name (the night's run and the champion it met) and
-  their datasets;
+  their datasets, and the dataset of a night that failed its data checks until it is older than those nights;
 - what a live lease covers: a run under its run lease (a training or an evaluation), a dataset key under its
   preprocessing lease (its dataset, its work folder and the parsed parts the lease records);
 - the parsed parts of every day a model's next window reads, less ``retain_days`` (``parts_cutoff``);
@@ -386,13 +386,15 @@ def _parts(config: GcConfig, store: Store, night: Night | None, work_dir: str | 
 def _named(store: str, keep_nights: int) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
     """(runs kept, datasets kept, runs retired, datasets retired) by the models' records, URI -> why: each
     champion's run and dataset, the runs and datasets the last ``keep_nights`` decided nights name; those that
-    only older nights name."""
+    only older nights name. The dataset of a night that failed its data checks (no run) goes with the decided nights
+    before it."""
     keep_runs, keep_datasets, retired, retired_datasets = {}, {}, {}, {}
     for name in registry.model_names(store):
         model = registry.model_uri(store, name)
         try:
             champion = registry.load_champion(model)
-            lines = [e for e in registry.history(model) if e.get("run")]
+            everything = registry.history(model)
+            lines = [e for e in everything if e.get("run")]
         except UserError as e:
             raise UserError(f"{e} Nothing was removed: what model {name} needs is unknown.") from None
         if champion is not None:
@@ -410,6 +412,13 @@ def _named(store: str, keep_nights: int) -> tuple[dict[str, str], dict[str, str]
                     retired.setdefault(_norm(run), why)
             if line.get("dataset"):   # recorded since gc; older lines: the run's config says
                 retired_datasets.setdefault(_norm(line["dataset"]), why)
+        since = min((e.get("date") or "" for e in lines[-keep_nights:]), default=None)
+        for line in (e for e in everything if not e.get("run") and e.get("dataset")):   # failed its data checks
+            what = f"model {name}'s night {line.get('date')} (failed its data checks)"
+            if since is not None and (line.get("date") or "") < since:
+                retired_datasets.setdefault(_norm(line["dataset"]), f"{what}, before its last {keep_nights} nights")
+            else:
+                keep_datasets.setdefault(_norm(line["dataset"]), what)
     return (keep_runs, keep_datasets, {r: why for r, why in retired.items() if r not in keep_runs},
             {d: why for d, why in retired_datasets.items() if d not in keep_datasets})
 

@@ -1,7 +1,7 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
 (one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, the night's data
 checks, decision; or a night the catchup policy skipped: ``record_skipped``; or one whose data checks failed:
-``record_data_failed``), and ``bundles/`` (the
+``record_data_failed``; or one that failed before its decision: ``record_failed``), and ``bundles/`` (the
 serving bundles of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
@@ -47,7 +47,8 @@ CRASH_AFTER = "DLRMFLOW_CRASH_AFTER"   # the test hook (see the module doc)
 WRITES = ("bundle", "champion", "history", "prune")   # a promotion's writes, in order
 SKIPPED = "skipped"   # the decision of a night a catchup policy skipped (record_skipped)
 DATA_FAILED = "data_failed"   # of a night whose data checks failed before training (record_data_failed)
-UNDECIDED = (SKIPPED, DATA_FAILED)   # lines of nights that trained nothing
+FAILED = "failed"   # of a night that failed before its decision, e.g. in preprocessing or training (record_failed)
+UNDECIDED = (SKIPPED, DATA_FAILED, FAILED)   # lines of nights that decided nothing
 
 
 class Champion(BaseModel):
@@ -270,24 +271,46 @@ def record_skipped(model: str, date: str, reason: str, owner: str | None = None,
 
 
 def record_data_failed(model: str, date: str, window: list[str], data_checks: dict, reason: str,
-                       owner: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+                       owner: str | None = None, say: Callable[[str], None] | None = None,
+                       dataset: str | None = None) -> dict:
     """Append a ``data_failed`` line for the night ``date`` whose data checks (``data_checks``: ``datacheck.summary``)
-    failed before training, under the model's lock; a re-run that fails the same way appends nothing. Returns the
-    line."""
+    failed before training, under the model's lock, with the ``dataset`` it preprocessed (``nightly.gc`` removes it
+    with the nights before the model's last ``keep_nights``); a re-run that fails the same way appends nothing.
+    Returns the line."""
     with promotion_lock(model, owner, say=say) as lock:
         lines = history(model)
         last = next((e for e in reversed(lines) if e.get("date") == date), None)
         if last is not None and last.get("decision") == DATA_FAILED and last.get("reason") == reason:
             return last
-        entry = {"date": date, "window": window, "run": None, "challenger": None, "champion": None,
+        entry = {"date": date, "window": window, "run": None, "dataset": dataset, "challenger": None, "champion": None,
                  "champion_run": None, "data_checks": data_checks, "decision": DATA_FAILED, "reason": reason,
                  "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         _append(model, lines, entry, lock)
     return entry
 
 
+def record_failed(model: str, date: str, stage: str, error: str, owner: str | None = None,
+                  timeout_s: float = LOCK_TIMEOUT_S, say: Callable[[str], None] | None = None) -> dict | None:
+    """Append a ``failed`` line for the night ``date`` that failed at ``stage`` (e.g. preprocess, train) before its
+    decision, ``error`` its message, under the model's lock; returns it. Nothing is appended (None) when the
+    night's last line is a decision (a later stage's failure undoes none) or this same failure (a re-run that
+    fails the same way)."""
+    reason = f"failed at {stage}: {error}"
+    with promotion_lock(model, owner, timeout_s=timeout_s, say=say) as lock:
+        lines = history(model)
+        last = next((e for e in reversed(lines) if e.get("date") == date), None)
+        if last is not None and (last.get("decision") not in UNDECIDED or
+                                 (last.get("decision"), last.get("reason")) == (FAILED, reason)):
+            return None
+        entry = {"date": date, "window": [], "run": None, "challenger": None, "champion": None,
+                 "champion_run": None, "stage": stage, "decision": FAILED, "reason": reason,
+                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        _append(model, lines, entry, lock)
+    return entry
+
+
 def decided_dates(model: str) -> list[str]:
-    """The dates (ISO) of the nights the model decided (promoted, first or kept; not skipped, nor failed on data)."""
+    """The dates (ISO) of the nights the model decided (promoted, first or kept; not skipped, nor failed)."""
     return [e["date"] for e in history(model) if e.get("decision") not in UNDECIDED and e.get("date")]
 
 

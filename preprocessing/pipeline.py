@@ -60,10 +60,10 @@ class Preprocessing:
         files = range(len(job.inputs))
         job.work.create()
         say(f"preprocessing {len(files)} input files -> {job.dataset}")
-        metas = executor.map("parse", partial(stages.parse_file, job), files)
+        metas = executor.map("parse", partial(stages.parse_file, job, say=say), files)
         placement = stages.place(job, metas)
         say(f"parsed {placement.total_rows} rows")
-        executor.map("count", partial(stages.count_file, job, placement), files, placement.total_rows)
+        executor.map("count", partial(stages.count_file, job, placement, say=say), files, placement.total_rows)
         cards = executor.call("build_vocabulary", partial(build_vocab, job, placement))
         say(f"vocabularies built: {len(cards)} categorical features, {sum(cards.values())} embedding rows in all")
         stats = executor.map("encode", partial(stages.encode_file, job, placement, cards), files,

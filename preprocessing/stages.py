@@ -55,14 +55,26 @@ class Placement:
     starts: tuple[int, ...]
 
 
-def parse_file(job: Job, i: int, progress=None) -> dict:
+def parse_file(job: Job, i: int, progress=None, say=None) -> dict:
     """The parse stage: parse once; writes the file's ``parsed`` folder (one IPC file per block, atomically), its
     counts (``_may_count_in_parse``), its ``profile.json``, then its ``parsed.json``; returns the latter (rows, bad
-    rows, split names)."""
+    rows, split names). Under the file's parse lease: a job of another dataset key parsing the same file meanwhile
+    is waited for (``say`` tells), and its parse is used."""
     parts, mirror = job.parts[i], job.mirror
     if mirror.complete(parts.parse_meta):
         return json.loads(mirror.read_text(parts.parse_meta))
     parts.create(job.file_entry(i))
+    held = parts.parse_lease(job.inputs[i].uri, say=say)
+    try:
+        if mirror.complete(parts.parse_meta):   # parsed by the job we waited for
+            return json.loads(mirror.read_text(parts.parse_meta))
+        return _parse(job, i, progress)
+    finally:
+        held.release()
+
+
+def _parse(job: Job, i: int, progress=None) -> dict:
+    parts, mirror = job.parts[i], job.mirror
     t, uri = job.transforms, job.inputs[i].uri
     bad = BadRows(uri, job.config.on_bad_row)
     rows, names = 0, set()
@@ -279,11 +291,24 @@ def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int
     return splits.assign(job.rule, offset, len(df), placement.total_rows)
 
 
-def count_file(job: Job, placement: Placement, i: int, progress=None) -> None:
-    """The count stage: value counts over the counted split(s); writes ``counts_path``."""
+def count_file(job: Job, placement: Placement, i: int, progress=None, say=None) -> None:
+    """The count stage: value counts over the counted split(s); writes ``counts_path`` (the file's all-rows counts
+    under its parse lease, as ``parse_file``)."""
     target = counts_path(job, placement, i)
     if target is None or job.mirror.complete(target):
         return
+    if target != job.parts[i].counts:   # this job's own counts (in its work folder)
+        _count(job, placement, i, target, progress)
+        return
+    held = job.parts[i].parse_lease(job.inputs[i].uri, say=say)
+    try:
+        if not job.mirror.complete(target):   # else counted by the job we waited for
+            _count(job, placement, i, target, progress)
+    finally:
+        held.release()
+
+
+def _count(job: Job, placement: Placement, i: int, target: Path, progress=None) -> None:
     features = job.transforms.vocab_features
     counter = vocab.Counter(features)
     train = placement.split_names.index("train") if counted(job, placement, i) == "some" else None

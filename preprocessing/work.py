@@ -9,7 +9,11 @@
   the dataset is written;
 - the preprocessing lease of a dataset key, ``_work/<dataset key>.lease`` in the store (``take_dataset_lease``):
   one job per key at a time, the second waits, then finds the finished dataset; it records the file parts the
-  job uses, which a removal of parts (under the store lease) leaves alone.
+  job uses, which a removal of parts (under the store lease) leaves alone;
+- the parse lease of one input file's parts, ``_files/<key>/parse.lease`` in the store (``FileParts.parse_lease``):
+  jobs of different dataset keys (two windows, two models) that need the same file parsed or counted at once
+  take turns, so the second finds the first's parts instead of parsing the file again and replacing the folders
+  the first is reading.
 
 Both live under a ``Mirror``: for a local store, the store itself (or ``work_dir``); for a remote store
 (s3://...), the store, so that workers on other machines share them, each worker reading and writing them
@@ -111,6 +115,10 @@ class Mirror:
             return local.read_text()
         fs, path, _ = self._remote(local)
         return fs.cat_file(path).decode()
+
+    def uri(self, local: Path) -> str:
+        """The URI in the store of the local path ``local`` (itself for a local store)."""
+        return str(local) if self.store is None else join_uri(self.store, local.relative_to(self.cache).as_posix())
 
     def write_text(self, local: Path, text: str) -> None:
         """Write a file part (atomically) and push it."""
@@ -220,6 +228,7 @@ _ENTRY = "entry.json"   # the input file's identity (uri, size, version) and the
 _REMOVED = ".removed"   # suffix of a parts entry's or a work folder's name while it is deleted
 _PARSE_META = "parsed.json"
 _PROFILE = "profile.json"
+_PARSE_LEASE = "parse.lease"   # in the entry's folder: held while a job parses or counts the file
 
 
 @dataclass(frozen=True)
@@ -239,6 +248,13 @@ class FileParts:
         """Make the folder and record the file's identity (once)."""
         if not self.mirror.complete(self.root / _ENTRY):
             self.mirror.write_text(self.root / _ENTRY, json.dumps(identity, sort_keys=True))
+
+    def parse_lease(self, uri: str, owner: str | None = None, say: Callable[[str], None] | None = None,
+                    stale_s: float = DATASET_LEASE_STALE_S, wait_s: float = DATASET_LEASE_WAIT_S) -> Lease:
+        """Take the parse lease of these parts (of input file ``uri``; renewed by a heartbeat), waiting while
+        another job holds it: one job at a time writes them. Release it with ``Lease.release()``."""
+        return acquire(self.mirror.uri(self.root / _PARSE_LEASE), owner, "parse lease", f"input file {uri}", wait_s,
+                       stale_s, say=say, heartbeat_s=stale_s / 5)
 
     @property
     def parsed(self) -> Path:

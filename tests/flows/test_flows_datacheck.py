@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -51,8 +52,8 @@ def _night(logs, tmp_path, mode: str = "fail"):
                             preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, on_data_check=mode)
     store = Store(config.store)
     preprocessing, window = checked_preprocess_config(config, store, DATE)
-    run(preprocessing)
-    return lambda: task_module.check_data.fn(config, store, window, preprocessing)
+    dataset = run(preprocessing)
+    return lambda: task_module.check_data.fn(config, store, window, preprocessing, dataset)
 
 
 def test_normal_days_pass_and_every_check_is_shown(days, tmp_path, said):
@@ -84,6 +85,7 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
         ("dlrmflow.data.check_failed", "ctr", 2, "fail")
     [line] = registry.history(registry.model_uri(str(tmp_path / "store"), "ctr"))
     assert line["decision"] == registry.DATA_FAILED and line["date"] == DATE.isoformat()
+    assert (Path(line["dataset"]) / "_SUCCESS").is_file()   # named, so that gc removes it with its night
     assert [c["check"] for c in line["data_checks"]["failed"]] == ["label_rate", "min_positives"]
     assert line["reason"] in message and said["history"]
 

@@ -1,6 +1,7 @@
 """Someone is told (issue 19, section 8) on the session's Prefect test harness: a failed night notifies a real
-webhook notification block (a local HTTP server) and emits ``dlrmflow.night.failed``; a night that ``catchup:
-latest`` skips records itself and emits ``dlrmflow.night.completed``; a promotion emits ``dlrmflow.model.promoted``.
+webhook notification block (a local HTTP server), emits ``dlrmflow.night.failed`` and records a ``failed`` line in
+the model's history; a night that ``catchup: latest`` skips records itself and emits ``dlrmflow.night.completed``; a
+promotion emits ``dlrmflow.model.promoted``.
 The events are read back from the harness's API (``/events/filter``)."""
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def test_a_failed_night_notifies_the_webhook_block_and_emits_an_event(prefect_ha
     [event] = _events(events.NIGHT_FAILED, "told")
     assert event.payload["date"] == DAY and event.payload["stage"] == "setup" and event.payload["error"] == error
     assert event.resource.id == "dlrmflow.model.told"
+    # and the model's history says so (benchmarks/month.py: nights failed in preprocessing left no line)
+    [line] = registry.history(registry.model_uri(str(tmp_path / "store"), "told"))
+    assert (line["date"], line["decision"], line["stage"], line["reason"]) == (DAY, "failed", "setup",
+                                                                               f"failed at setup: {error}")
 
 
 def test_a_failing_notification_does_not_mask_the_failure(prefect_harness, tmp_path):

@@ -88,6 +88,28 @@ def test_gc_keeps_the_champion_and_the_last_nights_and_removes_the_rest(tmp_path
     assert again.removals == [] and again.table() == f"gc of {root}: nothing to remove"
 
 
+def test_the_dataset_of_a_night_that_failed_its_data_checks_goes_with_the_nights_before_it(tmp_path):
+    """The simulated month (benchmarks/month.py): such datasets (no run uses them) stayed keep_nights days of wall
+    clock; now they go with the model's decided nights: kept while the night is among the last keep_nights."""
+    root = str(tmp_path / "store")
+    model = registry.model_uri(root, "ctr")
+    failed = {}
+    for i in range(1, 8):
+        day = f"2026-11-0{i}"
+        d = stores.dataset(root, f"ctr-d{i}")
+        if i in (3, 7):   # the data gate failed these nights (with their datasets written)
+            failed[i] = registry.record_data_failed(model, day, [day], {"failed": []}, "1 data check(s) failed",
+                                                    dataset=d)
+        else:
+            stores.night(root, "ctr", day, stores.run(root, f"ctr-{day}", d), d, auc=0.7 if i == 1 else 0.6)
+    report = gc.collect(GcConfig(store=root, keep_nights=2))
+    why = {posixpath.basename(r.uri): r.reason for r in report.removals}
+    assert why["ctr-d3"] == "model ctr's night 2026-11-03 (failed its data checks), before its last 2 nights"
+    assert set(why) == {"ctr-2026-11-02", "ctr-2026-11-04", "ctr-d2", "ctr-d3", "ctr-d4"}
+    assert _names(tmp_path / "store", "datasets") == {"ctr-d1", "ctr-d5", "ctr-d6", "ctr-d7"}   # d1: the champion's
+    assert failed[7]["dataset"].endswith("ctr-d7")
+
+
 def test_a_dry_run_removes_nothing_and_lists_what_a_gc_removes(tmp_path):
     root = tmp_path / "store"
     _store(str(root))

@@ -145,6 +145,25 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert read(model, models.LOCK_FILE) is None  # released
 
 
+def test_a_night_that_failed_before_its_decision_is_recorded_once_and_is_no_decision(tmp_path):
+    """The simulated month (benchmarks/month.py): a day cut mid-line failed its nights in preprocessing and left no
+    history line."""
+    model = str(tmp_path / "models" / "ctr")
+    error = "/logs/2026-11-02/part-00000.tsv: line 2401: has 23 fields, expected 40. Fix: ..."
+    line = models.record_failed(model, "2026-11-02", "preprocess", error)
+    assert (line["date"], line["decision"], line["stage"], line["run"]) == ("2026-11-02", "failed", "preprocess", None)
+    assert line["reason"] == f"failed at preprocess: {error}"
+    assert models.record_failed(model, "2026-11-02", "preprocess", error) is None   # a re-run failing the same way
+    later = models.record_failed(model, "2026-11-02", "train", "training stopped")   # failing otherwise: recorded
+    assert models.history(model) == [line, later]
+    assert models.decided_dates(model) == [] and models.load_champion(model) is None
+    assert models.windows_in_use(str(tmp_path)) == {}
+    decided = models.record(model, candidate("r1", "2026-11-03", 0.70))
+    assert models.record_failed(model, "2026-11-03", "gc", "after the decision") is None   # a decision stands
+    assert models.history(model) == [line, later, decided] and models.decided_dates(model) == ["2026-11-03"]
+    assert read(model, models.LOCK_FILE) is None
+
+
 def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
     model = str(tmp_path / "models" / "ctr")
     entry = models.record(model, candidate("r1", "2026-11-01", math.nan))

@@ -1,19 +1,22 @@
 """The preprocessing lease of a dataset key (issue 19, section 3): two processes preprocessing one key at once ->
 one does the work, the other waits (one line saying for what) and reuses it, the bytes equal a single run's; a
-crashed job's lease is taken over; prune leaves the parts a running job's lease records."""
+crashed job's lease is taken over; prune leaves the parts a running job's lease records. The parse lease of a
+file: two windows (two keys) that share files parse each of them once, at once."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from common import lease
-from preprocessing import PreprocessConfig, run
+from preprocessing import Preprocessing, PreprocessConfig, run, stages
 from preprocessing.job import Job
 from preprocessing.work import dataset_lease_uri, file_parts, prune_file_parts, release_dataset_lease, \
     take_dataset_lease
@@ -117,3 +120,47 @@ def test_prune_keeps_the_parts_a_running_job_uses(days, tmp_path):
     assert file_parts(str(store)) == sorted(kept)
     assert len([s for s in said if "a running preprocessing job uses them" in s]) == 2
     assert not (store / "_store.lease").exists()
+
+
+def test_two_windows_sharing_files_at_once_parse_each_file_once(days, tmp_path, monkeypatch):
+    """The simulated month (benchmarks/month.py): a backfill and a nightly run of one model started together
+    (two windows, two dataset keys) both parsed their shared days, and one failed reading counts the other had
+    just replaced. Now the second waits for the first's parse of a shared file, and uses it."""
+    def config(first: int, out: Path) -> PreprocessConfig:
+        inputs = [f"train={days[first]}", f"val={days[first + 1]}", f"test={days[first + 2]}"]
+        return PreprocessConfig(inputs=inputs, out=str(out), frequency_threshold=2, progress=False, workers=2)
+
+    store, shared = tmp_path / "store", str(days[1])
+    parsed, seen_waiting, said = [], threading.Event(), []
+    parse = stages._parse
+
+    def held_back(job, i, progress=None):   # the shared file's parse lasts until the other job waits for it
+        parsed.append(job.inputs[i].uri)
+        if job.inputs[i].uri == shared:
+            seen_waiting.wait(60)
+        return parse(job, i, progress)
+
+    def say(message: str) -> None:
+        said.append(message)
+        if message.startswith(f"waiting for the parse lease of input file {shared}, held by "):
+            seen_waiting.set()
+
+    monkeypatch.setattr(stages, "_parse", held_back)
+    out, errors = {}, []
+
+    def job(first: int) -> None:
+        try:
+            out[first] = Preprocessing(config(first, store)).run(say=say)
+        except Exception as e:  # noqa: BLE001  (the test reports it)
+            errors.append(e)
+
+    threads = [threading.Thread(target=job, args=(first,)) for first in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and seen_waiting.is_set(), (errors, said)
+    assert Counter(parsed) == Counter(str(d) for d in days)   # every file once, the shared ones too
+    for first in (0, 1):
+        assert_same_files(Path(run(config(first, tmp_path / f"single{first}"))), Path(out[first]))
+    assert not list(store.glob("_files/*/parse.lease"))
