@@ -171,8 +171,8 @@ def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
 
 
 def _expired(info: dict) -> bool:
-    """Past its expiry, or held by a process of this host that no longer exists (a killed run: taken over at
-    once rather than after ``stale_s``; a reused pid only makes it wait for the expiry)."""
+    """Past its expiry, or held by a process of this host that no longer exists or has exited unreaped (a killed
+    run: taken over at once rather than after ``stale_s``; a reused pid only makes it wait for the expiry)."""
     if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
         return True
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int) or info["pid"] == os.getpid():
@@ -183,7 +183,16 @@ def _expired(info: dict) -> bool:
         return True
     except OSError:   # exists, owned by another user
         pass
-    return False
+    return _zombie(info["pid"])
+
+
+def _zombie(pid: int) -> bool:
+    """Linux: the process has exited and waits for its parent to reap it (it holds nothing any more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _describe(info: dict) -> str:

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import fsspec
 import pytest
 
 from common import lease
 from helpers.paths import REPO
+from helpers.processes import until
 
 
 def test_a_heartbeat_keeps_a_lease_past_stale_s(tmp_path):
@@ -58,6 +60,15 @@ def test_a_killed_local_process_lease_is_taken_over_at_once(tmp_path):
     with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30, say=said.append) as held:
         held.check()
     assert any("took over" in s and "killed" in s for s in said)
+    # the same while the dead holder is a zombie its parent has not reaped yet (a killed Dask worker of a test)
+    uri = str(tmp_path / "zombie.lease")
+    code = code.replace(repr(str(tmp_path / "job.lease")), repr(uri))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    until(lambda: Path(uri).exists() and Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+          30, "the holder to exit")
+    with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30):
+        pass
+    proc.wait()
 
 
 def test_wait_released_says_what_for_and_returns_when_free(tmp_path):

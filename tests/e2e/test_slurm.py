@@ -23,12 +23,13 @@ TWO_NODES = ["--launcher", "slurm", "--launcher.nodes", "2", "--launcher.nproc-p
 STEPS = 160   # 2,048 rows, 2 ranks x 32 rows a step: 32 steps an epoch; ~10 s of training, interrupted after 10
 
 
-def _ranks() -> list[int]:
-    """The pids of live rank processes (training.distributed.name_process)."""
+def _ranks(run: Path) -> list[int]:
+    """The pids of live rank processes (training.distributed.name_process) of ``run`` (other tests train too)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().startswith("dlrmflow-rank"):
+            if (Path(f"/proc/{pid}/comm").read_text().startswith("dlrmflow-rank")
+                    and str(run).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")):
                 pids.append(int(pid))
         except OSError:
             pass
@@ -55,7 +56,7 @@ def test_two_node_run_interrupted_is_cancelled_then_resumes(slurm_cluster, small
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         until(lambda: any((run / "checkpoints").glob("*/_COMPLETE")), 180, "a complete checkpoint", proc)
-        assert len(_ranks()) == 2   # one per node
+        assert len(_ranks(run)) == 2   # one per node
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=60)[0]
     finally:
@@ -64,7 +65,7 @@ def test_two_node_run_interrupted_is_cancelled_then_resumes(slurm_cluster, small
     assert proc.returncode != 0, out[-3000:]
     assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (run / "plan.txt").read_text()
     until(lambda: not _jobs(env), 60, "the Slurm job to be cancelled")
-    until(lambda: not _ranks(), 60, "no rank left running")
+    until(lambda: not _ranks(run), 60, "no rank left running")
     done = sorted(int(p.parent.name) for p in (run / "checkpoints").glob("*/_COMPLETE"))
     assert done and done[-1] < STEPS, done
 
@@ -72,4 +73,4 @@ def test_two_node_run_interrupted_is_cancelled_then_resumes(slurm_cluster, small
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert re.search(rf"resumed from step {done[-1]}\b", resumed.stdout + resumed.stderr)
     assert RunDir(str(run)).completion()["latest_step"] == STEPS
-    assert not _jobs(env) and not _ranks()
+    assert not _jobs(env) and not _ranks(run)
