@@ -26,7 +26,7 @@ def _audit(event: str, args) -> None:
 sys.addaudithook(_audit)
 
 
-# Under pytest-xdist (make test: two workers), the tests using one of these session fixtures run on one worker,
+# Under pytest-xdist (make test: three workers), the tests using one of these session fixtures run on one worker,
 # so that it is made once: the first listed that a test uses names its group. The other slow tests run on one
 # worker per module (their module-scoped runs and datasets are made once too); fast tests go one by one.
 SHARED_ON_ONE_WORKER = ("prefect_server", "trained_runs")

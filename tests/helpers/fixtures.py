@@ -4,7 +4,6 @@ start torchrun or a server: a test using one is marked slow (helpers/slow.py).""
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from helpers import fake_cluster
 from helpers.datasets import write_dataset
 from helpers.paths import ADULT, BIN, CRITEO_10K, REPO, need
 from helpers.prefect_api import prefect_server as start_prefect_server
-from helpers.processes import free_port, process_group, python, wait_for_port
+from helpers.processes import free_port, one_rank, process_group, wait_for_port
 from helpers.runs import TrainedRuns
 from helpers.slow import slow_fixture
 
@@ -160,14 +159,11 @@ def criteo_run(criteo, trained_runs):
 
     run = trained_runs(criteo["dataset"], *CRITEO_FAST).path
     evaluation = evaluate_run(str(run), EvaluateConfig(), env=CHILD_ENV, on_line=lambda _: None)
-    code = f"""
-import json
-from training.trainer import Trainer
-p, y = Trainer.from_run({str(run)!r}, {evaluation['step']}).predict("test")
-print(json.dumps({{"p": p.tolist(), "y": y.tolist()}}))
-"""
-    ref = json.loads(python(code).strip().splitlines()[-1])
-    return {"run": run, "evaluation": evaluation, "p": np.array(ref["p"], np.float32), "y": np.array(ref["y"])}
+    from training.trainer import Trainer
+
+    with one_rank():
+        p, y = Trainer.from_run(str(run), evaluation["step"]).predict("test")
+    return {"run": run, "evaluation": evaluation, "p": np.asarray(p, np.float32), "y": np.asarray(y)}
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """Processes of the tests: free loopback ports, waiting for a port or a condition, process groups that always
-stop, and a fresh interpreter."""
+stop, and this process as a one-rank job."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-
-from helpers.paths import REPO
 
 
 def free_port() -> int:
@@ -64,10 +61,22 @@ def until(check, timeout: float, what: str, *procs):
     return value
 
 
-def python(code: str, timeout: float = 120) -> str:
-    """Run ``code`` in a fresh interpreter (its own one-rank process group); returns stdout."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return proc.stdout
+@contextmanager
+def one_rank():
+    """This process as a job of one rank (``training.distributed.init`` without torchrun's variables makes a
+    one-process group): a rank's code (``Trainer.from_run(...)``) runs here, on one thread, instead of a fresh
+    interpreter importing torch and TorchRec again. The group is left, the thread count and the environment
+    restored on exit."""
+    import torch
+
+    from training import distributed
+
+    saved, threads = os.environ.copy(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        distributed.destroy()
+        torch.set_num_threads(threads)
+        os.environ.clear()
+        os.environ.update(saved)

@@ -9,10 +9,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from helpers.paths import REPO
-from helpers.processes import python
+from helpers.processes import one_rank
 from training.config import EvaluateConfig
 from training.evaluate import evaluate_run
 
@@ -47,14 +48,12 @@ def test_cli_one_rank_then_api_two_ranks_agree(two_rank_run):
     assert one["auc"] > 0.6  # the planted signal was learned
 
     # independent check: the metrics of the checkpoint's predictions, computed in this test
-    code = f"""
-import json, numpy as np
-from training.trainer import Trainer
-p, y = Trainer.from_run({str(run)!r}, {best['step']}).predict("test")
-pos, neg = p[y == 1], p[y == 0]
-auc = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
-q = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
-print(json.dumps({{"auc": float(auc), "logloss": float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))}}))
-"""
-    ref = json.loads(python(code).strip().splitlines()[-1])
+    from training.trainer import Trainer
+
+    with one_rank():
+        p, y = Trainer.from_run(str(run), best["step"]).predict("test")
+    pos, neg = p[y == 1], p[y == 0]
+    auc = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
+    q = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
+    ref = {"auc": float(auc), "logloss": float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))}
     assert one["auc"] == pytest.approx(ref["auc"], abs=1e-9) and one["logloss"] == pytest.approx(ref["logloss"], rel=1e-6)

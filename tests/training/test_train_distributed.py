@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers.datasets import CARDS, write_dataset
-from helpers.processes import python
+from helpers.processes import one_rank
 from helpers.runs import checkpoint_tensors, metrics, train
 from training.checkpoint import Checkpointer
 from training.model import initial_rows
@@ -68,13 +68,12 @@ def test_two_ranks_follow_the_one_rank_loss_curve(runs, tmp_path):
 def test_a_two_rank_checkpoint_loads_on_one_rank_with_another_plan(runs):
     ds, _, two, _ = runs
     best = Checkpointer(RunDir(str(two))).pointer("best")
-    out = python(f"""
-import json
-from training.trainer import Trainer
-t = Trainer.from_run({str(two)!r}, "best", overrides={{"sharding.constraints": {constraints(ONE_RANK_PLAN)}}})
-print(json.dumps({{"plan": t.plan_text, "val": t.validate("val")}}))
-""")
-    got = json.loads(out.strip().splitlines()[-1])
+    from training.trainer import Trainer
+
+    with one_rank():
+        plan = json.loads(constraints(ONE_RANK_PLAN))
+        t = Trainer.from_run(str(two), "best", overrides={"sharding.constraints": plan})
+        got = {"plan": t.plan_text, "val": t.validate("val")}
     for table, kind in ONE_RANK_PLAN.items():
         assert any(line.startswith(table) and kind in line for line in got["plan"].splitlines())
     assert got["val"]["rows"] == best["rows"] == 300

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from helpers.paths import HELPERS, REPO
-from helpers.processes import python
+from helpers.processes import one_rank
 from helpers.runs import checkpoint_tensors, metrics, train
 from training.config import InitFrom, TrainConfig
 from training.warmstart import index_map
@@ -64,10 +64,11 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
 
 
 def _old_predictions(run: Path) -> np.ndarray:
-    out = run.parent / f"{run.name}-pred.npy"
-    python(f"import numpy as np; from training.trainer import Trainer\n"
-           f"p, _ = Trainer.from_run({str(run)!r}, 'latest').predict('test'); np.save({str(out)!r}, np.sort(p))")
-    return np.load(out)
+    from training.trainer import Trainer
+
+    with one_rank():
+        p, _ = Trainer.from_run(str(run), "latest").predict("test")
+    return np.sort(p)
 
 
 def test_identical_vocabulary_reproduces_the_old_model_on_any_world_size(days):
