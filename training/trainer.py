@@ -373,10 +373,10 @@ class Trainer(Stateful):
             self._check_finite()
         if validate_due:
             best = self._validate(log)
+        if log:   # before the checkpoint: a run killed once it is complete resumes with these lines
+            log.flush()
         if ckpt and (best is not None or checkpoint_due):
             ckpt.save(self.step, self.state_dict(), best=best)
-        if log:
-            log.flush()
 
     def _validate(self, log: MetricsLog | None) -> dict[str, Any] | None:
         """Validate on the eval split; update best / patience. Returns the metrics when they are a new best."""

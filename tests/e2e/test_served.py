@@ -78,7 +78,8 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
     write_days(SynthConfig(out=str(logs), days=5, start="2026-11-01", rows_per_day=3000, seed=5))
     serve_args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "3", "--model", "demo",
                   "--cron", CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
-                  "--eval-every", "8", "--checkpoint-every", "none"]
+                  "--eval-every", "8", "--checkpoint-every", "none",
+                  "--nproc", "1"]   # every rank job on 1 rank (2 ranks: test_scoring, test_flows_pipeline)
     with server.serve(*serve_args, name="serve-nights") as serve:
         def pipeline_deployment():
             found = {k: v for k, v in server.deployments().items() if k.endswith("-demo")}   # (a shared server)

@@ -1,6 +1,7 @@
 """Multi-valued (list) categoricals on the training side: the loader against a per-row reading of the files
 (both layouts, 2 ranks, padding), sum vs mean pooling against numpy, the planner's pooling factors, the
-bundle's TorchScript model on a KeyedJaggedTensor, and a real 2-process train -> evaluate -> score -> export."""
+bundle's TorchScript model on a KeyedJaggedTensor, and a real 2-process train -> evaluate -> score -> export
+(and resume)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import torch
 import feature_spec as fspec
 from common.errors import UserError
 from helpers.datasets import write_list_dataset
-from helpers.runs import train
+from helpers.runs import checkpoint_tensors, train
+from training.checkpoint import Checkpointer
 from training.config import ArchConfig, ShardingConfig
 from training.data import SplitBinaryDataset, spec_pooling_factors
+from training.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -233,28 +236,6 @@ def test_bad_offsets_are_clear_errors(tmp_path):
         SplitBinaryDataset(str(root), "train")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_resumed_list_run_ends_with_identical_parameters(tmp_path):
-    """Stopped mid-epoch and resumed (a shuffled epoch, mean-pooled variable lists, Adam with warmup): the
-    same final parameters and optimizer state as an uninterrupted run."""
-    from helpers.runs import checkpoint_tensors
-
-    ds = write_list_dataset(tmp_path / "ds", {"train": 1100, "val": 200}, pooling={"hist": "mean"})
-    common = ["--set", "data.batch_size=128", "--set", "eval_every=4", "--set", "epochs=2",
-              "--set", "optimizer.warmup_steps=3", "--set", "optimizer.dense.type=adam",
-              "--set", "optimizer.dense.lr=0.01"]
-    full, parts = tmp_path / "full", tmp_path / "parts"
-    train(ds, full, *common, "--max-steps", "11")
-    train(ds, parts, *common, "--max-steps", "5")
-    proc = train(ds, parts, "--resume", "--max-steps", "11")
-    assert "resumed from step 5 (epoch 0, step 5 of it)" in proc.stdout
-    a, b = checkpoint_tensors(full, 11, tmp_path), checkpoint_tensors(parts, 11, tmp_path)
-    assert a.keys() == b.keys() and any(k.startswith("optim.") for k in a) and any("t_hist" in k for k in a)
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
 FAST = ["--set", "data.batch_size=256", "--set", "data.eval_batch_size=256", "--set", "epochs=2",
         "--set", "eval_every=8", "--set", "log_every=8", "--set", "arch.embedding_dim=8",
         "--set", "arch.bottom_mlp=[16,8]", "--set", "arch.top_mlp=[16,1]"]
@@ -266,7 +247,8 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     """A real 2-process torchrun trains on lists (fixed tags summed, variable hist averaged, hist's table capped
     so its ids are hashed): it learns the planted model (test AUC near the true logits', well above what a model
     could reach without the lists); its planner got the train split's pooling factors; evaluation on 2 ranks,
-    scoring on 2 ranks and the exported TorchScript bundle all give the checkpoint's predictions."""
+    scoring on 2 ranks and the exported TorchScript bundle all give the checkpoint's predictions. The same run
+    stopped mid-epoch (a shuffled epoch) and resumed ends with the same parameters and optimizer state."""
     from training.config import EvaluateConfig
     from training.evaluate import evaluate_run
     from training.export import export_bundle, load_bundle, predict_split
@@ -275,7 +257,8 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
 
     ds = write_list_dataset(tmp_path / "ds", {"train": 8192, "val": 1024, "test": 1500}, pooling={"hist": "mean"})
     run = tmp_path / "run"
-    train(ds, run, *FAST, "--set", "arch.max_table_size=250", nproc=2)   # hist's 300 ids hashed into 250 rows
+    args = [*FAST, "--set", "arch.max_table_size=250"]   # hist's 300 ids hashed into 250 rows
+    train(ds, run, *args, nproc=2)
     env = {"OMP_NUM_THREADS": "1"}
     ev = evaluate_run(str(run), EvaluateConfig(), launcher={"kind": "local", "nproc": 2}, env=env,
                       on_line=lambda _: None)
@@ -308,6 +291,16 @@ def test_two_ranks_train_evaluate_score_export(tmp_path):
     predict_split(load_bundle(str(out)), str(ds), "test", bundle_parts, batch_rows=333)
     from_bundle = np.concatenate(list(probabilities(bundle_parts)))
     np.testing.assert_allclose(from_bundle, scored, rtol=0, atol=1e-5)
+
+    # stopped mid-epoch, then resumed (the run's own config): the uninterrupted run's final state, bit for bit
+    parts, last = tmp_path / "parts", Checkpointer(RunDir(str(run))).step_of("latest")
+    train(ds, parts, *args, "--max-steps", "12", nproc=2)
+    out = train(ds, parts, "--resume", "--max-steps", str(last), nproc=2).stdout
+    assert "resumed from step 12 (epoch 0, step 12 of it)" in out
+    a, b = checkpoint_tensors(run, last, tmp_path), checkpoint_tensors(parts, last, tmp_path)
+    assert a.keys() == b.keys() and any(k.startswith("optim.") for k in a) and any("t_hist" in k for k in a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
 
 
 def logistic_regression(dataset: Path, features: list[str], l2: float) -> dict[str, np.ndarray]:
