@@ -315,6 +315,59 @@ def test_slurm_launcher_reports_a_refused_submission(tmp_path):
         launcher.launch(str(tmp_path / "r"), TrainConfig(dataset=ds), on_line=lambda _: None)
 
 
+# ---------------------------------------------------------------- the torchrun every node runs
+
+def test_torchrun_options_and_the_rank_tags_of_several_nodes(monkeypatch):
+    """A job of several nodes tags each rank's lines with its node and global rank (torch's template): torchrun's
+    own ``[defaultN]:`` is the same on every node. One node keeps it."""
+    import string
+
+    from training.launchers.torchrun import node_prefix, torchrun_options
+
+    line = build_launcher({"kind": "slurm", "nodes": 2}).node_command(train_job(), "s3://b/runs/r1")
+    argv = shlex.split(line.replace('"$DLRMFLOW_RDZV_ENDPOINT"', "n1:29500"))
+    options = torchrun_options(argv[argv.index("training.launchers.torchrun") + 1:] + ["--nnodes", "9"])
+    assert (options["rdzv-endpoint"], options["nnodes"], options["rdzv-conf"]) == (
+        "n1:29500", "2", "is_host=$(( SLURM_NODEID == 0 )),join_timeout=900")   # the rank module's arguments: not
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert string.Template(node_prefix(options)).safe_substitute(rank=5, local_rank=1) == "[n2 rank5]:"
+    assert node_prefix(torchrun_options(["--nnodes", "1:4", "x.py"])) == "[n2 rank${rank}]:"
+    assert node_prefix(torchrun_options(["--nnodes", "1", "-m", "m"])) is None
+    assert node_prefix(torchrun_options(["--standalone", "--nproc-per-node", "2", "-m", "m"])) is None
+    monkeypatch.setenv("SLURMD_NODENAME", "a$b")
+    assert string.Template(node_prefix(options)).safe_substitute(rank=1) == "[a$b rank1]:"
+    monkeypatch.delenv("SLURMD_NODENAME")
+    assert node_prefix(options) == f"[{socket.gethostname()} rank${{rank}}]:"   # a pod's name on Kubernetes
+
+
+@pytest.mark.timeout(60)
+def test_a_rendezvous_host_that_does_not_resolve_fails_at_once_naming_it(tmp_path):
+    """Before torch is imported (it would wait for the host until its rendezvous timed out, minutes later); with a
+    wait (Kubernetes: pod 0's DNS name appears once it has an address), after it."""
+    import re
+    import time
+
+    from helpers.paths import REPO
+
+    cmd = [sys.executable, "-X", "importtime", "-m", "training.launchers.torchrun", "--nproc-per-node", "1",
+           "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-node.invalid:29400", "--rdzv-id",
+           "r", "-m", "training.train_worker", str(tmp_path / "run")]
+    for wait in (None, "1"):
+        env = {**os.environ, "SLURMD_NODENAME": "n2", **({"DLRMFLOW_RDZV_RESOLVE_WAIT_S": wait} if wait else {})}
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and time.monotonic() - start >= (1 if wait else 0)
+        errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+        assert errors == [
+            "dlrmflow: rendezvous host 'no-such-node.invalid' (from --rdzv-endpoint no-such-node.invalid:29400) does "
+            f"not resolve on n2{' (waited 1 s)' if wait else ''}. Fix: make every node's name resolve on every node "
+            "(DNS or /etc/hosts; on Slurm the NodeName of slurm.conf, on Kubernetes the job's headless Service), or "
+            "give the rendezvous an address that does."]
+        assert not [line for line in proc.stderr.splitlines() if re.search(r"\|\s*torch(\.|$)", line)]
+        assert proc.stdout == ("dlrmflow: waiting up to 1 s for the rendezvous host 'no-such-node.invalid' to "
+                               "resolve\n" if wait else "")
+
+
 # ---------------------------------------------------------------- Kubernetes
 
 FAKE_KUBECTL = r"""
@@ -386,7 +439,8 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     (c,) = pod["containers"]
     assert c["image"] == settings["image"]
     assert c["resources"]["limits"] == c["resources"]["requests"] == {"amd.com/gpu": "8", "cpu": "96", "memory": "1500Gi"}
-    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"}]
+    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"},
+                        {"name": "DLRMFLOW_RDZV_RESOLVE_WAIT_S", "value": "600"}]   # pod 0's DNS name may come late
     assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
     assert c["command"] == ["bash", "-c",
                             f'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
