@@ -1,9 +1,11 @@
 """The output of a rank job, read line by line as a launcher hands it over, kept for a failure message.
 
-``RankOutput`` is the ``on_line`` of every rank job (train, evaluate, score): it splits torchrun's
-``--tee`` rank prefixes (``[defaultN]:``, with ``PET_TEE=3``) off each line, keeps every rank's last lines and
-the rest (the launcher's own lines, or the ranks' unprefixed output), and ``failure(what, code)`` says which rank
-failed how, with its last lines (library warnings left out); without rank prefixes, the error lines of the
+``RankOutput`` is the ``on_line`` of every rank job (train, evaluate, score): it splits torchrun's ``--tee`` rank
+prefixes off each line (``[defaultN]:`` with ``PET_TEE=3`` on one node; ``[<node> rank<N>]:`` on several, N the
+global rank: ``training.launchers.torchrun``), keeps every rank's last lines, the node it ran on, and the rest
+(the launcher's own lines, or the ranks' unprefixed output). ``failure(what, code)`` says which rank failed how
+and on which node, with its last lines (library warnings left out), and the first node that srun reported failed
+on Slurm (``srun: error: n2: task 1: Exited with exit code 1``); without rank prefixes, the error lines of the
 output (``error (rank N): ...``, ``training.distributed.run_rank``), else its last lines.
 """
 
@@ -15,12 +17,17 @@ from typing import Callable
 
 TAIL_LINES = 30      # of each rank, for the failure message
 OTHER_LINES = 200    # of the launcher's own lines (and unprefixed rank output)
-# torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
-RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
+# torchrun's --tee prefix (PET_TEE=3), also in mid-line after a progress bar that ended without a newline: one
+# node's "[default<local rank>]:", or "[<node> rank<global rank>]:" of a job of several nodes (the space keeps it
+# apart from torch's own c10 log prefix "[rank0]:W1126 ..." inside a rank's text)
+RANK_PREFIX = re.compile(r"\[(?:default(\d+)|([^\s\[\]]+) rank(\d+))\]:")
 # library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
 NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
 # torchrun's failure summary: "rank : 1 (local_rank: 1) ... exitcode : 2"
 _FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
+_ROOT = re.compile(r"Root Cause")   # the summary's first observed failure follows (one summary per node)
+# srun's report of a node whose task failed: "srun: error: n2: task 1: Exited with exit code 1" (or Killed...)
+_NODE_FAILED = re.compile(r"^srun: error: (\S+): tasks? [\d,-]+: (.+)$")
 
 
 class RankOutput:
@@ -30,18 +37,29 @@ class RankOutput:
     def __init__(self, forward: Callable[[str], None] | None = None):
         self.forward = forward
         self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
+        self.nodes: dict[int, str] = {}   # rank -> node, for jobs of several nodes
         self.launcher: deque = deque(maxlen=OTHER_LINES)
+        self.node_failure: tuple[str, str] | None = None   # the first (node, how) srun reported
 
     def __call__(self, line: str) -> None:
         rank = None
         for part in line.split("\r"):  # tqdm redraws; a "\r" part continues the rank before it
-            for i, piece in enumerate(RANK_PREFIX.split(part)):  # [text, rank, text, rank, text, ...]
-                if i % 2:
-                    rank = int(piece)
-                else:
-                    self.segment(rank, piece)
+            at = 0
+            for m in RANK_PREFIX.finditer(part):
+                self.segment(rank, part[at:m.start()])
+                rank = int(m.group(1) if m.group(1) is not None else m.group(3))
+                if m.group(2):
+                    self.nodes[rank] = m.group(2)
+                at = m.end()
+            self.segment(rank, part[at:])
+        if rank is None and self.node_failure is None and (m := _NODE_FAILED.match(line)):
+            self.node_failure = (m.group(1), m.group(2).strip())
         if self.forward:
             self.forward(line)
+
+    def tag(self, rank: int) -> str:
+        """``rank 1 on n2`` (a job of several nodes), else ``rank 1``."""
+        return f"rank {rank} on {self.nodes[rank]}" if rank in self.nodes else f"rank {rank}"
 
     def segment(self, rank: int | None, text: str) -> None:
         """One piece of a line: ``text`` of ``rank`` (None: not a rank's, or no prefixes)."""
@@ -52,17 +70,29 @@ class RankOutput:
         (self.launcher if rank is None else self.tails[rank]).append(text)
 
     def failure(self, what: str, code: int) -> str:
-        """``<what> failed``: the failing rank (torchrun's failure summary, else the lowest rank that wrote) and
-        how, with its last lines; without rank prefixes, the error lines or the last lines of the output."""
+        """``<what> failed``: the failing rank, its node and how it ended, the first node srun reported failed, and
+        the rank's last lines; without rank prefixes, the error lines or the last lines of the output. The failing
+        rank is a root cause of torchrun's failure summaries (one per node): one killed by a signal first (its peers
+        fail after it), else one on the node srun reported; without a summary, a rank of that node."""
         text = "\n".join(self.launcher)
-        found = _FAILED.search(text[text.find("Root Cause"):] if "Root Cause" in text else text)
+        node, node_how = self.node_failure or (None, None)
+        on_node = f"; srun: node {node}: {node_how}" if node else ""
         if not self.tails:
             lines = [ln for ln in self.launcher if ln.startswith("error")] or list(self.launcher)[-20:]
-            return f"{what} failed (torchrun exit code {code}):\n" + "\n".join(lines)
-        rank = int(found.group(1)) if found else min(self.tails)
-        how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
-        if found and int(found.group(2)) < 0:
-            how += f" (killed by signal {-int(found.group(2))})"
+            return f"{what} failed (torchrun exit code {code}{on_node}):\n" + "\n".join(lines)
+        roots = [m for m in (_FAILED.search(text, i.end()) for i in _ROOT.finditer(text)) if m]
+        summaries = [(int(m.group(1)), int(m.group(2))) for m in roots or _FAILED.finditer(text)]
+        found = next((s for s in summaries if s[1] < 0), None) or \
+            next((s for s in summaries if node and self.nodes.get(s[0]) == node), None) or \
+            (summaries[0] if summaries else None)
+        if found:
+            rank, how = found[0], f"exit code {found[1]}"
+            if found[1] < 0:
+                how += f" (killed by signal {-found[1]})"
+        else:
+            rank = next((r for r in sorted(self.tails) if node and self.nodes.get(r) == node), min(self.tails))
+            how = f"torchrun exit code {code}"
         tail = "\n".join(t for t in self.tails.get(rank, []) if not NOISE.match(t))
-        return (f"{what} failed: rank {rank}, {how}. Last lines of rank {rank}:\n"
+        where = f"rank {rank} on node {self.nodes[rank]}" if rank in self.nodes else f"rank {rank}"
+        return (f"{what} failed: {where}, {how}{on_node}. Last lines of rank {rank}:\n"
                 f"{tail or '(only progress bars and library warnings)'}\n")
