@@ -138,6 +138,29 @@ def test_ranks_of_several_nodes_are_tagged_with_their_node(tmp_path):
         " Last lines of rank 1:\nreading /runs/r/checkpoints/8\n")
 
 
+def _summary(rank: int, code: int, time: str = "2026-11-26_14:30:19") -> list[str]:
+    return [line.format(rank=rank, code=code).replace("2026-11-26_14:30:19", time) for line in SUMMARY]
+
+
+SRUN_N1_FIRST = ["srun: error: n1: task 0: Exited with exit code 1", "srun: error: n2: task 1: Terminated"]
+
+
+@pytest.mark.parametrize("summaries, srun, failed", [
+    # recorded: the killed rank's torchrun was still ending when srun saw the other node fail and terminated it
+    (_summary(1, -9) + _summary(0, 1), SRUN_N1_FIRST, "rank 1 on node n2, exit code -9 (killed by signal 9); srun: "
+                                                      "node n2: Terminated"),
+    (_summary(0, 1, "2026-11-26_14:30:20") + _summary(1, 1), SRUN_N1_FIRST, "rank 1 on node n2, exit code 1; srun: "
+                                                                            "node n2: Terminated"),   # the earliest
+    (_summary(1, 1) + _summary(0, 1), SRUN_N1_FIRST, "rank 0 on node n1, exit code 1; srun: node n1: Exited with exit "
+                                                     "code 1"),   # a tie: the node srun reported first
+], ids=["signal", "earliest", "srun-first"])
+def test_the_failing_rank_of_several_nodes(summaries, srun, failed, tmp_path):
+    lines = [line for line in TWO_NODES if not line.startswith(("srun:", " ", "Root Cause", "[0]:"))]
+    s, _ = _read(lines + summaries + srun, tmp_path)
+    rank = failed.split()[1]
+    assert s.failure("training", 143).startswith(f"training failed: {failed}. Last lines of rank {rank}:\n")
+
+
 def test_without_a_failure_summary_the_failing_node_srun_reported_names_the_rank(tmp_path):
     """A node's torchrun itself killed (no summary): srun's report names the node, whose rank is the failing one."""
     s, _ = _read([line for line in TWO_NODES if not line.startswith(" ") and "Root Cause" not in line

@@ -23,9 +23,9 @@ OTHER_LINES = 200    # of the launcher's own lines (and unprefixed rank output)
 RANK_PREFIX = re.compile(r"\[(?:default(\d+)|([^\s\[\]]+) rank(\d+))\]:")
 # library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
 NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
-# torchrun's failure summary: "rank : 1 (local_rank: 1) ... exitcode : 2"
+# torchrun's failure summary (one per node): "time : 2026-11-26_14:47:46 ... rank : 1 (local_rank: 0) ... exitcode : 2"
 _FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
-_ROOT = re.compile(r"Root Cause")   # the summary's first observed failure follows (one summary per node)
+_ROOT = re.compile(r"Root Cause.*?time\s*:\s*(\S+)", re.S)   # the summary's first observed failure, and when
 # srun's report of a node whose task failed: "srun: error: n2: task 1: Exited with exit code 1" (or Killed...)
 _NODE_FAILED = re.compile(r"^srun: error: (\S+): tasks? [\d,-]+: (.+)$")
 
@@ -39,7 +39,7 @@ class RankOutput:
         self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
         self.nodes: dict[int, str] = {}   # rank -> node, for jobs of several nodes
         self.launcher: deque = deque(maxlen=OTHER_LINES)
-        self.node_failure: tuple[str, str] | None = None   # the first (node, how) srun reported
+        self.node_exits: dict[str, str] = {}   # node -> how its task ended, as srun reported it (in its order)
 
     def __call__(self, line: str) -> None:
         rank = None
@@ -52,8 +52,8 @@ class RankOutput:
                     self.nodes[rank] = m.group(2)
                 at = m.end()
             self.segment(rank, part[at:])
-        if rank is None and self.node_failure is None and (m := _NODE_FAILED.match(line)):
-            self.node_failure = (m.group(1), m.group(2).strip())
+        if rank is None and (m := _NODE_FAILED.match(line)):
+            self.node_exits.setdefault(m.group(1), m.group(2).strip())
         if self.forward:
             self.forward(line)
 
@@ -70,29 +70,36 @@ class RankOutput:
         (self.launcher if rank is None else self.tails[rank]).append(text)
 
     def failure(self, what: str, code: int) -> str:
-        """``<what> failed``: the failing rank, its node and how it ended, the first node srun reported failed, and
+        """``<what> failed``: the failing rank, its node and how it ended, how srun saw that node end (Slurm), and
         the rank's last lines; without rank prefixes, the error lines or the last lines of the output. The failing
-        rank is a root cause of torchrun's failure summaries (one per node): one killed by a signal first (its peers
-        fail after it), else one on the node srun reported; without a summary, a rank of that node."""
+        rank is the root cause of a torchrun failure summary: one killed by a signal first (its peers fail after it),
+        then the earliest, then the one on the node srun reported first (a node's summary can come after its peers'
+        failed, and srun may report the peers' node first); without a summary, a rank of the first node srun
+        reported."""
         text = "\n".join(self.launcher)
-        node, node_how = self.node_failure or (None, None)
-        on_node = f"; srun: node {node}: {node_how}" if node else ""
+        order = list(self.node_exits)
         if not self.tails:
             lines = [ln for ln in self.launcher if ln.startswith("error")] or list(self.launcher)[-20:]
-            return f"{what} failed (torchrun exit code {code}{on_node}):\n" + "\n".join(lines)
-        roots = [m for m in (_FAILED.search(text, i.end()) for i in _ROOT.finditer(text)) if m]
-        summaries = [(int(m.group(1)), int(m.group(2))) for m in roots or _FAILED.finditer(text)]
-        found = next((s for s in summaries if s[1] < 0), None) or \
-            next((s for s in summaries if node and self.nodes.get(s[0]) == node), None) or \
-            (summaries[0] if summaries else None)
-        if found:
-            rank, how = found[0], f"exit code {found[1]}"
-            if found[1] < 0:
-                how += f" (killed by signal {-found[1]})"
+            return f"{what} failed (torchrun exit code {code}{self._srun(order[0] if order else None)}):\n" + \
+                "\n".join(lines)
+        summaries = []   # (exit code >= 0, time, srun's order of the node, appearance, rank, exit code)
+        for i, root in enumerate(_ROOT.finditer(text)):
+            if found := _FAILED.search(text, root.start()):
+                rank, exit_code = int(found.group(1)), int(found.group(2))
+                node = self.nodes.get(rank)
+                summaries.append((exit_code >= 0, root.group(1), order.index(node) if node in order else len(order),
+                                  i, rank, exit_code))
+        if summaries:
+            *_, rank, exit_code = min(summaries)
+            how = f"exit code {exit_code}" + (f" (killed by signal {-exit_code})" if exit_code < 0 else "")
         else:
-            rank = next((r for r in sorted(self.tails) if node and self.nodes.get(r) == node), min(self.tails))
+            rank = next((r for r in sorted(self.tails) if order and self.nodes.get(r) == order[0]), min(self.tails))
             how = f"torchrun exit code {code}"
+        node = self.nodes.get(rank)
+        where = f"rank {rank} on node {node}" if node else f"rank {rank}"
         tail = "\n".join(t for t in self.tails.get(rank, []) if not NOISE.match(t))
-        where = f"rank {rank} on node {self.nodes[rank]}" if rank in self.nodes else f"rank {rank}"
-        return (f"{what} failed: {where}, {how}{on_node}. Last lines of rank {rank}:\n"
-                f"{tail or '(only progress bars and library warnings)'}\n")
+        return (f"{what} failed: {where}, {how}{self._srun(node if node in order else order[0] if order else None)}."
+                f" Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n")
+
+    def _srun(self, node: str | None) -> str:
+        return f"; srun: node {node}: {self.node_exits[node]}" if node else ""
