@@ -35,9 +35,9 @@ class TrainingFailed(UserError):
 
 class _Stream(RankOutput):
     """Consumes torchrun's merged output (``RankOutput``: it keeps each rank's tail for the failure message):
-    progress bars drive the progress artifact, library warnings are logged at WARNING, other text at INFO; the
-    sharding plan is published (not logged) as soon as rank 0 has written it, the training curve at each
-    evaluation."""
+    progress bars drive the progress artifact, library warnings are logged at WARNING, other text at INFO, each
+    tagged ``[rank 1]`` (``[rank 1 on n2]`` on several nodes); the sharding plan is published (not logged) as soon
+    as rank 0 has written it, the training curve at each evaluation."""
 
     def __init__(self, logger, progress: artifacts.Progress, run: RunDir, curve: artifacts.TrainingCurve):
         super().__init__()
@@ -61,13 +61,13 @@ class _Stream(RankOutput):
             return
         self.keep(rank, text)
         if NOISE.match(text):
-            self.logger.warning("[rank %d] %s", rank, text)
+            self.logger.warning("[%s] %s", self.tag(rank), text)
         elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
             self.logger.info("sharding plan published (artifact '%s'): %s", artifacts.SHARDING_PLAN,
                              next((line for line in self.plan_lines if line.startswith(("FITS", "DOES NOT"))), body))
         elif body not in self.plan_lines:
-            self.logger.info("[rank %d] %s", rank, text)
+            self.logger.info("[%s] %s", self.tag(rank), text)
             if rank == 0 and _EVAL.match(body):
                 self.curve.update()
 

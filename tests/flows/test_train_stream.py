@@ -1,6 +1,7 @@
 """The train flow's reader of torchrun's output (``flows.train._Stream``) on lines recorded from a real
 2-rank run: bars drive the progress, evaluation results are logged (also when they follow a bar in the same
-line, or come as a "\\r" segment), warnings at WARNING, the plan published instead of logged."""
+line, or come as a "\\r" segment), warnings at WARNING, the plan published instead of logged; and from a 2-node
+Slurm job: each rank tagged with its node, the failure message naming the node and srun's report of it."""
 
 from __future__ import annotations
 
@@ -91,3 +92,86 @@ def test_failure_message_keeps_text_not_bars_or_warnings(stream):
     message = s.failure("training", 1)
     assert "rank 0" in message and "step 6: val auc" in message and "done: 8 steps" in message
     assert "%|" not in message and "WARNING" not in message
+
+
+# two Slurm nodes, one rank each (recorded from tests/e2e/test_slurm.py): each rank tagged with its node and global
+# rank; rank 1 on n2 killed by SIGKILL, then both nodes' torchrun failure summaries (n1's first) and srun's reports
+SUMMARY = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-26_14:30:19",
+           "  host      : localhost", "  rank      : {rank} (local_rank: 0)", "  exitcode  : {code} (pid: 9806)",
+           "  error_file: <N/A>"]
+TWO_NODES = [
+    "dlrmflow: train job 17 on Slurm, 2 node(s) x 1 rank(s), rendezvous n1:29500, run /runs/r",
+    "[n2 rank1]:WARNING:torchrec.distributed.utils:Sharding Type is data_parallel, caching params will be ignored",
+    "[n2 rank1]:[rank1]:W1126 14:30:14.362000 9806 torch/fx/_symbolic_trace.py:56] is_fx_tracing will return true",
+    "[n1 rank0]:train:   0%|          | 0/160 [00:00<?, ?step/s][rank0]:W1126 14:30:14.412000 9809 "
+    "torch/fx/_symbolic_trace.py:56] is_fx_tracing will return true",
+    "[n2 rank1]:reading /runs/r/checkpoints/8",
+    f"[n1 rank0]:{BAR}[n1 rank0]:step 3: val auc 0.7727 logloss 0.6469",
+    *(line.format(rank=0, code=1) for line in SUMMARY),
+    *(line.format(rank=1, code=-9) for line in SUMMARY),
+    "srun: error: n2: task 1: Exited with exit code 1",
+    "srun: launch/slurm: _step_signal: Terminating StepId=17.0",
+    "srun: error: n1: task 0: Terminated",
+    "dlrmflow: Slurm job 17 finished with exit code 143",
+]
+
+
+def _read(lines, tmp_path):
+    rec = Recorder()
+    logger = SimpleNamespace(info=rec.log(logging.INFO), warning=rec.log(logging.WARNING))
+    s = train._Stream(logger, rec, RunDir(str(tmp_path)), rec)
+    for line in lines:
+        s(line)
+    return s, rec
+
+
+def test_ranks_of_several_nodes_are_tagged_with_their_node(tmp_path):
+    s, rec = _read(TWO_NODES, tmp_path)
+    assert s.nodes == {0: "n1", 1: "n2"} and rec.progress == [(0, 160), (3, 8)]
+    assert (logging.INFO, "[rank 1 on n2] reading /runs/r/checkpoints/8") in rec.logs
+    assert (logging.INFO, "[rank 0 on n1] step 3: val auc 0.7727 logloss 0.6469") in rec.logs
+    warnings = [m for level, m in rec.logs if level == logging.WARNING]   # c10's "[rank1]:" stays text
+    assert "[rank 1 on n2] [rank1]:W1126 14:30:14.362000 9806 torch/fx/_symbolic_trace.py:56] is_fx_tracing will " \
+           "return true" in warnings and any(m.startswith("[rank 0 on n1] [rank0]:W1126") for m in warnings)
+    assert s.failure("training", 143) == (
+        "training failed: rank 1 on node n2, exit code -9 (killed by signal 9); srun: node n2: Exited with exit code 1."
+        " Last lines of rank 1:\nreading /runs/r/checkpoints/8\n")
+
+
+def _summary(rank: int, code: int, time: str = "2026-11-26_14:30:19") -> list[str]:
+    return [line.format(rank=rank, code=code).replace("2026-11-26_14:30:19", time) for line in SUMMARY]
+
+
+SRUN_N1_FIRST = ["srun: error: n1: task 0: Exited with exit code 1", "srun: error: n2: task 1: Terminated"]
+
+
+@pytest.mark.parametrize("summaries, srun, failed", [
+    # recorded: the killed rank's torchrun was still ending when srun saw the other node fail and terminated it
+    (_summary(1, -9) + _summary(0, 1), SRUN_N1_FIRST, "rank 1 on node n2, exit code -9 (killed by signal 9); srun: "
+                                                      "node n2: Terminated"),
+    (_summary(0, 1, "2026-11-26_14:30:20") + _summary(1, 1), SRUN_N1_FIRST, "rank 1 on node n2, exit code 1; srun: "
+                                                                            "node n2: Terminated"),   # the earliest
+    (_summary(1, 1) + _summary(0, 1), SRUN_N1_FIRST, "rank 0 on node n1, exit code 1; srun: node n1: Exited with exit "
+                                                     "code 1"),   # a tie: the node srun reported first
+], ids=["signal", "earliest", "srun-first"])
+def test_the_failing_rank_of_several_nodes(summaries, srun, failed, tmp_path):
+    lines = [line for line in TWO_NODES if not line.startswith(("srun:", " ", "Root Cause", "[0]:"))]
+    s, _ = _read(lines + summaries + srun, tmp_path)
+    rank = failed.split()[1]
+    assert s.failure("training", 143).startswith(f"training failed: {failed}. Last lines of rank {rank}:\n")
+
+
+def test_without_a_failure_summary_the_failing_node_srun_reported_names_the_rank(tmp_path):
+    """A node's torchrun itself killed (no summary): srun's report names the node, whose rank is the failing one."""
+    s, _ = _read([line for line in TWO_NODES if not line.startswith(" ") and "Root Cause" not in line
+                  and line != "[0]:"], tmp_path)
+    assert s.failure("training", 143).startswith("training failed: rank 1 on node n2, torchrun exit code 143; srun: "
+                                                 "node n2: Exited with exit code 1. Last lines of rank 1:\n")
+
+
+def test_a_node_that_fails_before_its_ranks_start_is_named_with_its_lines(tmp_path):
+    s, _ = _read(["dlrmflow: rendezvous host 'n9' (from --rdzv-endpoint n9:29500) does not resolve on n2. Fix: ...",
+                  "srun: error: n2: task 1: Exited with exit code 1"], tmp_path)
+    message = s.failure("training", 1)
+    assert message.startswith("training failed (torchrun exit code 1; srun: node n2: Exited with exit code 1):\n")
+    assert "rendezvous host 'n9' (from --rdzv-endpoint n9:29500) does not resolve on n2" in message

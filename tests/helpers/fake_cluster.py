@@ -1,8 +1,8 @@
-"""Fake Slurm commands (sbatch, scontrol, srun and a python that records each node's torchrun command line and, for
-a scoring job, writes the node's part)
-for the launcher tests: ``fake_slurm(tmp_path, monkeypatch)`` puts them first on PATH; ``calls(tmp_path)`` reads
-what they were called with; ``executable(path, body)`` writes a Python script as an executable;
-``sbatch_options(script)`` reads a batch script's #SBATCH lines as sbatch does (the fake sbatch reads them so)."""
+"""Fake Slurm commands (sbatch, scontrol, srun and a python that records each node's torchrun command line) for
+what a real cluster cannot show (hostile strings in the rendered script; the real one: tests/e2e/test_slurm.py):
+``fake_slurm(tmp_path, monkeypatch)`` puts them first on PATH; ``calls(tmp_path)`` reads what they were called with;
+``executable(path, body)`` writes a Python script as an executable; ``sbatch_options(script)`` reads a batch
+script's #SBATCH lines as sbatch does (the fake sbatch reads them so)."""
 
 from __future__ import annotations
 
@@ -107,14 +107,6 @@ node = os.environ.get("SLURM_NODEID") or os.environ["JOB_COMPLETION_INDEX"]
 os.write(1, ("node %s argv %s\n" % (node, json.dumps(sys.argv[1:]))).encode())
 env = {k: os.environ.get(k) for k in ("NCCL_IB_GID_INDEX", "PET_TEE", "X")}
 os.write(1, ("node %s env %s\n" % (node, json.dumps(env))).encode())
-args = sys.argv[1:]
-if "--parts" in args:   # a scoring job: the node's part, from the first bytes of the dataset it was given
-    parts, dataset = args[args.index("--parts") + 1], args[args.index("--dataset") + 1]
-    os.makedirs(parts, exist_ok=True)
-    with open(os.path.join(dataset, "feature_spec.yaml"), "rb") as f, \
-            open(os.path.join(parts, "probs-%05d.bin" % int(node)), "wb") as out:
-        out.write(f.read(8))
-sys.exit(int(os.environ.get("FAKE_EXIT_NODE" + node, "0")))
 """
 
 

@@ -100,10 +100,15 @@ class PrefectServer:
         return post(f"{self.api}/artifacts/filter", {"artifacts": {"key": {"any_": [key]},
                                                                   "flow_run_id": {"any_": [flow_run_id]}}})
 
-    def logs(self, flow_run_id: str) -> list[tuple[int, str]]:
-        """(level, message) of a flow run's logs (its tasks' included)."""
+    def logs(self, flow_run_id: str, subflows: bool = False) -> list[tuple[int, str]]:
+        """(level, message) of a flow run's logs (its tasks' included; with ``subflows``, its subflow runs' too),
+        in time order."""
+        runs = [flow_run_id]
+        if subflows:
+            runs += [r["id"] for r in post(f"{self.api}/flow_runs/filter",
+                                           {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}})]
         found: list[tuple[int, str]] = []
-        while page := post(f"{self.api}/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}},
+        while page := post(f"{self.api}/logs/filter", {"logs": {"flow_run_id": {"any_": runs}},
                                                        "limit": 200, "offset": len(found), "sort": "TIMESTAMP_ASC"}):
             found += [(log["level"], log["message"]) for log in page]
         return found

@@ -1,7 +1,9 @@
-"""training.launchers: the config as a flow parameter, the local launcher's call, and the Slurm and
-Kubernetes launchers end to end against fake `sbatch`/`srun`/`scontrol` and `kubectl` executables
-(the rendered script really runs: srun starts one "node" per allocated node with SLURM_NODEID set;
-a fake `python` records the torchrun command line each node would run)."""
+"""training.launchers: the config as a flow parameter, the local launcher's call, the rendered Slurm script and
+Kubernetes manifests, the torchrun every node runs (its rank tags, the rendezvous host check), and what a real
+cluster cannot show here: hostile strings through fake `sbatch`/`srun`/`scontrol` (the rendered script really runs:
+srun starts one "node" per allocated node with SLURM_NODEID set; a fake `python` records the torchrun command line
+each node would run) and Kubernetes through a fake `kubectl`. The Slurm launcher on a real cluster:
+tests/e2e/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -247,72 +249,86 @@ def test_templates_fail_on_a_missing_value():
 
 
 # ---------------------------------------------------------------- Slurm
+# (submitting, streaming the job log, a failed node's exit code, cancelling and a refused submission: on a real
+# cluster, tests/e2e/test_slurm.py)
 
 
-
-@pytest.mark.timeout(60)
-def test_slurm_launcher_submits_waits_and_streams(fake_slurm):
-    tmp_path, settings = fake_slurm
-    run = tmp_path / "runs" / "r1"
-    launcher = build_launcher({"kind": "slurm", **settings, "env": {"X": "2"}})
-    lines: list[str] = []
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
-    code = launcher.launch(str(run), TrainConfig(dataset=ds), resume=True, env={"PET_TEE": "3"}, on_line=lines.append)
-    assert code == 0, "\n".join(lines)
-    assert TrainConfig.from_yaml(str(run / "config.yaml")).dataset == ds  # the ranks read it there
-
-    script = tmp_path / "slurm" / "dlrmflow-train-r1.sbatch"
-    text = script.read_text()
+def test_slurm_script_directives_environment_and_node_command(tmp_path):
+    run = "s3://bucket/runs/r1"
+    launcher = build_launcher({"kind": "slurm", "nodes": 2, "partition": "mi300x", "time_limit": "01:00:00",
+                               "sbatch_options": ["--qos=high"], "setup": ["echo setting up"], "env": {"X": "2"},
+                               "work_dir": str(tmp_path)})
+    text = launcher.render(train_job(resume=True), run, env={"PET_TEE": "3"})
     assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
         "#SBATCH --job-name=dlrmflow-train-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
-        f"#SBATCH --output={tmp_path}/slurm/dlrmflow-train-r1-%j.out", "#SBATCH --qos=high"]
+        f"#SBATCH --output={tmp_path}/dlrmflow-train-r1-%j.out", "#SBATCH --qos=high"]
     assert "{{" not in text and "echo setting up" in text
-    assert all(f"export {k}={v}" in text for k, v in AMD.items())  # the profile, verbatim
+    assert all(f"export {k}={v}" in text for k, v in {**AMD, "X": "2", "PET_TEE": "3"}.items())  # profile verbatim
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert srun == 'srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$node_command"'
+    assert launcher.node_command(train_job(resume=True), run) == (
+        'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
+        '--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id r1 --rdzv-conf "is_host=$(( SLURM_NODEID == 0 )),'
+        'join_timeout=900" --max-restarts 0 -m training.train_worker s3://bucket/runs/r1 --resume')
 
-    sbatch, srun = read_calls(tmp_path)
-    assert sbatch == ["sbatch", "--wait", "--parsable", str(script)]
-    assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert srun[4:6] == ["bash", "-c"] and srun[6].startswith(f"exec {settings['python']} -u -m training.launchers.torchrun")
+    cpu = build_launcher({"kind": "slurm", "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
+                          "rccl_profiles": [], "work_dir": str(tmp_path)}).render(train_job(), run)
+    assert "--gpus-per-node" not in cpu and "--exclusive" not in cpu and "export NCCL" not in cpu
+    assert "--nproc-per-node 2 --nnodes 3" in cpu
 
-    argv = {}
-    for line in lines:
-        if " argv " in line:
-            node, _, rest = line.partition(" argv ")
-            argv[node] = json.loads(rest)
-    expected = lambda host: ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "8", "--nnodes", "2",
-                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r1",
-                             "--rdzv-conf", f"is_host={host},join_timeout=900", "--max-restarts", "0",
-                             "-m", "training.train_worker", str(run), "--resume"]
-    assert argv == {"node 0": expected(1), "node 1": expected(0)}
-    assert 'node 1 env {"NCCL_IB_GID_INDEX": "3", "PET_TEE": "3", "X": "2"}' in lines
-    assert lines[0].startswith("dlrmflow: submitting") and "Slurm job 4242 submitted" in lines[1]
-    assert any("rendezvous node0:29500" in line for line in lines)
-    assert lines[-1] == "dlrmflow: Slurm job 4242 finished with exit code 0"
+
+# ---------------------------------------------------------------- the torchrun every node runs
+
+def test_torchrun_options_and_the_rank_tags_of_several_nodes(monkeypatch):
+    """A job of several nodes tags each rank's lines with its node and global rank (torch's template): torchrun's
+    own ``[defaultN]:`` is the same on every node. One node keeps it."""
+    import string
+
+    from training.launchers.torchrun import node_prefix, torchrun_options
+
+    line = build_launcher({"kind": "slurm", "nodes": 2}).node_command(train_job(), "s3://b/runs/r1")
+    argv = shlex.split(line.replace('"$DLRMFLOW_RDZV_ENDPOINT"', "n1:29500"))
+    options = torchrun_options(argv[argv.index("training.launchers.torchrun") + 1:] + ["--nnodes", "9"])
+    assert (options["rdzv-endpoint"], options["nnodes"], options["rdzv-conf"]) == (
+        "n1:29500", "2", "is_host=$(( SLURM_NODEID == 0 )),join_timeout=900")   # the rank module's arguments: not
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert string.Template(node_prefix(options)).safe_substitute(rank=5, local_rank=1) == "[n2 rank5]:"
+    assert node_prefix(torchrun_options(["--nnodes", "1:4", "x.py"])) == "[n2 rank${rank}]:"
+    assert node_prefix(torchrun_options(["--nnodes", "1", "-m", "m"])) is None
+    assert node_prefix(torchrun_options(["--standalone", "--nproc-per-node", "2", "-m", "m"])) is None
+    monkeypatch.setenv("SLURMD_NODENAME", "a$b")
+    assert string.Template(node_prefix(options)).safe_substitute(rank=1) == "[a$b rank1]:"
+    monkeypatch.delenv("SLURMD_NODENAME")
+    assert node_prefix(options) == f"[{socket.gethostname()} rank${{rank}}]:"   # a pod's name on Kubernetes
 
 
 @pytest.mark.timeout(60)
-def test_slurm_launcher_returns_the_failing_node_exit_code(fake_slurm, monkeypatch):
-    tmp_path, settings = fake_slurm
-    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
-    settings = {**settings, "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
-                "rccl_profiles": []}
-    lines: list[str] = []
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
-    assert build_launcher({"kind": "slurm", **settings}).launch(
-        str(tmp_path / "r2"), TrainConfig(dataset=ds), on_line=lines.append) == 3
-    text = (tmp_path / "slurm" / "dlrmflow-train-r2.sbatch").read_text()
-    assert "--gpus-per-node" not in text and "--exclusive" not in text and "export NCCL" not in text
-    assert sum(" argv " in line for line in lines) == 3
-    assert any('"--nproc-per-node", "2", "--nnodes", "3"' in line for line in lines)
+def test_a_rendezvous_host_that_does_not_resolve_fails_at_once_naming_it(tmp_path):
+    """Before torch is imported (it would wait for the host until its rendezvous timed out, minutes later); with a
+    wait (Kubernetes: pod 0's DNS name appears once it has an address), after it."""
+    import re
+    import time
 
+    from helpers.paths import REPO
 
-def test_slurm_launcher_reports_a_refused_submission(tmp_path):
-    sbatch = executable(tmp_path / "sbatch", "import sys\nprint('sbatch: error: invalid partition', file=sys.stderr)\nsys.exit(1)\n")
-    launcher = build_launcher({"kind": "slurm", "sbatch": str(sbatch), "work_dir": str(tmp_path)})
-    ds = str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32}))
-    with pytest.raises(LaunchError, match="invalid partition"):
-        launcher.launch(str(tmp_path / "r"), TrainConfig(dataset=ds), on_line=lambda _: None)
+    cmd = [sys.executable, "-X", "importtime", "-m", "training.launchers.torchrun", "--nproc-per-node", "1",
+           "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-node.invalid:29400", "--rdzv-id",
+           "r", "-m", "training.train_worker", str(tmp_path / "run")]
+    for wait in (None, "1"):
+        env = {**os.environ, "SLURMD_NODENAME": "n2", **({"DLRMFLOW_RDZV_RESOLVE_WAIT_S": wait} if wait else {})}
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and time.monotonic() - start >= (1 if wait else 0)
+        errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+        assert errors == [
+            "dlrmflow: rendezvous host 'no-such-node.invalid' (from --rdzv-endpoint no-such-node.invalid:29400) does "
+            f"not resolve on n2{' (waited 1 s)' if wait else ''}. Fix: make every node's name resolve on every node "
+            "(DNS or /etc/hosts; on Slurm the NodeName of slurm.conf, on Kubernetes the job's headless Service), or "
+            "give the rendezvous an address that does."]
+        assert not [line for line in proc.stderr.splitlines() if re.search(r"\|\s*torch(\.|$)", line)]
+        assert proc.stdout == ("dlrmflow: waiting up to 1 s for the rendezvous host 'no-such-node.invalid' to "
+                               "resolve\n" if wait else "")
 
 
 # ---------------------------------------------------------------- Kubernetes
@@ -386,7 +402,8 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
     (c,) = pod["containers"]
     assert c["image"] == settings["image"]
     assert c["resources"]["limits"] == c["resources"]["requests"] == {"amd.com/gpu": "8", "cpu": "96", "memory": "1500Gi"}
-    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"}]
+    assert c["env"] == [{"name": "DLRMFLOW_RDZV_ENDPOINT", "value": f"{name}-0.{name}:29500"},
+                        {"name": "DLRMFLOW_RDZV_RESOLVE_WAIT_S", "value": "600"}]   # pod 0's DNS name may come late
     assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
     assert c["command"] == ["bash", "-c",
                             f'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
@@ -465,66 +482,6 @@ def _trained_run(tmp_path) -> str:
     return stores.run(str(tmp_path / "store"), "r5", str(write_dataset(tmp_path / "ds", {"train": 64})))
 
 
-def _node_argv(lines: list[str]) -> dict[str, list[str]]:
-    """The torchrun argv each fake Slurm node was started with, by node."""
-    return {node: json.loads(rest) for node, _, rest in (line.partition(" argv ") for line in lines if " argv " in line)}
-
-
-@pytest.mark.timeout(60)
-def test_evaluation_runs_on_slurm_with_the_launchers_settings(fake_slurm, monkeypatch):
-    """An evaluation goes through the same launcher as training: the batch script of the evaluate job (its name in
-    the job name) runs `training.evaluate_worker RUN --config JSON` on every node; a failing node fails it, naming
-    the job's last lines."""
-    from training.config import EvaluateConfig
-    from training.evaluate import evaluate_run
-
-    tmp_path, settings = fake_slurm
-    run = _trained_run(tmp_path)
-    config = EvaluateConfig(split="train", checkpoint="latest")
-    lines: list[str] = []
-    evaluate_run(run, config, launcher={"kind": "slurm", **settings, "nproc_per_node": 2}, on_line=lines.append)
-    text = (tmp_path / "slurm" / "dlrmflow-evaluate-r5.sbatch").read_text()
-    assert "#SBATCH --job-name=dlrmflow-evaluate-r5" in text and "#SBATCH --partition=mi300x" in text
-    assert any(line.startswith("dlrmflow: evaluate job 4242 on Slurm, 2 node(s) x 2 rank(s)") for line in lines)
-    argv = _node_argv(lines)
-    assert sorted(argv) == ["node 0", "node 1"]
-    head = argv["node 0"][:argv["node 0"].index("--rdzv-conf")]
-    assert head == ["-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--nnodes", "2",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "r5"]
-    assert argv["node 0"][-5:] == ["-m", "training.evaluate_worker", run, "--config", config.model_dump_json()]
-    assert not (Path(run) / RunDir.LEASE).exists()   # held while the job ran, then released
-
-    monkeypatch.setenv("FAKE_EXIT_NODE1", "3")
-    with pytest.raises(UserError, match=r"(?s)evaluation of .*r5 on 'train' failed \(torchrun exit code 3\):\n.*"
-                                        r"Slurm job 4242 finished with exit code 3"):
-        evaluate_run(run, config, launcher={"kind": "slurm", **settings}, on_line=lambda _: None)
-
-
-@pytest.mark.timeout(60)
-def test_scoring_runs_on_slurm_through_the_run_folder(fake_slurm):
-    """A scoring on Slurm: the encoded rows are copied to a scratch folder in the run folder (which the nodes
-    reach), the nodes run `training.score_worker` on them and write their parts beside them, the parts come back to
-    the local folder and the scratch folder goes."""
-    from training.score import predict_parts
-
-    tmp_path, settings = fake_slurm
-    run = _trained_run(tmp_path)
-    encoded = write_dataset(tmp_path / "encoded", {"train": 64})
-    parts, lines = tmp_path / "parts", []
-    predict_parts(run, 4, str(encoded), "train", parts, launcher={"kind": "slurm", **settings}, on_line=lines.append)
-    (script,) = (tmp_path / "slurm").glob("*.sbatch")
-    token = script.name.removeprefix("dlrmflow-score-r5-").removesuffix(".sbatch")
-    assert len(token) == 8 and f"#SBATCH --job-name=dlrmflow-score-r5-{token}" in script.read_text()
-    scratch = f"{run}/{RunDir.SCORING}/{token}"
-    for argv in _node_argv(lines).values():
-        assert argv[argv.index("training.score_worker") - 1:] == [
-            "-m", "training.score_worker", run, "--step", "4", "--dataset", f"{scratch}/dataset", "--split", "train",
-            "--parts", f"{scratch}/parts"]
-    head = (encoded / "feature_spec.yaml").read_bytes()[:8]   # what each fake node read of the copied dataset
-    assert {p.name: p.read_bytes() for p in parts.iterdir()} == {"probs-00000.bin": head, "probs-00001.bin": head}
-    assert not (Path(run) / RunDir.SCORING).exists()   # the scratch folder is gone
-
-
 def test_scoring_refuses_one_node_of_a_hand_started_job_before_any_work():
     from training.score import scoring_launcher
 
@@ -566,29 +523,3 @@ def test_evaluation_and_scoring_apply_their_jobs_on_kubernetes(job, fake_kubectl
         assert not (Path(run) / RunDir.SCORING).exists()
     assert c["command"][2].endswith(" " + " ".join(shlex.quote(a) for a in args))
     assert lines[-1] == f"dlrmflow: job/{name} complete"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_rendered_slurm_script_trains_on_two_nodes_for_real(fake_slurm, tmp_path, monkeypatch):
-    """The same script with the real Python: two torchrun agents (srun's "nodes") meet at the c10d
-    rendezvous that node 0 hosts (is_host from SLURM_NODEID) and train one run together."""
-    from helpers.datasets import write_dataset
-    from helpers.runs import metrics
-
-    _, settings = fake_slurm
-    executable(tmp_path / "bin" / "scontrol", "print('127.0.0.1')\n")  # the first node's address
-    ds = write_dataset(tmp_path / "ds", {"train": 512, "val": 128})
-    cfg = TrainConfig(dataset=str(ds)).with_overrides({"data.batch_size": 128, "log_every": 1, "pg_timeout_s": 60})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    settings = {**settings, "python": sys.executable, "gpus_per_node": 0, "nproc_per_node": 1, "rccl_profiles": [],
-                "rdzv_port": port, "rdzv_timeout_s": 120, "exclusive": False}
-    env = {"OMP_NUM_THREADS": "1", "PET_TEE": "3", "PYTHONWARNINGS": "ignore"}
-    lines: list[str] = []
-    run = tmp_path / "runs" / "real"
-    code = build_launcher({"kind": "slurm", **settings, "env": env}).launch(str(run), cfg, on_line=lines.append)
-    assert code == 0, "\n".join(lines[-60:])
-    assert "Sharding plan: 2 ranks (2 node(s) x 1)" in (run / "plan.txt").read_text()
-    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4]

@@ -134,6 +134,7 @@ class SlurmLauncherConfig(_ClusterLauncherConfig):
                           "visible to this process and the batch host (a shared file system).")
     sbatch: Text = Field("sbatch", description="sbatch executable.")
     scancel: Text = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
+    squeue: Text = Field("squeue", description="squeue executable (how a cancelled job is seen to have ended).")
 
 
 class KubernetesLauncherConfig(_ClusterLauncherConfig):

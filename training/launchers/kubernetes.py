@@ -71,7 +71,7 @@ class KubernetesLauncher(Launcher):
         values = {
             "name": name, "job": job.name, "namespace": s.namespace, "labels": labels,
             "config_env": self.environment(env), "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s,
-            "nproc_per_node": s.ranks_per_node,
+            "nproc_per_node": s.ranks_per_node, "rdzv_timeout_s": s.rdzv_timeout_s,
             "service_account": s.service_account, "node_selector": s.node_selector,
             "image_pull_secrets": [{"name": s.image_pull_secret}] if s.image_pull_secret else [],
             "image": s.image, "node_command": cmd, "env_from": env_from, "resources": resources,

@@ -1,9 +1,11 @@
 """The output of a rank job, read line by line as a launcher hands it over, kept for a failure message.
 
-``RankOutput`` is the ``on_line`` of every rank job (train, evaluate, score): it splits torchrun's
-``--tee`` rank prefixes (``[defaultN]:``, with ``PET_TEE=3``) off each line, keeps every rank's last lines and
-the rest (the launcher's own lines, or the ranks' unprefixed output), and ``failure(what, code)`` says which rank
-failed how, with its last lines (library warnings left out); without rank prefixes, the error lines of the
+``RankOutput`` is the ``on_line`` of every rank job (train, evaluate, score): it splits torchrun's ``--tee`` rank
+prefixes off each line (``[defaultN]:`` with ``PET_TEE=3`` on one node; ``[<node> rank<N>]:`` on several, N the
+global rank: ``training.launchers.torchrun``), keeps every rank's last lines, the node it ran on, and the rest
+(the launcher's own lines, or the ranks' unprefixed output). ``failure(what, code)`` says which rank failed how
+and on which node, with its last lines (library warnings left out), and the first node that srun reported failed
+on Slurm (``srun: error: n2: task 1: Exited with exit code 1``); without rank prefixes, the error lines of the
 output (``error (rank N): ...``, ``training.distributed.run_rank``), else its last lines.
 """
 
@@ -15,12 +17,17 @@ from typing import Callable
 
 TAIL_LINES = 30      # of each rank, for the failure message
 OTHER_LINES = 200    # of the launcher's own lines (and unprefixed rank output)
-# torchrun --tee prefix (PET_TEE=3); also in mid-line, after a progress bar that ended without a newline
-RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
+# torchrun's --tee prefix (PET_TEE=3), also in mid-line after a progress bar that ended without a newline: one
+# node's "[default<local rank>]:", or "[<node> rank<global rank>]:" of a job of several nodes (the space keeps it
+# apart from torch's own c10 log prefix "[rank0]:W1126 ..." inside a rank's text)
+RANK_PREFIX = re.compile(r"\[(?:default(\d+)|([^\s\[\]]+) rank(\d+))\]:")
 # library warnings (python's "file:line: XWarning:" + its 2-space source echo, logging WARNING:, c10 W-lines)
 NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|\[rank\d+\]:W\d{4} )")
-# torchrun's failure summary: "rank : 1 (local_rank: 1) ... exitcode : 2"
+# torchrun's failure summary (one per node): "time : 2026-11-26_14:47:46 ... rank : 1 (local_rank: 0) ... exitcode : 2"
 _FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
+_ROOT = re.compile(r"Root Cause.*?time\s*:\s*(\S+)", re.S)   # the summary's first observed failure, and when
+# srun's report of a node whose task failed: "srun: error: n2: task 1: Exited with exit code 1" (or Killed...)
+_NODE_FAILED = re.compile(r"^srun: error: (\S+): tasks? [\d,-]+: (.+)$")
 
 
 class RankOutput:
@@ -30,18 +37,29 @@ class RankOutput:
     def __init__(self, forward: Callable[[str], None] | None = None):
         self.forward = forward
         self.tails: dict[int, deque] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
+        self.nodes: dict[int, str] = {}   # rank -> node, for jobs of several nodes
         self.launcher: deque = deque(maxlen=OTHER_LINES)
+        self.node_exits: dict[str, str] = {}   # node -> how its task ended, as srun reported it (in its order)
 
     def __call__(self, line: str) -> None:
         rank = None
         for part in line.split("\r"):  # tqdm redraws; a "\r" part continues the rank before it
-            for i, piece in enumerate(RANK_PREFIX.split(part)):  # [text, rank, text, rank, text, ...]
-                if i % 2:
-                    rank = int(piece)
-                else:
-                    self.segment(rank, piece)
+            at = 0
+            for m in RANK_PREFIX.finditer(part):
+                self.segment(rank, part[at:m.start()])
+                rank = int(m.group(1) if m.group(1) is not None else m.group(3))
+                if m.group(2):
+                    self.nodes[rank] = m.group(2)
+                at = m.end()
+            self.segment(rank, part[at:])
+        if rank is None and (m := _NODE_FAILED.match(line)):
+            self.node_exits.setdefault(m.group(1), m.group(2).strip())
         if self.forward:
             self.forward(line)
+
+    def tag(self, rank: int) -> str:
+        """``rank 1 on n2`` (a job of several nodes), else ``rank 1``."""
+        return f"rank {rank} on {self.nodes[rank]}" if rank in self.nodes else f"rank {rank}"
 
     def segment(self, rank: int | None, text: str) -> None:
         """One piece of a line: ``text`` of ``rank`` (None: not a rank's, or no prefixes)."""
@@ -52,17 +70,36 @@ class RankOutput:
         (self.launcher if rank is None else self.tails[rank]).append(text)
 
     def failure(self, what: str, code: int) -> str:
-        """``<what> failed``: the failing rank (torchrun's failure summary, else the lowest rank that wrote) and
-        how, with its last lines; without rank prefixes, the error lines or the last lines of the output."""
+        """``<what> failed``: the failing rank, its node and how it ended, how srun saw that node end (Slurm), and
+        the rank's last lines; without rank prefixes, the error lines or the last lines of the output. The failing
+        rank is the root cause of a torchrun failure summary: one killed by a signal first (its peers fail after it),
+        then the earliest, then the one on the node srun reported first (a node's summary can come after its peers'
+        failed, and srun may report the peers' node first); without a summary, a rank of the first node srun
+        reported."""
         text = "\n".join(self.launcher)
-        found = _FAILED.search(text[text.find("Root Cause"):] if "Root Cause" in text else text)
+        order = list(self.node_exits)
         if not self.tails:
             lines = [ln for ln in self.launcher if ln.startswith("error")] or list(self.launcher)[-20:]
-            return f"{what} failed (torchrun exit code {code}):\n" + "\n".join(lines)
-        rank = int(found.group(1)) if found else min(self.tails)
-        how = f"exit code {found.group(2)}" if found else f"torchrun exit code {code}"
-        if found and int(found.group(2)) < 0:
-            how += f" (killed by signal {-int(found.group(2))})"
+            return f"{what} failed (torchrun exit code {code}{self._srun(order[0] if order else None)}):\n" + \
+                "\n".join(lines)
+        summaries = []   # (exit code >= 0, time, srun's order of the node, appearance, rank, exit code)
+        for i, root in enumerate(_ROOT.finditer(text)):
+            if found := _FAILED.search(text, root.start()):
+                rank, exit_code = int(found.group(1)), int(found.group(2))
+                node = self.nodes.get(rank)
+                summaries.append((exit_code >= 0, root.group(1), order.index(node) if node in order else len(order),
+                                  i, rank, exit_code))
+        if summaries:
+            *_, rank, exit_code = min(summaries)
+            how = f"exit code {exit_code}" + (f" (killed by signal {-exit_code})" if exit_code < 0 else "")
+        else:
+            rank = next((r for r in sorted(self.tails) if order and self.nodes.get(r) == order[0]), min(self.tails))
+            how = f"torchrun exit code {code}"
+        node = self.nodes.get(rank)
+        where = f"rank {rank} on node {node}" if node else f"rank {rank}"
         tail = "\n".join(t for t in self.tails.get(rank, []) if not NOISE.match(t))
-        return (f"{what} failed: rank {rank}, {how}. Last lines of rank {rank}:\n"
-                f"{tail or '(only progress bars and library warnings)'}\n")
+        return (f"{what} failed: {where}, {how}{self._srun(node if node in order else order[0] if order else None)}."
+                f" Last lines of rank {rank}:\n{tail or '(only progress bars and library warnings)'}\n")
+
+    def _srun(self, node: str | None) -> str:
+        return f"; srun: node {node}: {self.node_exits[node]}" if node else ""

@@ -3,8 +3,10 @@
 
 ``sbatch --wait`` blocks until the job ends and exits with the job's exit code, so the Prefect task
 that calls ``launch`` simply waits in a subprocess; the log file (``#SBATCH --output``) is followed
-meanwhile and every line handed to ``on_line``. If this process is interrupted (the flow run is
-cancelled), the job is cancelled with ``scancel``.
+meanwhile and every line handed to ``on_line``. If this process is interrupted (Ctrl-C; a cancelled flow run,
+whose process Prefect's runner SIGTERMs, which Prefect raises in the flow), the job is cancelled with ``scancel``
+and this process waits until Slurm has ended it on every node (``squeue`` no longer lists it), so that no rank
+outlives the flow run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 _JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")   # an sbatch argument that needs no quoting
 _BLANKED = re.compile(r"(pack|het)(job)", re.I)   # the words sbatch blanks in a directive line
+# how long a cancelled job may take to end: under the 30 s that Prefect's runner gives a cancelled flow run's
+# process after its SIGTERM before it kills it
+CANCEL_WAIT_S = 20.0
 
 
 def sbatch_quote(arg: str) -> str:
@@ -151,10 +156,9 @@ class SlurmLauncher(Launcher):
                 follower.start()
             rest, err = proc.communicate()
         except BaseException:
-            if job_id:
-                subprocess.run([self.settings.scancel, job_id], check=False)
-                emit(f"dlrmflow: interrupted; cancelled Slurm job {job_id}")
             proc.kill()
+            if job_id:
+                self.cancel(job_id, emit)
             raise
         finally:
             stop.set()
@@ -167,6 +171,28 @@ class SlurmLauncher(Launcher):
             raise LaunchError(f"sbatch did not submit the job (exit code {proc.returncode}): {err.strip()}")
         emit(f"dlrmflow: Slurm job {job_id} finished with exit code {proc.returncode}")
         return proc.returncode
+
+    def cancel(self, job_id: str, emit: OnLine) -> None:
+        """``scancel`` the job, then wait (``CANCEL_WAIT_S`` at most) until squeue no longer lists it: its
+        processes have ended on every node (a job is COMPLETING until then)."""
+        s = self.settings
+        emit(f"dlrmflow: interrupted; cancelling Slurm job {job_id}")
+        subprocess.run([s.scancel, job_id], check=False)
+        deadline, state = time.monotonic() + CANCEL_WAIT_S, ""
+        while time.monotonic() < deadline:
+            try:
+                got = subprocess.run([s.squeue, "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                                     timeout=30)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                emit(f"dlrmflow: cannot watch the cancelled Slurm job {job_id} end ({e})")
+                return
+            state = (got.stdout + got.stderr).strip()
+            if (got.returncode == 0 and not got.stdout.strip()) or "Invalid job id" in got.stderr:
+                emit(f"dlrmflow: cancelled Slurm job {job_id}; it has ended on every node")
+                return
+            time.sleep(0.5)
+        emit(f"dlrmflow: cancelled Slurm job {job_id}, still '{state}' after {CANCEL_WAIT_S:g} s: see `squeue -j "
+             f"{job_id}`")
 
 
 def _follow(path: Path, emit: OnLine, stop: threading.Event, poll_s: float = 0.5) -> None:
