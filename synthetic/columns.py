@@ -161,7 +161,8 @@ def _bins(prof: CategoricalProfile, vocab: float) -> tuple[np.ndarray, np.ndarra
     """The Pareto ids 1..vocab-1 in bins (exact below 2000, geometric above): ids per bin and each id's mass."""
     exact = np.arange(1, min(vocab, 2000), dtype=np.float64)
     binned = np.geomspace(2000, vocab, 2000) if vocab > 2000 else np.empty(0)
-    edges = np.unique(np.floor(np.concatenate([exact, binned, [vocab]])))
+    edges = np.floor(np.concatenate([exact, binned, [vocab]]))   # ascending already: drop repeats, no sort
+    edges = edges[np.concatenate([[True], edges[1:] > edges[:-1]])]
     counts = np.diff(edges)
     return counts, (1 - prof.top1) * (1 - prof.fresh) * np.diff(tail_cdf(prof, edges, vocab)) / counts
 
