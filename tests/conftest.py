@@ -32,6 +32,7 @@ sys.addaudithook(_audit)
 SHARED_ON_ONE_WORKER = ("prefect_server", "trained_runs")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which reads a test's xdist_group mark
 def pytest_collection_modifyitems(items):
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -42,6 +43,17 @@ def pytest_collection_modifyitems(items):
             group = item.module.__name__
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            _suffix_group(item, group)
+
+
+def _suffix_group(item, group: str) -> None:
+    """Name the item ``<node id>@<group>``, which is how xdist's loadgroup scheduler sees a group. xdist 3.8 does
+    it by setting ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): without this every
+    test is scheduled alone and each worker makes its own session server and trained runs."""
+    from _pytest.nodeid import coerce_node_id
+
+    if os.environ.get("PYTEST_XDIST_WORKER") and not item.nodeid.endswith(f"@{group}"):
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @pytest.hookimpl(wrapper=True)
