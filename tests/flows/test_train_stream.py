@@ -153,7 +153,10 @@ SRUN_N1_FIRST = ["srun: error: n1: task 0: Exited with exit code 1", "srun: erro
                                                                             "node n2: Terminated"),   # the earliest
     (_summary(1, 1) + _summary(0, 1), SRUN_N1_FIRST, "rank 0 on node n1, exit code 1; srun: node n1: Exited with exit "
                                                      "code 1"),   # a tie: the node srun reported first
-], ids=["signal", "earliest", "srun-first"])
+    # recorded in a clean-clone run: the killed rank's summary came first, then the other node's long traceback
+    (_summary(1, -9) + ["E1126 16:09:21.609000 25609 api.py:836] traceback line"] * 300 + _summary(0, 1),
+     SRUN_N1_FIRST, "rank 1 on node n2, exit code -9 (killed by signal 9); srun: node n2: Terminated"),
+], ids=["signal", "earliest", "srun-first", "summary-before-a-long-traceback"])
 def test_the_failing_rank_of_several_nodes(summaries, srun, failed, tmp_path):
     lines = [line for line in TWO_NODES if not line.startswith(("srun:", " ", "Root Cause", "[0]:"))]
     s, _ = _read(lines + summaries + srun, tmp_path)

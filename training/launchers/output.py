@@ -17,6 +17,8 @@ from typing import Callable
 
 TAIL_LINES = 30      # of each rank, for the failure message
 OTHER_LINES = 200    # of the launcher's own lines (and unprefixed rank output)
+SUMMARY_LINES = 12   # of a torchrun failure summary, from its "Root Cause" line: kept apart from OTHER_LINES, which
+                     # a second node's traceback can flood before the first node's summary is read
 # torchrun's --tee prefix (PET_TEE=3), also in mid-line after a progress bar that ended without a newline: one
 # node's "[default<local rank>]:", or "[<node> rank<global rank>]:" of a job of several nodes (the space keeps it
 # apart from torch's own c10 log prefix "[rank0]:W1126 ..." inside a rank's text)
@@ -40,6 +42,7 @@ class RankOutput:
         self.nodes: dict[int, str] = {}   # rank -> node, for jobs of several nodes
         self.launcher: deque = deque(maxlen=OTHER_LINES)
         self.node_exits: dict[str, str] = {}   # node -> how its task ended, as srun reported it (in its order)
+        self.summaries: deque[list[str]] = deque(maxlen=16)   # torchrun's failure summaries (one per node)
 
     def __call__(self, line: str) -> None:
         rank = None
@@ -54,6 +57,10 @@ class RankOutput:
             self.segment(rank, part[at:])
         if rank is None and (m := _NODE_FAILED.match(line)):
             self.node_exits.setdefault(m.group(1), m.group(2).strip())
+        if rank is None and "Root Cause" in line:
+            self.summaries.append([line])
+        elif rank is None and self.summaries and len(self.summaries[-1]) < SUMMARY_LINES:
+            self.summaries[-1].append(line)
         if self.forward:
             self.forward(line)
 
@@ -76,15 +83,15 @@ class RankOutput:
         then the earliest, then the one on the node srun reported first (a node's summary can come after its peers'
         failed, and srun may report the peers' node first); without a summary, a rank of the first node srun
         reported."""
-        text = "\n".join(self.launcher)
         order = list(self.node_exits)
         if not self.tails:
             lines = [ln for ln in self.launcher if ln.startswith("error")] or list(self.launcher)[-20:]
             return f"{what} failed (torchrun exit code {code}{self._srun(order[0] if order else None)}):\n" + \
                 "\n".join(lines)
         summaries = []   # (exit code >= 0, time, srun's order of the node, appearance, rank, exit code)
-        for i, root in enumerate(_ROOT.finditer(text)):
-            if found := _FAILED.search(text, root.start()):
+        kept = "\n".join(line for summary in self.summaries for line in summary)
+        for i, root in enumerate(_ROOT.finditer(kept)):
+            if found := _FAILED.search(kept, root.start()):
                 rank, exit_code = int(found.group(1)), int(found.group(2))
                 node = self.nodes.get(rank)
                 summaries.append((exit_code >= 0, root.group(1), order.index(node) if node in order else len(order),
