@@ -182,7 +182,7 @@ class SlurmLauncher(Launcher):
         while time.monotonic() < deadline:
             try:
                 got = subprocess.run([s.squeue, "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                                     timeout=30)
+                                     timeout=max(1.0, deadline - time.monotonic()))   # within the runner's grace
             except (OSError, subprocess.TimeoutExpired) as e:
                 emit(f"dlrmflow: cannot watch the cancelled Slurm job {job_id} end ({e})")
                 return
