@@ -22,7 +22,7 @@ from nightly.registry import NAME_PATTERN as MODEL_NAME
 from nightly.config import DataCheckConfig, GcConfig, WindowConfig
 from nightly.decision import Gates
 from nightly.window import is_dated
-from preprocessing import PreprocessConfig
+from flows.preprocess_config import FlowPreprocessConfig
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
 from training.config import EvaluateConfig, TrainConfig, preset_names
@@ -49,19 +49,6 @@ class PipelineSyntheticConfig(_Model):
 def _filled_in(default):
     """A field the flow fills in itself: no form field (SkipJsonSchema), no option (flows/options.py), not dumped."""
     return Field(default, exclude=True)
-
-
-class FlowPreprocessConfig(PreprocessConfig):
-    """PreprocessConfig plus where the preprocess flow runs its per-file tasks (parse, count, encode)."""
-
-    model_config = ConfigDict(from_attributes=True)   # a plain PreprocessConfig is one too (threads)
-
-    task_runner: Literal["threads", "dask"] = Field("threads", description="Run the per-file tasks in threads "
-                                                    "of the flow's process, or on a Dask cluster (prefect-dask); "
-                                                    "with dask and a remote store the workers share the "
-                                                    "intermediate parts through the store.")
-    dask_address: str | None = Field(None, description="The Dask scheduler's address (tcp://HOST:8786) for "
-                                     "task_runner=dask. Default: a temporary local Dask cluster.")
 
 
 class PipelinePreprocessConfig(FlowPreprocessConfig):

@@ -265,3 +265,13 @@ def test_default_run_names_survive_the_arch_rename():
     # init_from.store (added later) unset: a warm-started config keeps the name it had before the field existed
     warm = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"), "init_from": "s3://b/p/runs/r1"})
     assert config_hash(warm) == "71992ea025"
+
+
+def test_preprocess_imports_neither_training_nor_nightly_nor_prefect(tmp_path):
+    """`dlrmflow preprocess` pays only for the preprocessing's imports (its fixed cost per run)."""
+    code = ("import sys; from flows.cli import main; "
+            f"main(['preprocess', '--input', {str(tmp_path / 'none.tsv')!r}, '--out', {str(tmp_path)!r}]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'training', 'nightly', 'prefect', 'torch'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "does not exist" in done.stderr, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
