@@ -173,17 +173,44 @@ def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
     assert fast.equals(slow) and fast["value"].dtype == parts[0]["value"].dtype
 
 
-def test_gunzip_reads_every_member_and_rejects_a_truncated_stream():
-    import io
+def _inflaters() -> list:
     import zlib
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return [zlib]
+    return [zlib, isal_zlib]
+
+
+@pytest.mark.parametrize("inflate", _inflaters(), ids=lambda m: m.__name__)
+def test_gunzip_reads_every_member_and_rejects_a_truncated_stream(inflate):
+    import io
     data = gzip.compress(b"a\nb\n") + gzip.compress(b"") + gzip.compress(b"c\n" * 1000)
-    whole = readers._Gunzip(io.BytesIO(data))
+    whole = readers._Gunzip(io.BytesIO(data), inflate)
     assert whole.read(1) + whole.read(10 ** 6) == b"a\nb\n" + b"c\n" * 1000 and whole.read(5) == b""
-    assert readers._Gunzip(io.BytesIO(b"")).read(10) == b""
+    assert readers._Gunzip(io.BytesIO(b""), inflate).read(10) == b""
     with pytest.raises(EOFError):
-        readers._Gunzip(io.BytesIO(data[:-6])).read(10 ** 6)
-    with pytest.raises(zlib.error):
-        readers._Gunzip(io.BytesIO(data + b"not gzip")).read(10 ** 6)
+        readers._Gunzip(io.BytesIO(data[:-6]), inflate).read(10 ** 6)
+    with pytest.raises(inflate.error):
+        readers._Gunzip(io.BytesIO(data + b"not gzip, and longer than a header"), inflate).read(10 ** 6)
+
+
+def test_gzip_inputs_read_the_same_with_isal_and_without(criteo_10k):
+    """ISA-L (the default where isal is installed) and zlib (its fallback) give the same blocks of a .gz input;
+    without the isal package the reader falls back to zlib."""
+    import subprocess
+    import sys
+    import zlib
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    assert readers.INFLATE is isal_zlib
+    with open(criteo_10k, "rb") as f:
+        fast = readers._Gunzip(f, isal_zlib).read(1 << 30)
+    with open(criteo_10k, "rb") as f:
+        assert fast == readers._Gunzip(f, zlib).read(1 << 30) == gzip.decompress(Path(criteo_10k).read_bytes())
+    code = ("import sys; sys.modules['isal'] = None; import zlib; from preprocessing import readers; "
+            f"assert readers.INFLATE is zlib; print(len(readers._Gunzip(open({str(criteo_10k)!r}, 'rb')).read(1 << 30)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == [str(len(fast))], done.stderr
 
 
 @native
