@@ -15,7 +15,7 @@ from common.atomic import atomic_path
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name, offsets_file_name
 
-from . import lists, stages, vocab, work, writer
+from . import lists, parallel, stages, vocab, work, writer
 from .config import PreprocessConfig
 from .job import FORMAT_VERSION, Job
 from .parallel import Executor, ThreadExecutor
@@ -58,6 +58,7 @@ class Preprocessing:
     def _stages(self, executor: Executor, say: Callable[[str], None], held) -> None:
         job = self.job
         files = range(len(job.inputs))
+        parallel.keep_freed_memory()
         job.work.create()
         say(f"preprocessing {len(files)} input files -> {job.dataset}")
         metas = executor.map("parse", partial(stages.parse_file, job, say=say), files)
