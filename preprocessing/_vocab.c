@@ -11,6 +11,15 @@
  *   The probe of vocab.IntLookup's open-addressing table (linear probing, vals == 0 marks an empty slot,
  *   slot = (key * mul mod 2^bits_of_key) >> shift): out[i] = vals[slot of query[i]], 0 where absent.
  *   keys: uint32 or uint64 (query: the same width); vals and out: int32 or int64.
+ *
+ * gather(table, codes, out)   (VERSION 2)
+ *   out[i] = table[codes[i]]: a block's dictionary codes (uint32) -> indices, written straight in the output
+ *   dtype (table and out: items of one size, 1, 2, 4 or 8 bytes) without numpy's intp copy of the codes.
+ *   ValueError where a code is not below len(table).
+ *
+ * bincount(codes, counts)   (VERSION 2)
+ *   counts[codes[i]] += 1 for uint32 codes (counts: int64, zeroed by the caller), without numpy's intp copy of
+ *   the codes. ValueError where a code is not below len(counts).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,8 +30,8 @@
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
-    if (view->itemsize != 1 && view->itemsize != 4 && view->itemsize != 8) {
-        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes (1, 4 or 8 expected)", what, view->itemsize);
+    if (view->itemsize != 1 && view->itemsize != 2 && view->itemsize != 4 && view->itemsize != 8) {
+        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes (1, 2, 4 or 8 expected)", what, view->itemsize);
         PyBuffer_Release(view);
         return -1;
     }
@@ -85,7 +94,7 @@ static PyObject *dict_encode(PyObject *self, PyObject *args) {
         goto release_valid;
     if (get_buffer(o_distinct, &bd, 1, "distinct") < 0)
         goto release_codes;
-    if (bv.itemsize == 1 || bd.itemsize != bv.itemsize || bd.len < bv.len || bc.itemsize != 4 || bc.len < 4 * n ||
+    if (bv.itemsize < 4 || bd.itemsize != bv.itemsize || bd.len < bv.len || bc.itemsize != 4 || bc.len < 4 * n ||
         (has_valid && (bm.itemsize != 1 || bm.len < n))) {
         PyErr_SetString(PyExc_ValueError, "dict_encode: values must have 4- or 8-byte items, codes be uint32[n], "
                                           "distinct as long as values and of their dtype, valid uint8[n] or None");
@@ -152,7 +161,7 @@ static PyObject *lookup(PyObject *self, PyObject *args) {
         if (get_buffer(o_query, &bq, 0, "query") == 0) {
             if (get_buffer(o_out, &bo, 1, "out") == 0) {
                 Py_ssize_t slots = bk.len / bk.itemsize, n = bq.len / bq.itemsize;
-                if (bk.itemsize == 1 || bv.itemsize == 1 || bq.itemsize != bk.itemsize ||
+                if (bk.itemsize < 4 || bv.itemsize < 4 || bq.itemsize != bk.itemsize ||
                     bo.itemsize != bv.itemsize || bv.len / bv.itemsize != slots || bo.len / bo.itemsize < n ||
                     slots == 0 || (slots & (slots - 1)) || shift < 0 || shift >= 8 * bk.itemsize) {
                     PyErr_SetString(PyExc_ValueError, "lookup: a table of 2^k slots (uint32/uint64 keys, "
@@ -184,14 +193,120 @@ static PyObject *lookup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+#define GATHER(NAME, T)                                                                                       \
+    static Py_ssize_t NAME(const T *table, Py_ssize_t m, const uint32_t *codes, Py_ssize_t n, T *out) {          \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                  \
+            uint32_t c = codes[i];                                                                            \
+            if ((Py_ssize_t)c >= m)                                                                           \
+                return i;                                                                                     \
+            out[i] = table[c];                                                                                \
+        }                                                                                                     \
+        return -1;                                                                                            \
+    }
+
+GATHER(gather8, uint8_t)
+GATHER(gather16, uint16_t)
+GATHER(gather32, uint32_t)
+GATHER(gather64, uint64_t)
+
+static PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *o_table, *o_codes, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_table, &o_codes, &o_out))
+        return NULL;
+    Py_buffer bt, bc, bo;
+    int ok = 0;
+    if (get_buffer(o_table, &bt, 0, "table") < 0)
+        return NULL;
+    if (get_buffer(o_codes, &bc, 0, "codes") == 0) {
+        if (get_buffer(o_out, &bo, 1, "out") == 0) {
+            Py_ssize_t m = bt.len / bt.itemsize, n = bc.len / bc.itemsize;
+            if (bc.itemsize != 4 || bo.itemsize != bt.itemsize || bo.len / bo.itemsize != n) {
+                PyErr_SetString(PyExc_ValueError, "gather: uint32 codes, and a table and an output of one item size "
+                                                  "(the output as long as the codes)");
+            } else {
+                Py_ssize_t bad;
+                Py_BEGIN_ALLOW_THREADS
+                if (bt.itemsize == 1)
+                    bad = gather8(bt.buf, m, bc.buf, n, bo.buf);
+                else if (bt.itemsize == 2)
+                    bad = gather16(bt.buf, m, bc.buf, n, bo.buf);
+                else if (bt.itemsize == 4)
+                    bad = gather32(bt.buf, m, bc.buf, n, bo.buf);
+                else
+                    bad = gather64(bt.buf, m, bc.buf, n, bo.buf);
+                Py_END_ALLOW_THREADS
+                if (bad >= 0)
+                    PyErr_Format(PyExc_ValueError, "gather: code %u at %zd is not below the table's %zd entries",
+                                 ((const uint32_t *)bc.buf)[bad], bad, m);
+                else
+                    ok = 1;
+            }
+            PyBuffer_Release(&bo);
+        }
+        PyBuffer_Release(&bc);
+    }
+    PyBuffer_Release(&bt);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *bincount(PyObject *self, PyObject *args) {
+    PyObject *o_codes, *o_counts;
+    if (!PyArg_ParseTuple(args, "OO", &o_codes, &o_counts))
+        return NULL;
+    Py_buffer bc, bn;
+    int ok = 0;
+    if (get_buffer(o_codes, &bc, 0, "codes") < 0)
+        return NULL;
+    if (get_buffer(o_counts, &bn, 1, "counts") == 0) {
+        if (bc.itemsize != 4 || bn.itemsize != 8) {
+            PyErr_SetString(PyExc_ValueError, "bincount: uint32 codes and int64 counts");
+        } else {
+            const uint32_t *codes = bc.buf;
+            int64_t *counts = bn.buf;
+            Py_ssize_t n = bc.len / 4, m = bn.len / 8, bad = -1;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < n; i++) {
+                uint32_t c = codes[i];
+                if ((Py_ssize_t)c >= m) {
+                    bad = i;
+                    break;
+                }
+                counts[c]++;
+            }
+            Py_END_ALLOW_THREADS
+            if (bad >= 0)
+                PyErr_Format(PyExc_ValueError, "bincount: code %u at %zd is not below the counts' %zd entries",
+                             codes[bad], bad, m);
+            else
+                ok = 1;
+        }
+        PyBuffer_Release(&bn);
+    }
+    PyBuffer_Release(&bc);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"dict_encode", dict_encode, METH_VARARGS,
      "dict_encode(values, valid, codes, distinct) -> k: codes 1..k of first occurrence (0: not valid)"},
     {"lookup", lookup, METH_VARARGS, "lookup(keys, vals, mul, shift, query, out): probe vocab.IntLookup's table"},
+    {"gather", gather, METH_VARARGS, "gather(table, codes, out): out[i] = table[codes[i]] (uint32 codes)"},
+    {"bincount", bincount, METH_VARARGS, "bincount(codes, counts): counts[codes[i]] += 1 (uint32 codes, int64)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vocab", "Native hash tables for the vocabulary stages.",
                                     -1, methods};
 
-PyMODINIT_FUNC PyInit__vocab(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__vocab(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -52,7 +52,7 @@ _FOLD = _fold_table()   # code -> its bin's position in a dense histogram (bin +
 def _histogram(values: np.ndarray) -> np.ndarray:
     """Counts per code (``_codes``; a shift and a bincount: the cheap part of a block), folded into the bins once
     per file (``finish``)."""
-    return np.bincount(_codes(values), minlength=2048)
+    return vocab.bincount(_codes(values), 2048)
 
 
 def block_profile(out: pl.DataFrame, t: Transforms, dictionaries: dict, numerical_missing: dict[str, int]) -> dict:

@@ -415,7 +415,7 @@ def encode_batch(t: Transforms, numerical_dtype: str, dtypes: dict[str, str], df
         for j, (n, _) in enumerate(t.numerical):
             num[:, j] = df[n].to_numpy()   # converted while copied in
         out[NUMERICAL_FILE] = num
-    indices = encode(df, dictionaries)
+    indices = encode(df, dictionaries, dtypes)
     for c in t.categorical:
         if c.multi_valued:
             flat = indices[c.name] if c.name in indices else lists.flatten(df[c.name])

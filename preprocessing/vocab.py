@@ -27,6 +27,26 @@ except ImportError as e:
     _vocab = None
     log.debug("preprocessing._vocab is not available (%s); vocabulary hashing runs in numpy", e)
 
+def take(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]`` for uint32 codes, by ``_vocab.gather`` where built (no intp copy of the codes)."""
+    if _vocab is None or not hasattr(_vocab, "gather") or codes.dtype != np.uint32 or table.dtype.itemsize not in \
+            (1, 2, 4, 8):   # an older build of the extension has no gather
+        return table[codes]
+    out = np.empty(len(codes), table.dtype)
+    _vocab.gather(np.ascontiguousarray(table), np.ascontiguousarray(codes), out)
+    return out
+
+
+def bincount(codes: np.ndarray, length: int) -> np.ndarray:
+    """``np.bincount(codes, minlength=length)`` (int64) of codes below ``length``, by ``_vocab.bincount`` for uint32
+    codes where built (no intp copy of the codes); a code not below ``length`` is a ValueError there."""
+    if _vocab is None or not hasattr(_vocab, "bincount") or codes.dtype != np.uint32:
+        return np.bincount(codes, minlength=length)
+    counts = np.zeros(length, np.int64)
+    _vocab.bincount(np.ascontiguousarray(codes), counts)
+    return counts
+
+
 # re-aggregate pending per-batch counts once they outgrow the running totals by this factor
 _COMPACT_FACTOR = 4
 
@@ -76,7 +96,7 @@ def block_counts(df: pl.DataFrame, features: list[str],
     for f in features:
         if f in dictionaries:
             values = dictionaries[f]
-            n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:].astype(np.int64)
+            n = bincount(df[f].to_numpy(), len(values) + 1)[1:].astype(np.int64, copy=False)
             seen = n > 0   # all but the codes of rows filtered out
             if not seen.all():
                 values, n = values[seen], n[seen]
@@ -261,8 +281,10 @@ class Encoder:
             else:
                 self.exprs[f] = pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
 
-    def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> dict:
-        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``);
+    def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None,
+                 dtypes: dict[str, str] | None = None) -> dict:
+        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``), whose
+        indices come in ``dtypes[feature]`` where given (gathered from a table of that dtype: no wide copy);
         a list column's indices are a ``lists.Flat`` (its elements' indices, its rows' lengths)."""
         dictionaries = dictionaries or {}
         listed = [f for f in (*self.lookups, *self.exprs) if isinstance(df[f].dtype, pl.List)]
@@ -273,7 +295,9 @@ class Encoder:
             if f in self.lookups:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
-                out[f] = remap[df[f].to_numpy()]
+                if dtypes and f in dtypes:
+                    remap = remap.astype(dtypes[f])
+                out[f] = take(remap, df[f].to_numpy())
         exprs = [e for f, e in self.exprs.items() if f not in dictionaries and f not in out]
         lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries and f not in out}
         if exprs:

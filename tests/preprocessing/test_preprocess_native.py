@@ -173,6 +173,22 @@ def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
     assert fast.equals(slow) and fast["value"].dtype == parts[0]["value"].dtype
 
 
+@native
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_native_gather_and_bincount_give_numpys(dtype):
+    rng = np.random.default_rng(0)
+    table = rng.integers(0, 100, 1000).astype(dtype)
+    codes = rng.integers(0, 1000, 50_000).astype(np.uint32)
+    taken = vocab.take(table, codes)
+    assert taken.dtype == table.dtype and np.array_equal(taken, table[codes])
+    counted = vocab.bincount(codes, 1001)
+    assert counted.dtype == np.int64 and np.array_equal(counted, np.bincount(codes, minlength=1001))
+    with pytest.raises(ValueError, match="not below"):
+        vocab.take(table, np.array([1000], np.uint32))
+    with pytest.raises(ValueError, match="not below"):
+        vocab.bincount(np.array([7], np.uint32), 7)
+
+
 def _inflaters() -> list:
     import zlib
     try:
