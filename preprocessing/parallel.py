@@ -86,7 +86,7 @@ def keep_freed_memory() -> None:
     _malloc_tuned = True
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):   # no C library by that name, or not glibc
         return
     mallopt(_M_MMAP_THRESHOLD, 32 << 20)   # glibc's largest allowed value on 64-bit
     mallopt(_M_TRIM_THRESHOLD, 1 << 30)
