@@ -3,9 +3,9 @@
 Index semantics (NVIDIA's): values with count >= T get 1..K by descending count, ties by
 ascending value; 0 is missing or rare; T=0 and T=1 both keep every seen value; cardinality K+1.
 
-The hash tables on integer values (a block's dictionary codes, count sums, vocabulary lookups) run in the C
-extension ``preprocessing._vocab`` where it is built, else in numpy (same results, several times slower at
-Kaggle-like cardinalities). A list feature's column (a polars List) counts and looks up its elements (see ``lists``).
+The hash tables on integer values (a block's dictionary codes, count sums, vocabulary lookups) and the gathers and
+counts of a block's codes (``take``, ``bincount``) run in the C extension ``preprocessing._vocab`` where it is built,
+else in numpy (same results, several times slower at Kaggle-like cardinalities). A list feature's column (a polars List) counts and looks up its elements (see ``lists``).
 """
 
 from __future__ import annotations
