@@ -39,6 +39,7 @@ class RunDir:
     METRICS = "metrics.jsonl"     # training log
     PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
     DONE = "_SUCCESS"             # written last by the worker: training finished
+    STOP = "stop.request"         # asks the training to stop at its next validation, as an early stop would
     CHECKPOINTS = "checkpoints"   # <step>/ DCP folders and the latest/best pointers (training.checkpoint)
     EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
