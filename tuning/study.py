@@ -15,9 +15,8 @@ import optuna
 from optuna.storages.journal import BaseJournalBackend, JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from common.atomic import write_atomic
+from common.folder import Folder
 from common.lease import lease
-from common.store import filesystem, storage_options
 
 STUDY = "tune"             # the study's name inside its journal (one study per tune folder)
 BASELINE = "baseline"      # user attribute of trial 0: the base config, trained as is
@@ -25,7 +24,7 @@ RESUMES = "resumes"        # user attribute of a trial that retrains an interrup
 optuna.logging.set_verbosity(optuna.logging.WARNING)   # the flow logs each trial itself
 
 
-class TuneDir:
+class TuneDir(Folder):
     """One tune's folder ``<store>/tunes/<name>/``."""
 
     JOURNAL = "journal"         # <first log number>.jsonl: Optuna's journal, one file per append
@@ -37,34 +36,9 @@ class TuneDir:
     LEASE = "tune.lease"        # held while a tune runs the study (one tune process per folder)
     LEASE_STALE_S = 300.0
 
-    def __init__(self, uri: str):
-        self.uri = uri.rstrip("/")
-        self.options = storage_options(uri)
-        self.fs, self.root = filesystem(self.uri, **self.options)
-
-    def __str__(self) -> str:
-        return self.uri
-
-    @property
-    def name(self) -> str:
-        return self.uri.rsplit("/", 1)[-1]
-
-    def join(self, *parts: str) -> str:
-        return posixpath.join(self.uri, *parts)
-
-    def path(self, *parts: str) -> str:
-        return posixpath.join(self.root, *parts)
-
-    def exists(self, *parts: str) -> bool:
-        return self.fs.exists(self.path(*parts))
-
-    def read_text(self, *parts: str) -> str:
-        with self.fs.open(self.path(*parts), "r") as f:
-            return f.read()
-
     def write(self, data: str | bytes, *parts: str) -> None:
         """Write a file atomically."""
-        write_atomic(self.path(*parts), data, self.fs)
+        (self.write_text if isinstance(data, str) else self.write_bytes)(data, *parts)
 
     def lease(self, say: Callable[[str], None] | None = None):
         """Hold the tune's lease for the block: a second tune of the same folder fails at once, naming the holder."""
