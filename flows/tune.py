@@ -52,6 +52,26 @@ def tune_dataset(config: TuneConfig, store: Store) -> str:
     return RunDir(champion.run).load_config().dataset
 
 
+def setup(config: TuneConfig, launcher: LauncherConfig) -> tuple:
+    """Everything a tune checks before its first trial (the command line calls it before Prefect starts): the store,
+    the dataset and its splits, the base config, the space against both and the ranks; returns (store, dataset,
+    base config, space, feature spec, training rows)."""
+    store = Store(config.store)
+    if config.model:
+        registry.model_uri(store.uri, config.model)   # a bad name fails now, not when the result is written
+    dataset = tune_dataset(config, store)
+    base = config.base().model_copy(update={"dataset": dataset})
+    space = SearchSpace.from_yaml(config.space)
+    spec = fspec.load(dataset)
+    base.check_splits(spec.splits)
+    train_rows = (spec.metadata.get("rows") or {}).get(base.data.train_split) or 0
+    if not train_rows:
+        raise UserError(f"{dataset}: its feature spec records no row count of split '{base.data.train_split}'. "
+                        "Fix: preprocess it again with `dlrmflow preprocess`.")
+    space.check(base, build_launcher(launcher).world_size, train_rows)
+    return store, dataset, base, space, spec, train_rows
+
+
 def _pruner(config: TuneConfig) -> optuna.pruners.BasePruner:
     if config.pruner == "none":
         return optuna.pruners.NopPruner()
@@ -289,17 +309,7 @@ def tune(config: TuneConfig, launcher: LauncherConfig = LocalLauncherConfig(npro
         launcher: Where each trial's ranks run: `local` (default: torchrun here, 1 rank), `slurm` or `kubernetes`.
     """
     log = get_run_logger()
-    store = Store(config.store)
-    dataset = tune_dataset(config, store)
-    base = config.base().model_copy(update={"dataset": dataset})
-    space = SearchSpace.from_yaml(config.space)
-    space.check(base, build_launcher(launcher).world_size)
-    spec = fspec.load(dataset)
-    base.check_splits(spec.splits)
-    train_rows = (spec.metadata.get("rows") or {}).get(base.data.train_split) or 0
-    if not train_rows:
-        raise UserError(f"{dataset}: its feature spec records no row count of split '{base.data.train_split}'. "
-                        "Fix: preprocess it again with `dlrmflow preprocess`.")
+    store, dataset, base, space, spec, train_rows = setup(config, launcher)
     tune_dir = TuneDir(store.tune_uri(config.study_name(dataset, base, space)))
     with tune_dir.lease(say=log.info):
         study = open_study(tune_dir, config.seed, _pruner(config))

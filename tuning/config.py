@@ -155,9 +155,9 @@ class SearchSpace:
                 arch[name] = arch[name][:-1] + [arch["embedding_dim"]]
         return validate(TrainConfig, data, f"{self.source}: a trial's values {values}")
 
-    def check(self, base: TrainConfig, ranks: int) -> None:
+    def check(self, base: TrainConfig, ranks: int, train_rows: int | None = None) -> None:
         """Fail before any trial on a space no trial can train: each choice must make a valid config with the
-        base, and every batch size must divide over the ``ranks``."""
+        base, and every batch size must divide over the ``ranks`` (and fit in the ``train_rows``)."""
         for key, dim in self.dimensions.items():
             for value in dim.choices or [dim.low, dim.high]:
                 value = int(value) if self.kinds[key] == "int" else value
@@ -167,6 +167,10 @@ class SearchSpace:
                     if size % ranks:
                         raise UserError(f"{self.source}: {field} {size} does not divide over the {ranks} ranks. "
                                         f"Fix: use multiples of {ranks}.")
+                if train_rows is not None and cfg.data.batch_size > train_rows:
+                    raise UserError(f"{self.source}: data.batch_size {cfg.data.batch_size} is more than the "
+                                    f"{train_rows} rows of the training split: such a trial trains no step. Fix: "
+                                    f"use batch sizes up to {train_rows}.")
 
 
 _MISSING = object()
@@ -188,7 +192,7 @@ class TuneConfig(_Model):
     name: str | None = Field(None, description="The tune's name (tunes/NAME/). Default: the dataset's folder and a "
                              "hash of the base config, the space and the seed, so running the same tune again resumes "
                              "it (finished trials are never re-run).")
-    model: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$", description="A model name: the "
+    model: str | None = Field(None, description="A model name: the "
                               "best config is also written to models/NAME/tuned.yaml, where the nightly pipeline "
                               "picks it up (its `tuned_config: model`).")
     trials: int = Field(20, ge=1, description="Trials in the study, trial 0 (the base config, untuned) included; a "

@@ -52,12 +52,13 @@ def test_the_base_mlp_follows_a_sampled_embedding_dim(tmp_path):
     ("data.batch_size: {choices: [128, 99]}\n", "data.batch_size 99 does not divide over the 2 ranks"),
     ("arch.interaction: {choices: [dot, cross]}\n", "arch.interaction: Input should be 'dot' or 'dcn'"),
     ("- just a list\n", "a search space is a mapping"),
+    ("data.batch_size: {choices: [1024, 4096]}\n", "data.batch_size 4096 is more than the 3000 rows"),
 ])
 def test_a_bad_space_fails_before_any_trial(tmp_path, text, expected):
     path = tmp_path / "space.yaml"
     path.write_text(text)
     with pytest.raises(UserError) as e:
-        SearchSpace.from_yaml(str(path)).check(TrainConfig.preset("default"), ranks=2)
+        SearchSpace.from_yaml(str(path)).check(TrainConfig.preset("default"), ranks=2, train_rows=3000)
     assert expected in str(e.value) and str(path) in str(e.value)
 
 
