@@ -2,8 +2,8 @@
 ``SearchSpace`` (the dotted training-config fields a trial samples, from a YAML file or ``default-space.yaml``).
 
 A trial's training config is the base config (the preset the user would have used, or their YAML) with the sampled
-fields set, judged by the validation AUC of its best checkpoint (``TRIAL_SETTINGS``: what every sampled trial
-also sets so that trials compare and prune alike).
+fields set, judged by the validation AUC of its best checkpoint (``TuneConfig.trial_config``: what every sampled trial also
+sets so that trials compare and prune alike).
 """
 
 from __future__ import annotations
@@ -251,11 +251,13 @@ class TuneConfig(_Model):
 
     def trial_config(self, base: TrainConfig, space: SearchSpace, values: dict[str, Any],
                      train_rows: int) -> TrainConfig:
-        """A sampled trial's training config: ``values`` on ``base``, validated by AUC, ``evaluations_per_epoch``
-        validations per epoch, early stopping (when the base has none) and one checkpoint kept besides the best."""
+        """A sampled trial's training config: ``values`` on ``base``, ``evaluations_per_epoch`` validations per
+        epoch, early stopping (when the base has none) and one checkpoint kept besides the best. The base's
+        ``best_metric`` stays: on small validation splits the log loss picks a checkpoint that generalises better
+        than the noisier AUC would."""
         cfg = space.config(base, values)
         steps_per_epoch = max(1, train_rows // cfg.data.batch_size)
-        update: dict[str, Any] = {"best_metric": "auc", "keep_checkpoints": 1}
+        update: dict[str, Any] = {"keep_checkpoints": 1}
         if self.evaluations_per_epoch:
             update["eval_every"] = max(1, steps_per_epoch // self.evaluations_per_epoch)
             update["checkpoint_every"] = None

@@ -26,9 +26,9 @@ def test_default_space_samples_valid_configs():
         assert arch.top_mlp == values["arch.top_mlp"] + [1]
         assert ("arch.dcn_rank" in values) == (arch.interaction == "dcn") == ("arch.dcn_layers" in trial.params)
         assert cfg.optimizer.dense.lr == values["optimizer.dense.lr"] and 0.003 <= cfg.optimizer.dense.lr <= 0.3
-        # four validations an epoch, whatever the batch size; early stopping; compared on AUC
+        # four validations an epoch, whatever the batch size; the base's early stopping and best checkpoint rule
         assert cfg.eval_every == max(1, 7000 // cfg.data.batch_size // 4)
-        assert (cfg.best_metric, cfg.early_stopping_patience, cfg.keep_checkpoints) == ("auc", 6, 1)
+        assert (cfg.best_metric, cfg.early_stopping_patience, cfg.keep_checkpoints) == ("logloss", 6, 1)
         study.tell(trial, 0.5)
         seen.add((arch.interaction, cfg.data.batch_size))
     assert len(seen) >= 6   # the space is searched, not one corner of it
