@@ -112,7 +112,9 @@ class _Watch:
         self.pruned = run.exists(RunDir.STOP)   # a resumed trial's run the tune asked to stop before the kill
         self.stop = threading.Event()
 
-    def check(self) -> None:
+    def check(self, prune: bool = True) -> None:
+        """Report the validations written since the last check (``prune``: and stop the run if the pruner says so;
+        not once it has finished)."""
         records = tt.validations(self.run)
         for ordinal, record in enumerate(records[self.seen:], start=self.seen + 1):
             point = self.config.report_point(ordinal, record["step"], self.cfg.data.batch_size, self.rows,
@@ -122,7 +124,7 @@ class _Watch:
             self.trial.report(float(record["auc"]), point)
             self.reported.add(point)
             # asked at each point: the earlier trials' values exist at some points only (trial 0's cadence)
-            if not self.pruned and not is_baseline(self.trial) and self.trial.should_prune():
+            if prune and not self.pruned and not is_baseline(self.trial) and self.trial.should_prune():
                 self.run.write_text("pruned by the tune\n", RunDir.STOP)
                 self.pruned = True
                 self.log.info("trial %d pruned at validation %d (best validation AUC so far %.4f): it stops at its "
@@ -160,7 +162,7 @@ def train_trial(number: int, trial: optuna.Trial, cfg: TrainConfig, run_uri: str
             with _Watch(trial, run, cfg, config, train_rows, log) as watch:
                 train.with_options(flow_run_name=f"trial-{number}")(
                     run_uri, cfg.dataset, FlowTrainConfig.model_validate(cfg.model_dump()), launcher)
-            watch.check()   # the validations written after the last poll
+            watch.check(prune=False)   # the validations written after the last poll; the run has finished
         except UserError as e:
             return {"error": str(e), "duration": time.monotonic() - start}
     planned = cfg.epochs * max(1, train_rows // cfg.data.batch_size)
