@@ -103,7 +103,7 @@ def synthetic(args) -> list[dict]:
     store = args.work / "synthetic"
     dataset = _dataset(store, "--inputs", f"{raw}/part-*", "--split", "ordered:train=0.8,val=0.1,test=0.1",
                        "--frequency-threshold", "100")
-    print(HEADER[:-1] + " best AUC (planted) | best - tuned test AUC |")
+    print(HEADER + " best AUC (planted) | best - tuned test AUC |")
     results = []
     for seed in args.seeds:
         s = _tune(store, dataset, _base(args.work, "synthetic", seed), args.trials, args.parallel, seed)

@@ -109,6 +109,10 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
                                                                                       "synthetic"]
         assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
+        tune = deployments["dlrmflow-tune"]   # on demand (no model, no --tune-cron): the form asks for a dataset
+        assert tune["schedules"] == [] and tune["parameter_openapi_schema"]["required"] == ["config"]
+        assert {"dataset", "trials", "parallel", "space", "pruner"} <= set(
+            tune["parameter_openapi_schema"]["definitions"]["TuneConfig"]["properties"])
 
         train = deployments["dlrmflow-train"]["id"]
         form = visible_text(page(f"{ui}/deployments/deployment/{train}/run", tmp_path, "train"))
