@@ -23,6 +23,7 @@ from common.errors import UserError
 DATASETS = "datasets"     # <name>-<fingerprint>/: preprocessed datasets (preprocessing.job)
 RUNS = "runs"             # <run-id>/: training runs (training.rundir.RunDir)
 MODELS = "models"         # <name>/: named models, their champion and history (nightly.registry)
+TUNES = "tunes"           # <name>/: a tune's study, best config and results (tuning.study.TuneDir)
 FILES = "_files"          # <key>/: each input file's parse and counts, shared by datasets (preprocessing.work)
 WORK = "_work"            # <dataset key>/: one preprocessing job's work folder (preprocessing.work)
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
@@ -121,6 +122,10 @@ class Store:
 
     def run_uri(self, run_id: str) -> str:
         return self.join(RUNS, check_run_name(run_id))
+
+    def tune_uri(self, name: str) -> str:
+        """The folder of the tune called ``name`` (its study; its trials are runs)."""
+        return self.join(TUNES, check_run_name(name))
 
     def synthetic_uri(self, rows: int, seed: int) -> str:
         return self.join(SYNTHETIC, f"criteo-{rows}-seed{seed}")

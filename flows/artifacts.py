@@ -43,6 +43,8 @@ MODEL_HISTORY, MODEL_DECISION, MODEL_AUC = "history", "decision", "auc"  # model
 MODEL_DRIFT = "drift"   # model-<name>-drift: each feature's drift by test day
 DATA_CHECKS = "data-checks"
 SCORE_SUMMARY = "score-summary"
+TUNE_TRIALS, TUNE_RESULT = "tune-trials", "tune-result"
+TUNE_BEST_SO_FAR, TUNE_IMPORTANCES = "tune-best-so-far", "tune-importances"
 
 
 def runs_key(store_uri: str) -> str:
@@ -214,6 +216,35 @@ def score_summary(summary: dict) -> None:
         lines += ["", "| metric | value |", "|---|---|"]
         lines += [f"| {label} | {summary[k]:.6g} |" for k, label in TABLE if isinstance(summary.get(k), float)]
     create_markdown_artifact("\n".join(lines), key=SCORE_SUMMARY, description=f"Scores written to {summary['out']}.")
+
+
+def tune_trials(table: list[dict], name: str) -> None:
+    """A tune's trials so far (a new version of the table after each trial)."""
+    create_table_artifact(table, key=TUNE_TRIALS, description=f"Tune {name}: each trial's state, validation AUC, "
+                          "duration, steps trained / planned and sampled values (trial 0: the base config).")
+
+
+def tune_result(summary: dict, best_so_far_png: bytes, importances_png: bytes) -> None:
+    """A tune's result: the best trial against trial 0 on validation and test, where its config is, what pruning
+    saved; the best-so-far curve and the parameter importances as pictures."""
+    base, best, pruning = summary.get("base") or {}, summary["best"], summary["pruning"]
+    lines = [f"### Tune `{summary['tune'].rsplit('/', 1)[-1]}`", "", f"- dataset: {location(summary['dataset'])}",
+             f"- trials: {summary['trials']} ({pruning['pruned_trials']} pruned: "
+             f"{pruning['share_saved']:.0%} of their planned training samples saved)",
+             f"- best: trial {best['trial']}, validation AUC {best['val_auc']:.4f}"
+             + (f" (trial 0, the base config: {base['val_auc']:.4f}; gain {summary['val_gain']:+.4f})" if base else "")]
+    if "best_test" in summary:
+        lines.append(f"- {summary['test_split']} AUC: best {summary['best_test']['auc']:.4f}"
+                     + (f", base {summary['base_test']['auc']:.4f} (gain {summary['test_gain']:+.4f})"
+                        if "base_test" in summary else ""))
+    lines.append(f"- best config: {location(summary['best_config'])}")
+    if summary.get("model_tuned_config"):
+        lines.append(f"- the model's tuned config: {location(summary['model_tuned_config'])}")
+    create_markdown_artifact("\n".join(lines), key=TUNE_RESULT, description="The tune's best trial and its gain.")
+    create_markdown_artifact(_picture(best_so_far_png, TUNE_BEST_SO_FAR), key=TUNE_BEST_SO_FAR,
+                             description="Validation AUC of each complete trial and the best so far.")
+    create_markdown_artifact(_picture(importances_png, TUNE_IMPORTANCES), key=TUNE_IMPORTANCES,
+                             description="How much each sampled field explains the validation AUC.")
 
 
 def outputs(where: dict[str, str]) -> None:

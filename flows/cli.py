@@ -27,6 +27,7 @@ COMMANDS = {
     "score": "flows.commands.score",
     "export": "flows.commands.export",
     "plan": "flows.commands.plan",
+    "tune": "flows.commands.tune",
     "run": "flows.commands.run",
     "serve": "flows.commands.serve",
     "render": "flows.commands.render",
@@ -73,7 +74,7 @@ def _everyday_help(p: argparse.ArgumentParser, everyday: tuple[str, ...] | None)
 
 # commands that run Prefect flows in this process: Prefect's logging is set up before anything imports torch
 # (fbgemm's import-time logging.info() would install a plain root handler otherwise)
-PREFECT_COMMANDS = {"run", "serve"}
+PREFECT_COMMANDS = {"run", "serve", "tune"}
 
 
 def _prefect_logging(debug: bool) -> None:

@@ -18,7 +18,7 @@ from common.config import apply_overrides, validate
 from common.errors import UserError
 
 from common.store import check_run_name, default_store
-from nightly.registry import NAME_PATTERN as MODEL_NAME
+from nightly.registry import NAME_PATTERN as MODEL_NAME, TUNED_FILE, load_tuned, model_uri
 from nightly.config import DataCheckConfig, GcConfig, WindowConfig
 from nightly.decision import Gates
 from nightly.window import is_dated
@@ -85,6 +85,7 @@ class PipelineGcConfig(GcConfig):
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+TUNED_OF_MODEL = "model"   # tuned_config: the pipeline's model's tuned config
 DATE_PLACEHOLDER = "{date}"  # in a dated run's run_name: filled with the run's date (ISO)
 PresetName = Literal[tuple(preset_names())]
 
@@ -104,6 +105,12 @@ class PipelineConfig(_Model):
                                  "'_', '.', '-'). Default: "
                                  "derived from the dataset and the training config, so a re-run resumes the same run. "
                                  "A dated run's name must hold {date} (filled with the run's date).")
+    tuned_config: str | None = Field(None, description="Training settings a tune found (`dlrmflow tune`): a "
+                                     "training YAML (a tune's best.yaml, local or s3://), or `model`: the latest "
+                                     "tuned config of this pipeline's model (STORE/models/NAME/tuned.yaml, rewritten by "
+                                     "each `dlrmflow tune --model NAME`, e.g. a weekly tune deployment; until one "
+                                     "exists the train settings are used). Applied like a preset's training settings, "
+                                     "under the train fields you give.")
     synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
                                                description="Synthetic data settings.")
     preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
@@ -169,6 +176,13 @@ class PipelineConfig(_Model):
                      self.promote_confidence, tuple(band) if band is not None else None)
 
     @model_validator(mode="after")
+    def _check_tuned(self) -> "PipelineConfig":
+        if self.tuned_config == TUNED_OF_MODEL and not self.model:
+            raise ValueError("tuned_config 'model' reads the tuned config of the pipeline's model, but no model is "
+                             "named; fix: set model, or give the tuned config's YAML")
+        return self
+
+    @model_validator(mode="after")
     def _check_gates(self) -> "PipelineConfig":
         try:
             self.gates
@@ -232,24 +246,45 @@ class PipelineConfig(_Model):
             self.evaluate.check_split(rule.splits, where, "evaluate.split")
 
     def with_preset(self, given: dict[str, Any] | None = None) -> tuple["PipelineConfig", list[str]]:
-        """This config with its preset applied, and cleared (applying again changes nothing): the training
-        preset under the ``given`` train fields, the preset's preprocessing where ``given`` sets nothing that
-        conflicts. ``given``: the dotted fields the user set (default: those that differ from the defaults).
-        Returns the config and notes on what was (not) applied."""
-        if not self.preset:
+        """This config with its preset and its tuned config applied, and both cleared (applying again changes
+        nothing): the training settings of the tuned config, else of the preset, under the ``given`` train fields;
+        the preset's preprocessing where ``given`` sets nothing that conflicts. ``given``: the dotted fields the user
+        set (default: those that differ from the defaults). Returns the config and notes on what was (not) applied."""
+        if not self.preset and not self.tuned_config:
             return self, []
         data = self.model_dump(mode="json")
         given = _changed(data, PipelineConfig().model_dump(mode="json")) if given is None else given
-        preset = PipelinePreset.named(self.preset)
         train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
-        data["train"] = apply_overrides(TrainConfig.preset(self.preset).model_dump(mode="json"), train, strict=False)
-        applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
-                                                                                if k.startswith("preprocess."))})
-        data["preprocess"].update(applied)
-        notes = [f"preset {self.preset}: training settings of training/presets/{self.preset}.yaml"]
-        notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
-        notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
-        return validate(PipelineConfig, {**data, "preset": None}, f"preset {self.preset}"), notes
+        base, notes = None, []
+        if self.preset:
+            preset = PipelinePreset.named(self.preset)
+            base = TrainConfig.preset(self.preset)
+            applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
+                                                                                    if k.startswith("preprocess."))})
+            data["preprocess"].update(applied)
+            notes = [f"preset {self.preset}: training settings of training/presets/{self.preset}.yaml"]
+            notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
+            notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
+        if self.tuned_config:
+            tuned, where = self.tuned_train()
+            if tuned is not None:
+                base = tuned
+                notes.append(f"tuned config: training settings of {where}" + (" (not the preset's)" if self.preset
+                                                                               else ""))
+            else:
+                notes.append(f"tuned config: {where} does not exist yet (no tune of model {self.model} finished); "
+                             "training with the settings given")
+        if base is not None:
+            data["train"] = apply_overrides(base.model_dump(mode="json"), train, strict=False)
+        return validate(PipelineConfig, {**data, "preset": None, "tuned_config": None},
+                        f"preset {self.preset}" if self.preset else f"tuned config {self.tuned_config}"), notes
+
+    def tuned_train(self) -> tuple[TrainConfig | None, str]:
+        """The training settings ``tuned_config`` names (None for a model no tune has written yet), and where."""
+        if self.tuned_config == TUNED_OF_MODEL:
+            uri = model_uri(self.store, self.model)
+            return load_tuned(uri), f"{uri}/{TUNED_FILE}"
+        return TrainConfig.from_yaml(self.tuned_config), self.tuned_config
 
     def run_id(self, dataset: str, train: TrainConfig, date: date | None = None) -> str:
         """``run_name``, else ``<dataset folder>-<hash of the training config>``; for a dated run
@@ -267,6 +302,9 @@ def config_hash(train: TrainConfig) -> str:
     data = train.model_dump(mode="json")
     data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
     data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
+    for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
+        if not optimizer["weight_decay"]:
+            optimizer.pop("weight_decay")   # added later (0: none): unset, names stay
     if data.get("init_from") and data["init_from"].get("store") is None:
         data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
     text = json.dumps(data, sort_keys=True)
@@ -324,13 +362,32 @@ class ServeConfig(_Model):
     cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` "
                       "(default: nightly at 02:00).")
     timezone: str = Field("UTC", description="Time zone of the cron schedule (an IANA name, e.g. Europe/Berlin).")
+    tune_cron: str | None = Field(None, description="A cron schedule (in `timezone`) of the tune deployment: a "
+                                  "re-tune of the pipeline's model on its champion's dataset, whose best config the "
+                                  "nightly runs pick up with `tuned_config: model`, e.g. \"0 8 * * 6\" (Saturdays "
+                                  "08:00). Needs the pipeline's model. Default: the tune runs on demand only.")
 
-    @field_validator("cron")
+    @field_validator("cron", "tune_cron")
     @classmethod
-    def _cron(cls, cron: str) -> str:
-        if not _schedule_ok(cron=cron):
+    def _cron(cls, cron: str | None) -> str | None:
+        if cron is not None and not _schedule_ok(cron=cron):
             raise ValueError(f"{cron!r} is not a cron expression; e.g. \"0 2 * * *\" (02:00 daily)")
         return cron
+
+    @model_validator(mode="after")
+    def _tune_needs_model(self) -> "ServeConfig":
+        if self.tune_cron and not self.pipeline.model:
+            raise ValueError("a scheduled tune (tune_cron) tunes the pipeline's model on its champion's dataset; fix: "
+                             "name the model (--model NAME) or leave tune_cron out")
+        return self
+
+    def tune_parameters(self, store: str) -> dict:
+        """The tune deployment's default `config`: the served store and, with a model, that model on the base the
+        pipeline trains with (its preset)."""
+        if not self.pipeline.model:
+            return {}
+        return {"config": {"store": store, "model": self.pipeline.model,
+                           "preset": self.pipeline.preset or "default"}}
 
     @field_validator("timezone")
     @classmethod

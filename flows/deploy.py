@@ -16,6 +16,7 @@ from flows.preprocess import preprocess
 from flows.score import score
 from flows.serving import serve_until_stopped
 from flows.train import train
+from flows.tune import tune
 
 TAGS = ["dlrmflow"]
 # one pipeline run at a time: two nights of one model never write the same folders at once (queued, not dropped)
@@ -29,7 +30,7 @@ def deployment_name(flow_name: str, model: str | None) -> str:
 
 
 def deployments(config: ServeConfig) -> list:
-    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score; each followed by
+    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score, -tune; each followed by
     ``-<model>`` when the pipeline has a model name)."""
     store = config.store
 
@@ -54,6 +55,11 @@ def deployments(config: ServeConfig) -> list:
         # score (batch scoring, issue 9): its form starts empty (inputs, out and a model or run are required)
         score.to_deployment(name("score"), tags=TAGS,
                             description="Raw rows -> click probabilities with a model's own vocabulary."),
+        tune.to_deployment(name("tune"), tags=TAGS, parameters=config.tune_parameters(store),
+                           schedules=[CronSchedule(cron=config.tune_cron, timezone=config.timezone)]
+                           if config.tune_cron else [],
+                           description="Search the training config (Optuna); with a model, its tuned config for "
+                                       "the nightly runs."),
     ]
 
 

@@ -39,6 +39,7 @@ from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
 HISTORY_FILE = "history.jsonl"
+TUNED_FILE = "tuned.yaml"   # the training config the model's latest tune found best (`dlrmflow tune --model`)
 LOCK_FILE = "promotion.lock"
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
 LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; promotion takes seconds
@@ -119,6 +120,21 @@ def champion_to_load(model: str) -> Champion | None:
                                 "champion.json from a backup, or remove it (the next night's model becomes the "
                                 "champion).")
     return champion
+
+
+def save_tuned(model: str, text: str) -> str:
+    """Write a tune's best training config (YAML ``text``) as the model's tuned config; returns its URI."""
+    uri = posixpath.join(model, TUNED_FILE)
+    write_uri(uri, text)
+    return uri
+
+
+def load_tuned(model: str):
+    """The model's tuned training config (``save_tuned``), None when no tune wrote one."""
+    from training.config import TrainConfig
+
+    uri = posixpath.join(model, TUNED_FILE)
+    return TrainConfig.from_yaml(uri) if _read(model, TUNED_FILE) is not None else None
 
 
 def _read(model: str, name: str) -> str | None:

@@ -18,10 +18,11 @@ ALLOWED = {
     "training": {"feature_spec", "common"},
     "synthetic": {"feature_spec", "common"},
     "nightly": {"training", "preprocessing", "feature_spec", "common"},
-    "flows": {"nightly", "training", "preprocessing", "synthetic", "feature_spec", "common"},
+    "tuning": {"training", "feature_spec", "common"},
+    "flows": {"nightly", "tuning", "training", "preprocessing", "synthetic", "feature_spec", "common"},
 }
 PREFECT = {"prefect", "prefect_dask"}
-STORE_FOLDERS = {"datasets", "runs", "models", "_files", "_work", "synthetic", "_trash"}
+STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash"}
 STORE_MODULE = "common/store.py"
 
 

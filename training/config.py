@@ -112,6 +112,8 @@ class EmbeddingOptimizerConfig(_Section):
     type: Literal["rowwise_adagrad", "adam", "sgd"] = Field("rowwise_adagrad", description="Embedding optimizer.")
     lr: float = Field(0.05, gt=0, description="Peak learning rate of the embeddings.")
     eps: float = Field(1e-8, gt=0, description="Epsilon of Adagrad/Adam.")
+    weight_decay: float = Field(0.0, ge=0, description="L2 regularisation of the embedding rows a batch looks up "
+                                "(FBGEMM's weight decay, applied in the fused update).")
 
 
 class DenseOptimizerConfig(_Section):
@@ -120,6 +122,7 @@ class DenseOptimizerConfig(_Section):
     type: Literal["adagrad", "adam", "sgd"] = Field("adagrad", description="Dense optimizer.")
     lr: float = Field(0.05, gt=0, description="Peak learning rate of the dense part.")
     eps: float = Field(1e-8, gt=0, description="Epsilon of Adagrad/Adam.")
+    weight_decay: float = Field(0.0, ge=0, description="L2 regularisation of the dense weights (torch's weight_decay).")
 
 
 class OptimizerConfig(_Section):

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 from contextlib import suppress
 from typing import Any, Callable
 
 from fsspec.implementations.local import LocalFileSystem
 
-from common.atomic import write_atomic
+from common.folder import Folder
 from common.lease import lease, wait_released
-from common.store import RUNS, filesystem, storage_options, store_of
+from common.store import RUNS, store_of
 
 
 def run_name(run_uri: str) -> str:
@@ -30,7 +29,7 @@ def run_store(run_uri: str) -> str:
     return store_of(run_uri, RUNS)
 
 
-class RunDir:
+class RunDir(Folder):
     """One run folder: the single place that names its files; every write is atomic."""
 
     CONFIG = "config.yaml"        # the resolved TrainConfig (the ranks read it)
@@ -39,6 +38,7 @@ class RunDir:
     METRICS = "metrics.jsonl"     # training log
     PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
     DONE = "_SUCCESS"             # written last by the worker: training finished
+    STOP = "stop.request"         # asks the training to stop at its next validation, as an early stop would
     CHECKPOINTS = "checkpoints"   # <step>/ DCP folders and the latest/best pointers (training.checkpoint)
     EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
@@ -46,21 +46,6 @@ class RunDir:
     LEASE = "run.lease"           # while a training or an evaluation writes the run (``RunDir.lease``)
     SCORING = "scoring"           # scoring/<token>/: a scoring's scratch while ranks elsewhere predict (training.score)
     LEASE_STALE_S = 300.0         # renewed by a heartbeat every fifth of it: only a crashed holder's lease expires
-
-    def __init__(self, uri: "str | RunDir", options: dict[str, Any] | None = None):
-        if isinstance(uri, RunDir):
-            uri, options = uri.uri, uri.options if options is None else options
-        self.uri = uri.rstrip("/")
-        self.options = storage_options(uri) if options is None else options
-        self.fs, self.root = filesystem(self.uri, **self.options)
-
-    def __str__(self) -> str:
-        return self.uri
-
-    @property
-    def name(self) -> str:
-        """The folder's name (the rendezvous id and job names come from it)."""
-        return run_name(self.uri)
 
     # ---- the run's lease ------------------------------------------------------------------------
 
@@ -145,29 +130,6 @@ class RunDir:
         for name, data in plots.items():
             self.write_bytes(data, self.EVAL, split, name)
         self.write_text(json.dumps(metrics, indent=2) + "\n", self.EVAL, split, self.EVAL_METRICS)
-
-    def join(self, *parts: str) -> str:
-        """URI of a path inside the run folder."""
-        return posixpath.join(self.uri, *parts)
-
-    def path(self, *parts: str) -> str:
-        """Filesystem path (as the fsspec filesystem names it) inside the run folder."""
-        return posixpath.join(self.root, *parts)
-
-    def exists(self, *parts: str) -> bool:
-        return self.fs.exists(self.path(*parts))
-
-    def read_text(self, *parts: str) -> str:
-        with self.fs.open(self.path(*parts), "r") as f:
-            return f.read()
-
-    def write_text(self, text: str, *parts: str) -> None:
-        """Write a file so that readers see the old or the new content, never a part."""
-        write_atomic(self.path(*parts), text, self.fs)
-
-    def write_bytes(self, data: bytes, *parts: str) -> None:
-        """Write a binary file atomically."""
-        write_atomic(self.path(*parts), data, self.fs)
 
     # ---- scratch --------------------------------------------------------------------------
     def scoring_dir(self, token: str) -> str:

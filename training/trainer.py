@@ -29,7 +29,7 @@ from tqdm import tqdm
 from common.errors import UserError
 from training import metrics
 from training.checkpoint import Checkpointer
-from training.config import OptimizerConfig, TrainConfig
+from training.config import DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
@@ -40,6 +40,14 @@ from training.topology import build_topology, load_profile
 EMBEDDING_OPTIMIZERS = {"rowwise_adagrad": RowWiseAdagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 EBC_PATH = "model.sparse_arch.embedding_bag_collection"  # the tables' module inside DLRMTask
 DENSE_OPTIMIZERS = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def optimizer_kwargs(cfg: EmbeddingOptimizerConfig | DenseOptimizerConfig) -> dict[str, float]:
+    """The keyword arguments of an optimizer's constructor (the fused FBGEMM one takes the same names)."""
+    kwargs = {"lr": cfg.lr} if cfg.type == "sgd" else {"lr": cfg.lr, "eps": cfg.eps}
+    if cfg.weight_decay:   # only when set: runs saved before the field keep their exact optimizer
+        kwargs["weight_decay"] = cfg.weight_decay
+    return kwargs
 
 
 def lr_factor(cfg: OptimizerConfig, step: int) -> float:
@@ -106,7 +114,7 @@ class Trainer(Stateful):
         task = build_model(cfg.arch, self.spec, device=env.device,
                            precision=cfg.precision)
         emb = cfg.optimizer.embedding
-        kwargs = {"lr": emb.lr} if emb.type == "sgd" else {"lr": emb.lr, "eps": emb.eps}
+        kwargs = optimizer_kwargs(emb)
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
         factors = self.pooling_factors()
         plan = plan_tables(self.tables, cfg.sharding, env.world_size, env.local_world_size, self.batch_size,
@@ -121,7 +129,7 @@ class Trainer(Stateful):
     def _build_optimizer(self) -> CombinedOptimizer:
         dense = self.cfg.optimizer.dense
         cls = DENSE_OPTIMIZERS[dense.type]
-        kwargs = {"lr": dense.lr} if dense.type == "sgd" else {"lr": dense.lr, "eps": dense.eps}
+        kwargs = optimizer_kwargs(dense)
         params = dict(in_backward_optimizer_filter(self.dmp.named_parameters()))
         self.dense_optimizer = KeyedOptimizerWrapper(params, lambda p: cls(p, **kwargs))
         return CombinedOptimizer([self.dmp.fused_optimizer, self.dense_optimizer])
@@ -373,6 +381,10 @@ class Trainer(Stateful):
             self._check_finite()
         if validate_due:
             best = self._validate(log)
+            if not self.stopped_early and self._stop_requested():
+                self.stopped_early = True
+                if self.env.is_main:
+                    tqdm.write(f"stopped at step {self.step}: the run folder holds a stop request ({RunDir.STOP})")
         if log:   # before the checkpoint: a run killed once it is complete resumes with these lines
             log.flush()
         if ckpt and (best is not None or checkpoint_due):
@@ -399,3 +411,9 @@ class Trainer(Stateful):
                 tqdm.write(f"early stop at step {self.step}: no better {self.cfg.best_metric} for {self.bad_evals} evaluations "
                            f"(best at step {self.best['step']})")
         return None
+
+    def _stop_requested(self) -> bool:
+        """Whether the run folder holds a stop request (``RunDir.STOP``: a tune prunes a trial): rank 0 looks, every
+        rank learns it (one all-reduce), so all stop at the same step."""
+        found = int(self._writes() and self.run.exists(RunDir.STOP))
+        return bool(all_reduce_sum(torch.tensor(found, dtype=torch.int64, device=self.env.device)).item())

@@ -27,6 +27,7 @@ from training.rundir import RunDir
 NIGHTS = ("2026-11-04", "2026-11-05")
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 CRON = "0 2 * * *"
+TUNE_CRON = "0 8 * * 6"   # the weekly re-tune
 
 
 def _parsed(store: Path) -> dict[str, float]:
@@ -77,20 +78,23 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_days(SynthConfig(out=str(logs), days=5, start="2026-11-01", rows_per_day=3000, seed=5))
     serve_args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "3", "--model", "demo",
-                  "--cron", CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
+                  "--cron", CRON, "--tune-cron", TUNE_CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
                   "--eval-every", "8", "--checkpoint-every", "none",
                   "--nproc", "1"]   # every rank job on 1 rank (2 ranks: test_scoring, test_flows_pipeline)
     with server.serve(*serve_args, name="serve-nights") as serve:
         def pipeline_deployment():
             found = {k: v for k, v in server.deployments().items() if k.endswith("-demo")}   # (a shared server)
-            return found.get("dlrmflow-pipeline-demo") if len(found) == 5 and not any(
+            return found.get("dlrmflow-pipeline-demo") if len(found) == 6 and not any(
                 d["paused"] for d in found.values()) else None
 
-        pipeline = until(pipeline_deployment, 120, "five active deployments", server.proc, serve)
-        assert {k for k in server.deployments() if k.endswith("-demo")} == {   # the model's five
+        pipeline = until(pipeline_deployment, 120, "six active deployments", server.proc, serve)
+        assert {k for k in server.deployments() if k.endswith("-demo")} == {   # the model's six
             "dlrmflow-pipeline-demo", "dlrmflow-preprocess-demo", "dlrmflow-train-demo", "dlrmflow-evaluate-demo",
-            "dlrmflow-score-demo"}
+            "dlrmflow-score-demo", "dlrmflow-tune-demo"}
         assert [s["schedule"]["cron"] for s in pipeline["schedules"]] == [CRON]
+        retune = server.deployments()["dlrmflow-tune-demo"]   # the weekly re-tune of the model on its champion's data
+        assert [s["schedule"]["cron"] for s in retune["schedules"]] == [TUNE_CRON]
+        assert retune["parameters"]["config"] == {"store": str(store), "model": "demo", "preset": "default"}
         dom = page(f"{server.ui}/deployments", tmp_path, "deployments")
         for name in server.deployments():
             assert name in dom

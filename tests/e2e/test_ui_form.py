@@ -21,19 +21,19 @@ from helpers.prefect_api import post
 from helpers.processes import until
 
 pytestmark = needs_chromium
-FIVE = {f"dlrmflow-{flow}" for flow in ("pipeline", "preprocess", "train", "evaluate", "score")}
+SIX = {f"dlrmflow-{flow}" for flow in ("pipeline", "preprocess", "train", "evaluate", "score", "tune")}
 
 
 @contextmanager
 def _serve(server, name: str, **env: str):
-    """`dlrmflow serve` as a background process without a terminal; waits for its five active deployments (those
+    """`dlrmflow serve` as a background process without a terminal; waits for its six active deployments (those
     without a model name: the session's server also holds the served nightly test's ``-<model>`` ones)."""
     def active(d: list[dict]) -> bool:
-        mine = [x for x in d if x["name"] in FIVE]
-        return len(mine) == 5 and not any(x["paused"] for x in mine)
+        mine = [x for x in d if x["name"] in SIX]
+        return len(mine) == 6 and not any(x["paused"] for x in mine)
 
     with server.serve("--store", str(server.folder / "store"), name=name, env=env) as serve:
-        until(lambda: active(post(f"{server.api}/deployments/filter", {})), 120, "five active deployments",
+        until(lambda: active(post(f"{server.api}/deployments/filter", {})), 120, "six active deployments",
               server.proc, serve)
         yield serve
 
@@ -109,6 +109,10 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
                                                                                       "synthetic"]
         assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
+        tune = deployments["dlrmflow-tune"]   # on demand (no model, no --tune-cron): the form asks for a dataset
+        assert tune["schedules"] == [] and tune["parameter_openapi_schema"]["required"] == ["config"]
+        assert {"dataset", "trials", "parallel", "space", "pruner"} <= set(
+            tune["parameter_openapi_schema"]["definitions"]["TuneConfig"]["properties"])
 
         train = deployments["dlrmflow-train"]["id"]
         form = visible_text(page(f"{ui}/deployments/deployment/{train}/run", tmp_path, "train"))
@@ -120,8 +124,8 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         os.killpg(serve.pid, signal.SIGTERM)
         code = _wait(serve, 30)
     assert code == 0
-    deployments = [d for d in post(f"{api}/deployments/filter", {}) if d["name"] in FIVE]
-    assert len(deployments) == 5 and all(d["paused"] for d in deployments)
+    deployments = [d for d in post(f"{api}/deployments/filter", {}) if d["name"] in SIX]
+    assert len(deployments) == 6 and all(d["paused"] for d in deployments)
     scheduled = post(f"{api}/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
     assert not [r for r in scheduled if r["auto_scheduled"] and r["deployment_id"] in {d["id"] for d in deployments}]
 

@@ -180,7 +180,8 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 137   # the promotion gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
+        assert total == 140   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
+        # gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
         # --train.init-from.store (issue 20 §3); --nproc is --launcher.nproc (the local launcher's, for all three
         # stages), --evaluate.nproc gone (issue 20 §2)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
