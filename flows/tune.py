@@ -167,8 +167,10 @@ def train_trial(number: int, trial: optuna.Trial, cfg: TrainConfig, run_uri: str
             return {"error": str(e), "duration": time.monotonic() - start}
     planned = cfg.epochs * max(1, train_rows // cfg.data.batch_size)
     planned = min(planned, cfg.max_steps) if cfg.max_steps else planned
-    return {"value": tt.value(run, cfg.best_metric), "pruned": run.exists(RunDir.STOP),
-            "steps": tt.steps_trained(run), "planned": planned, "duration": time.monotonic() - start}
+    steps = tt.steps_trained(run)
+    # asked to stop but trained to its end anyway (the request came after its last validation): complete
+    return {"value": tt.value(run, cfg.best_metric), "pruned": run.exists(RunDir.STOP) and steps < planned,
+            "steps": steps, "planned": planned, "duration": time.monotonic() - start}
 
 
 def _record(study: optuna.Study, trial: optuna.Trial, outcome: dict, log) -> None:
