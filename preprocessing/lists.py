@@ -95,6 +95,19 @@ def parse_exprs(c, dtype: pl.DataType) -> list[pl.Expr]:
             (listed.list.len() > c.max_hotness).fill_null(False).alias(truncated_column(c.name))]
 
 
+def from_flat(name: str, values: np.ndarray, valid: np.ndarray | None, lengths: np.ndarray) -> pl.Series:
+    """A list column from all rows' elements in order (``valid``: False for a missing element; None: all present)
+    and each row's length (0: a missing list, as the split of an empty field gives)."""
+    import pyarrow as pa   # here only: a zero-copy List from offsets (polars has no constructor of its own)
+
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    elements = pa.array(values, mask=None if valid is None or valid.all() else ~valid)
+    gone = lengths == 0
+    column = pa.LargeListArray.from_arrays(pa.array(offsets), elements, mask=pa.array(gone) if gone.any() else None)
+    return pl.Series(name, column)
+
+
 def element_type(c, parsed: pl.DataType) -> pl.DataType:
     """The type of a list categorical's elements after the parse (``parsed``: the type its column is read as)."""
     if c.kind == "hex":

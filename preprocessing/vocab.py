@@ -76,12 +76,17 @@ def block_counts(df: pl.DataFrame, features: list[str],
     for f in features:
         if f in dictionaries:
             values = dictionaries[f]
-            n = np.bincount(df[f].to_numpy(), minlength=len(values) + 1)[1:].astype(np.int64)
+            n = np.bincount(_codes(df[f]), minlength=len(values) + 1)[1:].astype(np.int64)
             seen = n > 0   # all but the codes of rows filtered out
             if not seen.all():
                 values, n = values[seen], n[seen]
             found[f] = pl.DataFrame({"value": values, "count": n})
     return found
+
+
+def _codes(column: pl.Series) -> np.ndarray:
+    """A coded column's codes (a list column's: all its elements')."""
+    return (flatten(column).values if isinstance(column.dtype, pl.List) else column).to_numpy()
 
 
 def _elements(f: str, dtype: pl.DataType) -> pl.Expr:
@@ -262,18 +267,23 @@ class Encoder:
                 self.exprs[f] = pl.col(f).replace_strict(v["value"], v["index"], default=0, return_dtype=pl.Int64)
 
     def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None) -> dict:
-        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``);
-        a list column's indices are a ``lists.Flat`` (its elements' indices, its rows' lengths)."""
-        dictionaries = dictionaries or {}
+        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``; a
+        list column, codes of its elements: ``fastparse``); a list column's indices are a ``lists.Flat`` (its
+        elements' indices, its rows' lengths)."""
+        dictionaries, out = dictionaries or {}, {}
         listed = [f for f in (*self.lookups, *self.exprs) if isinstance(df[f].dtype, pl.List)]
-        out = {f: self._elements(f, flatten(df[f])) for f in listed}
-        if listed:
-            df = df.drop(listed)
         for f, values in dictionaries.items():
             if f in self.lookups:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
-                out[f] = remap[df[f].to_numpy()]
+                if f in listed:
+                    flat = flatten(df[f])
+                    out[f] = Flat(remap[flat.values.to_numpy()], flat.lengths)
+                else:
+                    out[f] = remap[df[f].to_numpy()]
+        out |= {f: self._elements(f, flatten(df[f])) for f in listed if f not in out}
+        if listed:
+            df = df.drop(listed)
         exprs = [e for f, e in self.exprs.items() if f not in dictionaries and f not in out]
         lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries and f not in out}
         if exprs:
