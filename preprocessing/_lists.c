@@ -12,8 +12,9 @@
  * quotes, 9 hex digits, a list of the wrong length) makes parse() return -1, and the caller parses the block
  * with the general (polars) path, which reports the problem as before.
  *
+ * count_lines(block) -> the number of LF bytes (memchr: rows are long)
  * parse(block, kinds, seps, fixed, keep, label, num, cat, valid, missing, values, elem_valid, lengths,
- *       truncated, used) -> rows or -1
+ *       truncated, used) -> rows or -1 (n = count_lines(block))
  *   kinds, seps: bytes[26]; fixed, keep: int64[26]; label: int8[n]; num: float32[13*n]; cat: uint32[26*n];
  *   valid: uint8[26*n] (column-major as _criteo.c; only the one-hot columns are written); missing: int64[13];
  *   values, elem_valid, lengths, truncated: tuples with one buffer per list column (in column order):
@@ -271,7 +272,24 @@ done:
     return PyLong_FromSsize_t(r);
 }
 
+static PyObject *count_lines(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const char *p = b.buf, *end = p + b.len, *q;
+    while (p < end && (q = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        n++;
+        p = q + 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef methods[] = {
+    {"count_lines", count_lines, METH_O, "count_lines(block) -> number of LF bytes"},
     {"parse", parse, METH_VARARGS,
      "parse(block, kinds, seps, fixed, keep, label, num, cat, valid, missing, values, elem_valid, lengths, "
      "truncated, used) -> rows, or -1 where a row is irregular (parse it another way)"},

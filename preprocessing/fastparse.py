@@ -172,7 +172,7 @@ def parse_list_block(block: bytes, layout: _ListLayout, coded: list[str] = (), d
     """Intermediate rows of a block of regular Criteo-layout rows with list categoricals (as ``parse_block``;
     a list column is a List of its typed elements, or in ``coded`` of codes, 0 for a missing element), or None
     where any row is not regular (a bad row among them: the polars path reports it)."""
-    n = block.count(b"\n")
+    n = _lists.count_lines(block)
     if n == 0:
         return None
     label = np.empty(n, np.int8)

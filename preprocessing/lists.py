@@ -165,6 +165,23 @@ def flatten(column: pl.Series) -> Flat:
     return Flat(column.explode(empty_as_null=False, keep_nulls=False), lengths)
 
 
+def flat_codes(column: pl.Series) -> Flat:
+    """``flatten`` of a list column without missing elements (the parse's codes, ``from_flat``) as numpy views of
+    its buffers, without the copy of an explode."""
+    import pyarrow as pa
+
+    arr = column.rechunk().to_arrow()
+    if not isinstance(arr, pa.LargeListArray) or arr.values.null_count:
+        flat = flatten(column)
+        return Flat(flat.values.to_numpy(), flat.lengths)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    lengths = np.diff(offsets)
+    if arr.null_count and lengths[arr.is_null().to_numpy(zero_copy_only=False)].any():   # a null list over values
+        flat = flatten(column)
+        return Flat(flat.values.to_numpy(), flat.lengths)
+    return Flat(arr.values.to_numpy(zero_copy_only=True)[offsets[0]:offsets[-1]], lengths)
+
+
 @dataclass
 class Ragged:
     """Encoded variable-length rows: indices of all elements, each row's length, its truncation flag."""

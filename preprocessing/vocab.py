@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .lists import Flat, flatten
+from .lists import Flat, flat_codes, flatten
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def block_counts(df: pl.DataFrame, features: list[str],
 
 def _codes(column: pl.Series) -> np.ndarray:
     """A coded column's codes (a list column's: all its elements')."""
-    return (flatten(column).values if isinstance(column.dtype, pl.List) else column).to_numpy()
+    return flat_codes(column).values if isinstance(column.dtype, pl.List) else column.to_numpy()
 
 
 def _elements(f: str, dtype: pl.DataType) -> pl.Expr:
@@ -277,8 +277,8 @@ class Encoder:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
                 if f in listed:
-                    flat = flatten(df[f])
-                    out[f] = Flat(remap[flat.values.to_numpy()], flat.lengths)
+                    flat = flat_codes(df[f])
+                    out[f] = Flat(remap[flat.values], flat.lengths)
                 else:
                     out[f] = remap[df[f].to_numpy()]
         out |= {f: self._elements(f, flatten(df[f])) for f in listed if f not in out}
