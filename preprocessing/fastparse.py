@@ -13,6 +13,15 @@ Used only for the ``criteo`` chunk type with the standard layout (label, I1..I13
 C1..C26 hex, one value each; hashed categoricals are hashed after the parse). ``PreprocessConfig.fast_parse=False``
 turns it off; where the extension is not built (no compiler) the polars path is used (debug log), and where it is
 an older build (without the numericals' missing counts) too (a warning: rebuild it with ``pip install -e .``).
+
+Rows with list categoricals (``preprocessing._lists``, ``parse_list_block``): the same layout, as ``criteo`` or
+headerless ``tsv`` input, where some categoricals are lists of hex or int elements joined by a one-byte ``sep``
+(MLPerf DLRMv2-like multi-hot rows, ``dlrmflow synth --multi-hot-sizes``). A list column is parsed into a List of
+its elements (missing elements null, an empty field a missing list, ``max_hotness`` cuts with their flag column),
+and a vocabulary list feature's elements straight into codes of the block's distinct values, so that the count
+stage is a bincount and the encode stage a gather (``vocab``). A block with an odd or bad list (spaces, ``+1``,
+9 hex digits, a fixed-hotness list of another length) goes to the polars path, which keeps its errors and
+its own reading of odd values. ``fast_parse=False`` turns this off too.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ ascending value; 0 is missing or rare; T=0 and T=1 both keep every seen value; c
 
 The hash tables on integer values (a block's dictionary codes, count sums, vocabulary lookups) run in the C
 extension ``preprocessing._vocab`` where it is built, else in numpy (same results, several times slower at
-Kaggle-like cardinalities). A list feature's column (a polars List) counts and looks up its elements (see ``lists``).
+Kaggle-like cardinalities). A list feature's column (a polars List) counts and looks up its elements (see ``lists``;
+the C list parse codes them like a one-hot column's values, see ``fastparse``).
 """
 
 from __future__ import annotations
