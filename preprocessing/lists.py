@@ -209,6 +209,8 @@ def layout(indices: np.ndarray, lengths: np.ndarray, hotness: int | None, dtype:
     values = indices.astype(dtype, copy=False)
     if hotness is None:
         return Ragged(values, lengths, truncated)
+    if len(values) == len(lengths) * hotness:   # no missing list: the elements are the rows already
+        return values.reshape(-1, hotness)
     out = np.zeros((len(lengths), hotness), dtype)
     out[lengths == hotness] = values.reshape(-1, hotness)
     return out
