@@ -412,3 +412,50 @@ def test_c_list_parse_leaves_malformed_lists_to_the_polars_path(tmp_path):
     fast, polars = _with_and_without_c_lists(spec, data, tmp_path, False, on_bad_row="skip", max_bad_fraction=0.05)
     assert fspec.load(str(fast)).metadata["bad_rows"] == 4
     assert_same_files(fast, polars)
+
+
+def test_c_list_parse_is_the_polars_parse_on_random_odd_rows():
+    """Blocks of random rows with odd and bad list values (uppercase hex, "-0", 18 digits, empty elements, 9 hex
+    digits, spaces, "+3", lists of the wrong length): where the C parse takes a block, the polars path finds no
+    bad row and the same columns (fixed, variable, max_hotness with `;`, int and hashed lists, one-hot)."""
+    from feature_spec import CRITEO_COLUMNS
+    from preprocessing import fastparse, readers
+    from preprocessing.errors import BadRows
+    from preprocessing.transforms import Categorical, Transforms, to_intermediate
+
+    if fastparse._lists is None:
+        pytest.skip("preprocessing._lists is not built")
+    shapes = [(1, None, None, "hex", None), (3, None, "|", "hex", None), (None, None, "|", "hex", None),
+              (None, 2, ";", "hex", None), (None, None, "|", "int", None), (None, None, "|", "hex", 50)]
+    t = Transforms(label="label", numerical=[(f"I{i}", "log1p") for i in range(1, 14)],
+                   categorical=[Categorical(n, kind, 0, buckets, hotness, cap, sep) for n, (hotness, cap, sep, kind,
+                                buckets) in zip(CRITEO_COLUMNS[14:], shapes * 5)])
+    types, fmt = t.parse_types(), readers.Format("tsv", columns=list(CRITEO_COLUMNS))
+    parse = fastparse.block_parser(fmt, t, types, coded=False)
+    values = {"hex": ["", "0", "a", "ABCDEF12", "abcdef12", "ffffffff", "1234567", "Ab"],
+              "int": ["", "0", "-0", "7", "-12", "007", "123456789012345678"]}
+    bad = {"hex": ["123456789", "zz", " 1", "0x1", "-1", "+1"], "int": ["1.5", " 5", "+3", "-", "1234567890123456789"]}
+    rng = random.Random(5)
+
+    def field(c, odd: bool) -> str:
+        n = c.hotness if c.hotness and rng.random() < 0.9 else rng.randint(0, 4)
+        elements = [rng.choice(values[c.kind]) for _ in range(max(n, 1))]
+        if odd:
+            elements[rng.randrange(len(elements))] = rng.choice(bad[c.kind])
+        return "" if n == 0 and rng.random() < 0.5 else (c.sep or "").join(elements[:1] if c.hotness == 1 else elements)
+
+    taken = 0
+    for _ in range(200):
+        rows = ["\t".join([rng.choice("01"), *(rng.choice(["", "0", "5", "-2"]) for _ in range(13)),
+                           *(field(c, rng.random() < 0.01) for c in t.categorical)]) for _ in range(rng.randint(1, 4))]
+        block = ("\n".join(rows) + "\n").encode()
+        got = parse(block, {})
+        if got is None:
+            continue
+        taken += 1
+        found = BadRows("f", "skip")
+        df, lines, _ = readers._parse_block(block, 1, fmt.columns, fmt, types, found)
+        want = to_intermediate(df, t, lines, found, None, 65504.0, {})
+        assert found.count == 0, block
+        assert got.schema == want.schema and all(got[c].equals(want[c]) for c in want.columns), block
+    assert taken > 30
