@@ -171,15 +171,13 @@ def flat_codes(column: pl.Series) -> Flat:
     import pyarrow as pa
 
     arr = column.rechunk().to_arrow()
-    if not isinstance(arr, pa.LargeListArray) or arr.values.null_count:
-        flat = flatten(column)
-        return Flat(flat.values.to_numpy(), flat.lengths)
-    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
-    lengths = np.diff(offsets)
-    if arr.null_count and lengths[arr.is_null().to_numpy(zero_copy_only=False)].any():   # a null list over values
-        flat = flatten(column)
-        return Flat(flat.values.to_numpy(), flat.lengths)
-    return Flat(arr.values.to_numpy(zero_copy_only=True)[offsets[0]:offsets[-1]], lengths)
+    if isinstance(arr, pa.LargeListArray) and not arr.values.null_count:
+        offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+        lengths = np.diff(offsets)
+        if not arr.null_count or not lengths[arr.is_null().to_numpy(zero_copy_only=False)].any():
+            return Flat(arr.values.to_numpy(zero_copy_only=True)[offsets[0]:offsets[-1]], lengths)
+    flat = flatten(column)   # another layout (a missing list over elements, missing elements): explode it
+    return Flat(flat.values.to_numpy(), flat.lengths)
 
 
 @dataclass
