@@ -41,8 +41,9 @@ class PreprocessConfig(BaseModel):
                                  "that uses the file). Default: `out/_work` and `out/_files` for a local store, "
                                  "the system temp folder otherwise.")
     progress: bool = Field(default=True, description="Show a progress bar on stderr (only when it is a terminal).")
-    fast_parse: bool = Field(default=True, description="Parse regular Criteo TSV rows with the C extension "
-                             "(the same bytes as the general polars path, several times faster).")
+    fast_parse: bool = Field(default=True, description="Parse regular Criteo TSV rows, one-hot or with lists of "
+                             "hex/int values, with the C extensions (the same bytes as the general polars path, "
+                             "several times faster).")
 
     def threads(self) -> int:
         """The number of worker threads: ``workers``, or the cores of this machine where it is None."""

@@ -95,6 +95,19 @@ def parse_exprs(c, dtype: pl.DataType) -> list[pl.Expr]:
             (listed.list.len() > c.max_hotness).fill_null(False).alias(truncated_column(c.name))]
 
 
+def from_flat(name: str, values: np.ndarray, valid: np.ndarray | None, lengths: np.ndarray) -> pl.Series:
+    """A list column from all rows' elements in order (``valid``: False for a missing element; None: all present)
+    and each row's length (0: a missing list, as the split of an empty field gives)."""
+    import pyarrow as pa   # here only: a zero-copy List from offsets (polars has no constructor of its own)
+
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    elements = pa.array(values, mask=None if valid is None or valid.all() else ~valid)
+    gone = lengths == 0
+    column = pa.LargeListArray.from_arrays(pa.array(offsets), elements, mask=pa.array(gone) if gone.any() else None)
+    return pl.Series(name, column)
+
+
 def element_type(c, parsed: pl.DataType) -> pl.DataType:
     """The type of a list categorical's elements after the parse (``parsed``: the type its column is read as)."""
     if c.kind == "hex":
@@ -152,6 +165,21 @@ def flatten(column: pl.Series) -> Flat:
     return Flat(column.explode(empty_as_null=False, keep_nulls=False), lengths)
 
 
+def flat_codes(column: pl.Series) -> Flat:
+    """``flatten`` of a list column without missing elements (the parse's codes, ``from_flat``) as numpy views of
+    its buffers, without the copy of an explode."""
+    import pyarrow as pa
+
+    arr = column.rechunk().to_arrow()
+    if isinstance(arr, pa.LargeListArray) and not arr.values.null_count:
+        offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+        lengths = np.diff(offsets)
+        if not arr.null_count or not lengths[arr.is_null().to_numpy(zero_copy_only=False)].any():
+            return Flat(arr.values.to_numpy(zero_copy_only=True)[offsets[0]:offsets[-1]], lengths)
+    flat = flatten(column)   # another layout (a missing list over elements, missing elements): explode it
+    return Flat(flat.values.to_numpy(), flat.lengths)
+
+
 @dataclass
 class Ragged:
     """Encoded variable-length rows: indices of all elements, each row's length, its truncation flag."""
@@ -179,6 +207,8 @@ def layout(indices: np.ndarray, lengths: np.ndarray, hotness: int | None, dtype:
     values = indices.astype(dtype, copy=False)
     if hotness is None:
         return Ragged(values, lengths, truncated)
+    if len(values) == len(lengths) * hotness:   # no missing list: the elements are the rows already
+        return values.reshape(-1, hotness)
     out = np.zeros((len(lengths), hotness), dtype)
     out[lengths == hotness] = values.reshape(-1, hotness)
     return out

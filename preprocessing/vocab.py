@@ -5,7 +5,9 @@ ascending value; 0 is missing or rare; T=0 and T=1 both keep every seen value; c
 
 The hash tables on integer values (a block's dictionary codes, count sums, vocabulary lookups) and the gathers and
 counts of a block's codes (``take``, ``bincount``) run in the C extension ``preprocessing._vocab`` where it is built,
-else in numpy (same results, several times slower at Kaggle-like cardinalities). A list feature's column (a polars List) counts and looks up its elements (see ``lists``).
+else in numpy (same results, several times slower at Kaggle-like cardinalities). A list feature's column (a polars
+List) counts and looks up its elements (see ``lists``; the C list parse codes them like a one-hot column's values,
+see ``fastparse``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .lists import Flat, flatten
+from .lists import Flat, flat_codes, flatten
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +98,17 @@ def block_counts(df: pl.DataFrame, features: list[str],
     for f in features:
         if f in dictionaries:
             values = dictionaries[f]
-            n = bincount(df[f].to_numpy(), len(values) + 1)[1:].astype(np.int64, copy=False)
+            n = bincount(_codes(df[f]), len(values) + 1)[1:].astype(np.int64, copy=False)
             seen = n > 0   # all but the codes of rows filtered out
             if not seen.all():
                 values, n = values[seen], n[seen]
             found[f] = pl.DataFrame({"value": values, "count": n})
     return found
+
+
+def _codes(column: pl.Series) -> np.ndarray:
+    """A coded column's codes (a list column's: all its elements')."""
+    return flat_codes(column).values if isinstance(column.dtype, pl.List) else column.to_numpy()
 
 
 def _elements(f: str, dtype: pl.DataType) -> pl.Expr:
@@ -283,21 +290,26 @@ class Encoder:
 
     def __call__(self, df: pl.DataFrame, dictionaries: dict[str, np.ndarray] | None = None,
                  dtypes: dict[str, str] | None = None) -> dict:
-        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``), whose
-        indices come in ``dtypes[feature]`` where given (gathered from a table of that dtype: no wide copy);
-        a list column's indices are a ``lists.Flat`` (its elements' indices, its rows' lengths)."""
-        dictionaries = dictionaries or {}
+        """Indices of ``df``'s rows; a feature in ``dictionaries`` holds codes into it (``dictionary_encode``; a
+        list column, codes of its elements: ``fastparse``), whose indices come in ``dtypes[feature]`` where given
+        (gathered from a table of that dtype: no wide copy); a list column's indices are a ``lists.Flat`` (its
+        elements' indices, its rows' lengths)."""
+        dictionaries, out = dictionaries or {}, {}
         listed = [f for f in (*self.lookups, *self.exprs) if isinstance(df[f].dtype, pl.List)]
-        out = {f: self._elements(f, flatten(df[f])) for f in listed}
-        if listed:
-            df = df.drop(listed)
         for f, values in dictionaries.items():
             if f in self.lookups:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
+                if f in listed:
+                    flat = flat_codes(df[f])
+                    out[f] = Flat(remap[flat.values], flat.lengths)
+                    continue
                 if dtypes and f in dtypes:
                     remap = remap.astype(dtypes[f])
                 out[f] = take(remap, df[f].to_numpy())
+        out |= {f: self._elements(f, flatten(df[f])) for f in listed if f not in out}
+        if listed:
+            df = df.drop(listed)
         exprs = [e for f, e in self.exprs.items() if f not in dictionaries and f not in out]
         lookups = {f: lk for f, lk in self.lookups.items() if f not in dictionaries and f not in out}
         if exprs:

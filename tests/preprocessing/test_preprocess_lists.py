@@ -345,3 +345,117 @@ def test_ragged_rows_by_mask_and_slice():
         assert picked.values.tolist() == [v for x in want for v in x]
         assert picked.lengths.tolist() == [len(x) for x in want]
     assert r[mask].truncated.tolist() == (lengths > 2)[mask].tolist()
+
+
+# ---- the C list parse (preprocessing/_lists.c): the polars path's bytes, its bad rows left to that path -------
+MLPERF_SIZES = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
+
+
+def _with_and_without_c_lists(spec: Path, data: Path, out: Path, taken: bool = True, **options) -> list[Path]:
+    """The datasets of ``data``: with the C list parse (``taken``: after checking that it takes the rows of the
+    first MB), without."""
+    from preprocessing import fastparse
+    from preprocessing.job import Job
+
+    if fastparse._lists is None:
+        pytest.skip("preprocessing._lists is not built")
+    config = PreprocessConfig(inputs=[str(data)], spec=str(spec), out=str(out / "c"), progress=False, **options)
+    job = Job.from_config(config)
+    parse = fastparse.block_parser(job.fmt, job.transforms, job.types, coded=True)
+    first = next(p for p in sorted(Path(data).glob("part-*")) or [Path(data)])
+    block = first.read_bytes()[:1 << 20]
+    assert parse is not None and (parse(block[:block.rfind(b"\n") + 1]) is not None) == taken
+    return [Path(run(config)),
+            Path(run(config.model_copy(update={"fast_parse": False, "out": str(out / "polars")})))]
+
+
+def test_c_list_parse_writes_the_polars_bytes_on_synthetic_multi_hot(tmp_path):
+    """MLPerf-like rows (`dlrmflow synth --multi-hot-sizes`): 20 fixed-hotness hex lists, 6 one-hot."""
+    from synthetic.generator import SPEC_FILE, generate
+
+    generate(str(tmp_path / "in"), 2000, 1, seed=3, multi_hot_sizes=MLPERF_SIZES)
+    fast, polars = _with_and_without_c_lists(tmp_path / "in" / SPEC_FILE, tmp_path / "in", tmp_path,
+                                             split=SPLIT, frequency_threshold=2)
+    assert_same_files(fast, polars)
+
+
+def test_c_list_parse_writes_the_polars_bytes_on_real_rows(tmp_path):
+    """The real rows in the Criteo layout with a fixed pair, variable, max_hotness, int and hashed lists."""
+    from helpers.list_table import real_list_tsv
+
+    spec, data = real_list_tsv(tmp_path)
+    fast, polars = _with_and_without_c_lists(spec, data, tmp_path)
+    assert fspec.load(str(fast)).metadata["list_lengths"]["train"]["C20"]["truncated"] > 0
+    assert_same_files(fast, polars)
+
+
+def test_c_list_parse_leaves_malformed_lists_to_the_polars_path(tmp_path):
+    """Bad list values (a pair of 3, a non-hex element, 9 hex digits, a non-integer) and an odd valid one (a
+    spaced int element, which the polars path strips): the same errors and the same skipped rows either way."""
+    from helpers.list_table import real_list_tsv
+
+    spec, data = real_list_tsv(tmp_path)
+    rows = data.read_text().splitlines()[:300]
+    for line, column, value in ((12, "C5", "1|2|3"), (30, "C19", "0000000a|zz"), (50, "C20", "123456789"),
+                                (70, "C21", "1| 5|"), (90, "C21", "1.5")):
+        fields = rows[line - 1].split("\t")
+        fields[14 + int(column[1:]) - 1] = value
+        rows[line - 1] = "\t".join(fields)
+    data.write_text("\n".join(rows) + "\n")
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(BadRowError) as e:
+            run(PreprocessConfig(inputs=[str(data)], spec=str(spec), out=str(tmp_path / "err"), progress=False,
+                                 fast_parse=fast))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "part-0.tsv: line 12, column C5" in errors[0]
+    fast, polars = _with_and_without_c_lists(spec, data, tmp_path, False, on_bad_row="skip", max_bad_fraction=0.05)
+    assert fspec.load(str(fast)).metadata["bad_rows"] == 4
+    assert_same_files(fast, polars)
+
+
+def test_c_list_parse_is_the_polars_parse_on_random_odd_rows():
+    """Blocks of random rows with odd and bad list values (uppercase hex, "-0", 18 digits, empty elements, 9 hex
+    digits, spaces, "+3", lists of the wrong length): where the C parse takes a block, the polars path finds no
+    bad row and the same columns (fixed, variable, max_hotness with `;`, int and hashed lists, one-hot)."""
+    from feature_spec import CRITEO_COLUMNS
+    from preprocessing import fastparse, readers
+    from preprocessing.errors import BadRows
+    from preprocessing.transforms import Categorical, Transforms, to_intermediate
+
+    if fastparse._lists is None:
+        pytest.skip("preprocessing._lists is not built")
+    shapes = [(1, None, None, "hex", None), (3, None, "|", "hex", None), (None, None, "|", "hex", None),
+              (None, 2, ";", "hex", None), (None, None, "|", "int", None), (None, None, "|", "hex", 50)]
+    t = Transforms(label="label", numerical=[(f"I{i}", "log1p") for i in range(1, 14)],
+                   categorical=[Categorical(n, kind, 0, buckets, hotness, cap, sep) for n, (hotness, cap, sep, kind,
+                                buckets) in zip(CRITEO_COLUMNS[14:], shapes * 5)])
+    types, fmt = t.parse_types(), readers.Format("tsv", columns=list(CRITEO_COLUMNS))
+    parse = fastparse.block_parser(fmt, t, types, coded=False)
+    values = {"hex": ["", "0", "a", "ABCDEF12", "abcdef12", "ffffffff", "1234567", "Ab"],
+              "int": ["", "0", "-0", "7", "-12", "007", "123456789012345678"]}
+    bad = {"hex": ["123456789", "zz", " 1", "0x1", "-1", "+1"], "int": ["1.5", " 5", "+3", "-", "1234567890123456789"]}
+    rng = random.Random(5)
+
+    def field(c, odd: bool) -> str:
+        n = c.hotness if c.hotness and rng.random() < 0.9 else rng.randint(0, 4)
+        elements = [rng.choice(values[c.kind]) for _ in range(max(n, 1))]
+        if odd:
+            elements[rng.randrange(len(elements))] = rng.choice(bad[c.kind])
+        return "" if n == 0 and rng.random() < 0.5 else (c.sep or "").join(elements[:1] if c.hotness == 1 else elements)
+
+    taken = 0
+    for _ in range(200):
+        rows = ["\t".join([rng.choice("01"), *(rng.choice(["", "0", "5", "-2"]) for _ in range(13)),
+                           *(field(c, rng.random() < 0.01) for c in t.categorical)]) for _ in range(rng.randint(1, 4))]
+        block = ("\n".join(rows) + "\n").encode()
+        got = parse(block, {})
+        if got is None:
+            continue
+        taken += 1
+        found = BadRows("f", "skip")
+        df, lines, _ = readers._parse_block(block, 1, fmt.columns, fmt, types, found)
+        want = to_intermediate(df, t, lines, found, None, 65504.0, {})
+        assert found.count == 0, block
+        assert got.schema == want.schema and all(got[c].equals(want[c]) for c in want.columns), block
+    assert taken > 30
