@@ -36,6 +36,7 @@ COPY preprocessing ./preprocessing
 COPY synthetic ./synthetic
 COPY training ./training
 COPY nightly ./nightly
+COPY tuning ./tuning
 COPY flows ./flows
 COPY infra ./infra
 COPY examples ./examples
