@@ -18,11 +18,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define N_INT 13
-#define N_CAT 26
-#define TABLE 65536
+#include "_criteo_row.h"
 
-static float log1p_table[TABLE];
+
 
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need, const char *what) {
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
@@ -74,40 +72,9 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
     while (p < end) {
         if (r >= n)
             return -1;
-        unsigned char c = p[0];
-        if ((c != '0' && c != '1') || p[1] != '\t')
+        p = parse_label_and_ints(p, n, r, label, num, missing);
+        if (!p)
             return -1;
-        label[r] = (int8_t)(c - '0');
-        p += 2;
-        for (int j = 0; j < N_INT; j++) {
-            float v = 0.0f;
-            if (*p == '\t') {
-                missing[j]++;
-            } else {
-                int neg = 0;
-                if (*p == '-') {
-                    neg = 1;
-                    p++;
-                }
-                const unsigned char *s = p;
-                uint64_t x = 0;
-                while ((unsigned)(*p - '0') < 10) {
-                    x = x * 10 + (uint64_t)(*p - '0');
-                    p++;
-                }
-                Py_ssize_t digits = p - s;
-                if (*p != '\t' || digits == 0 || digits > 15)
-                    return -1;
-                if (neg) {
-                    if (x == 0)
-                        return -1;   /* "-0": the polars path keeps the sign (-0.0) */
-                } else {
-                    v = x < TABLE ? log1p_table[x] : (float)log1p((double)x);
-                }
-            }
-            num[(Py_ssize_t)j * n + r] = v;
-            p++;   /* the tab */
-        }
         for (int j = 0; j < N_CAT; j++) {
             const unsigned char end_of_field = j == N_CAT - 1 ? '\n' : '\t';
             /* the usual field, 8 hex digits: eight independent lookups, one check (p[8] is in the block) */
@@ -189,8 +156,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_criteo", "Fast pars
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__criteo(void) {
-    for (int i = 0; i < TABLE; i++)
-        log1p_table[i] = (float)log1p((double)i);
+    fill_log1p_table();
     memset(hex_table, -1, sizeof hex_table);
     for (int i = 0; i < 10; i++)
         hex_table['0' + i] = (signed char)i;
