@@ -373,6 +373,7 @@ def multi_hot_main(args) -> None:
 # ---- bf16 vs fp32 dense part ---------------------------------------------------------------------------
 SMALL_ARCH = {"interaction": "dot", "embedding_dim": 16, "bottom_mlp": [64, 16], "top_mlp": [64, 1]}  # the presets'
 SMALL_BATCH, SMALL_STEPS_FACTOR = 512, 8   # the presets' batch; 8x the steps, so as many rows are timed
+PRECISION_MODELS = {"criteo-like": (CRITEO_ARCH, BATCH, 1), "small": (SMALL_ARCH, SMALL_BATCH, SMALL_STEPS_FACTOR)}
 
 
 def kernels_worker(dense: str) -> None:
@@ -391,6 +392,46 @@ def kernels_worker(dense: str) -> None:
     with torch.autocast("cpu", torch.bfloat16, enabled=dense == "bf16"):
         out = model(torch.rand(BATCH, N_NUM), kjt)
     out.float().sum().backward()
+
+
+def cpu_worker(ds: str, model: str, dense: str, warmup: int, steps: int) -> dict:
+    """Our Trainer in this process (1 rank; the caller sets 1 OMP thread): process CPU seconds per step over
+    ``steps`` steps after ``warmup`` (the loader's thread included). Waiting for a core costs no CPU time, so
+    this is what a shared machine's load does not distort."""
+    from training import distributed
+    from training.config import TrainConfig
+    from training.trainer import Trainer
+
+    arch, batch, _ = PRECISION_MODELS[model]
+    cfg = TrainConfig(dataset=ds, arch=arch, precision={"dense": dense}, data={"batch_size": batch},
+                      optimizer={"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
+                                 "dense": {"type": "adagrad", "lr": 0.02}},
+                      max_steps=warmup + steps, log_every=warmup + steps, eval_split=None, seed=0)
+    trainer = Trainer(cfg, distributed.init(120))
+    marks = {}
+    set_lr = trainer._set_lr
+
+    def mark_then_set_lr():  # called at the start of every step
+        marks[trainer.step] = time.process_time()
+        set_lr()
+
+    trainer._set_lr = mark_then_set_lr
+    trainer.train()
+    cpu = time.process_time() - marks[warmup]
+    distributed.destroy()
+    return {"what": "cpu_time", "model": model, "dense": dense, "batch": batch, "timed_steps": steps,
+            "cpu_ms_per_step": round(1000 * cpu / steps, 1), "samples_per_cpu_s": round(batch * steps / cpu)}
+
+
+def run_cpu_worker(ds: Path, model: str, dense: str, warmup: int, steps: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, __file__, "--cpu-worker", str(ds), model, dense, str(warmup), str(steps)],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"cpu worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def onednn_kernels(dense: str) -> dict:
@@ -425,8 +466,9 @@ def precision_main(args) -> None:
     print(json.dumps(info), flush=True)
     for dense in ("fp32", "bf16"):
         print(json.dumps(onednn_kernels(dense)), flush=True)
-    models = {"criteo-like": (CRITEO_ARCH, BATCH, 1), "small": (SMALL_ARCH, SMALL_BATCH, SMALL_STEPS_FACTOR)}
+    models = PRECISION_MODELS
     results: dict[tuple, list[int]] = {}
+    cpu: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-bf16-") as tmp:
         tmp = Path(tmp)
         ds = write_dataset(tmp / "ds", BATCH * (args.warmup + args.steps) + BATCH)
@@ -438,21 +480,29 @@ def precision_main(args) -> None:
                                  args.log_every * factor, f"-{model}-{dense}-round{index}", arch, dense)
                     print(json.dumps({**r, "model": model, "dense": dense, "round": index}), flush=True)
                     results.setdefault((model, dense), []).append(r["samples_per_s"])
+                    c = run_cpu_worker(ds, model, dense, args.warmup * factor, args.steps * factor)
+                    print(json.dumps({**c, "round": index}), flush=True)
+                    cpu.setdefault((model, dense), []).append(c["cpu_ms_per_step"])
     mm = {dtype: matmul_flops(dtype=dtype) for dtype in ("float32", "bfloat16")}
     print(json.dumps({"what": "matmul", "threads": 2, "gflop_s": {d: {k: round(v / 1e9, 1) for k, v in m.items()}
                                                                   for d, m in mm.items()}}), flush=True)
     after = load_average()
     print(json.dumps({"what": "machine", "load_average_after": after}), flush=True)
     print()
-    print(f"1 process x 2 threads; per-round bf16/fp32 ratios, then their median over {args.rounds} round(s)")
+    print(f"per-round bf16/fp32 ratios, then their median over {args.rounds} round(s); wall: `dlrmflow train`, "
+          "1 process x 2 threads; CPU: in-process Trainer, 1 thread, process CPU ms per step")
     print()
-    print("| model | batch | fp32 samples/s | bf16 samples/s | bf16 / fp32 | per-round ratios |")
-    print("|---|---|---|---|---|---|")
+    print("| model | batch | fp32 samples/s | bf16 samples/s | bf16 / fp32 (wall) | per round | fp32 CPU ms/step "
+          "| bf16 CPU ms/step | fp32 / bf16 CPU | per round |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model, (_, batch, _) in models.items():
         fp32, bf16 = results[(model, "fp32")], results[(model, "bf16")]
         ratios = [b / f for b, f in zip(bf16, fp32)]
+        cf, cb = cpu[(model, "fp32")], cpu[(model, "bf16")]
+        cratios = [f / b for f, b in zip(cf, cb)]
         print(f"| {model} | {batch} | {np.median(fp32):,.0f} | {np.median(bf16):,.0f} | {np.median(ratios):.2f}x | "
-              f"{' '.join(f'{r:.2f}' for r in ratios)} |")
+              f"{' '.join(f'{r:.2f}' for r in ratios)} | {np.median(cf):.0f} | {np.median(cb):.0f} | "
+              f"{np.median(cratios):.2f}x | {' '.join(f'{r:.2f}' for r in cratios)} |")
     print()
     print("torch.mm, 2 threads, GFLOP/s fp32 -> bf16: " + ", ".join(
         f"{k} {mm['float32'][k] / 1e9:.0f} -> {mm['bfloat16'][k] / 1e9:.0f}" for k in mm["float32"]))
@@ -504,6 +554,7 @@ def main() -> None:
     parser.add_argument("--skip-torchrec", action="store_true", help="skip the raw TorchRec reference loop")
     parser.add_argument("--torchrec-reference-worker", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--kernels-worker", choices=("fp32", "bf16"), help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--precision", action="store_true",
                         help="measure precision.dense fp32 vs bf16 (1 process x 2 threads, two models) instead")
     parser.add_argument("--also-2proc-global-4096", action="store_true",
@@ -518,6 +569,10 @@ def main() -> None:
         return
     if args.kernels_worker:
         return kernels_worker(args.kernels_worker)
+    if args.cpu_worker:
+        ds, model, dense, warmup, steps = args.cpu_worker
+        print(json.dumps(cpu_worker(ds, model, dense, int(warmup), int(steps))))
+        return
     if (args.warmup % args.log_every) or (args.steps % args.log_every):
         parser.error("--warmup and --steps must be multiples of --log-every")
     if args.multi_hot_sizes:
