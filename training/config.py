@@ -145,7 +145,7 @@ class DataConfig(_Section):
 
 
 class PrecisionConfig(_Section):
-    """Numeric formats."""
+    """Numeric formats of the dense part and of the embedding tables."""
 
     dense: Literal["fp32", "bf16"] = Field("fp32", description="'bf16': train the dense part (MLPs, interaction) "
                                            "under bfloat16 autocast, on CPU or GPU; weights, optimizer state, "
