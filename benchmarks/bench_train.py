@@ -450,6 +450,33 @@ def onednn_kernels(dense: str) -> dict:
     return {"what": "onednn_kernels", "dense": dense, "isa": isa, "primitives": counts}
 
 
+def dense_part_cpu_ms(dense: str, model: str, reps: int = 10) -> float:
+    """CPU ms (this thread, 1 OMP thread) of one forward + backward of the DLRM's dense part alone (bottom MLP,
+    dot interaction with random pooled embeddings, top MLP, fp32 loss): what bf16 can speed up, without the
+    tables, the optimizers and the loader."""
+    import torch
+    import torch.nn.functional as F
+    from torchrec.models.dlrm import DenseArch, InteractionArch, OverArch
+
+    arch, batch, _ = PRECISION_MODELS[model]
+    dim, n = arch["embedding_dim"], TABLES
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    bottom = DenseArch(N_NUM, arch["bottom_mlp"])
+    inter = InteractionArch(n)
+    top = OverArch(dim + n * (n + 1) // 2, arch["top_mlp"])
+    x, emb = torch.rand(batch, N_NUM), torch.rand(batch, n, dim, requires_grad=True)
+    y = (torch.rand(batch) < 0.25).float()
+    times = []
+    for _ in range(reps + 2):
+        start = time.thread_time()
+        with torch.autocast("cpu", torch.bfloat16, enabled=dense == "bf16"):
+            logits = top(inter(bottom(x), emb)).squeeze(-1)
+        F.binary_cross_entropy_with_logits(logits.float(), y).backward()
+        times.append(time.thread_time() - start)
+    return 1000 * float(np.median(times[2:]))
+
+
 def cpu_flags() -> list[str]:
     flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("flags")), [])
@@ -469,6 +496,7 @@ def precision_main(args) -> None:
     models = PRECISION_MODELS
     results: dict[tuple, list[int]] = {}
     cpu: dict[tuple, list[float]] = {}
+    dense_cpu: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-bf16-") as tmp:
         tmp = Path(tmp)
         ds = write_dataset(tmp / "ds", BATCH * (args.warmup + args.steps) + BATCH)
@@ -483,6 +511,10 @@ def precision_main(args) -> None:
                     c = run_cpu_worker(ds, model, dense, args.warmup * factor, args.steps * factor)
                     print(json.dumps({**c, "round": index}), flush=True)
                     cpu.setdefault((model, dense), []).append(c["cpu_ms_per_step"])
+                    d = dense_part_cpu_ms(dense, model)
+                    print(json.dumps({"what": "dense_part_cpu", "model": model, "dense": dense, "round": index,
+                                      "cpu_ms": round(d, 1)}), flush=True)
+                    dense_cpu.setdefault((model, dense), []).append(d)
     mm = {dtype: matmul_flops(dtype=dtype) for dtype in ("float32", "bfloat16")}
     print(json.dumps({"what": "matmul", "threads": 2, "gflop_s": {d: {k: round(v / 1e9, 1) for k, v in m.items()}
                                                                   for d, m in mm.items()}}), flush=True)
@@ -490,11 +522,12 @@ def precision_main(args) -> None:
     print(json.dumps({"what": "machine", "load_average_after": after}), flush=True)
     print()
     print(f"per-round bf16/fp32 ratios, then their median over {args.rounds} round(s); wall: `dlrmflow train`, "
-          "1 process x 2 threads; CPU: in-process Trainer, 1 thread, process CPU ms per step")
+          "1 process x 2 threads; CPU: in-process Trainer, 1 thread, process CPU ms per step; dense part: its "
+          "forward + backward alone, 1 thread, CPU ms")
     print()
     print("| model | batch | fp32 samples/s | bf16 samples/s | bf16 / fp32 (wall) | per round | fp32 CPU ms/step "
-          "| bf16 CPU ms/step | fp32 / bf16 CPU | per round |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| bf16 CPU ms/step | fp32 / bf16 CPU | per round | dense part fp32 -> bf16 CPU ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model, (_, batch, _) in models.items():
         fp32, bf16 = results[(model, "fp32")], results[(model, "bf16")]
         ratios = [b / f for b, f in zip(bf16, fp32)]
@@ -502,7 +535,8 @@ def precision_main(args) -> None:
         cratios = [f / b for f, b in zip(cf, cb)]
         print(f"| {model} | {batch} | {np.median(fp32):,.0f} | {np.median(bf16):,.0f} | {np.median(ratios):.2f}x | "
               f"{' '.join(f'{r:.2f}' for r in ratios)} | {np.median(cf):.0f} | {np.median(cb):.0f} | "
-              f"{np.median(cratios):.2f}x | {' '.join(f'{r:.2f}' for r in cratios)} |")
+              f"{np.median(cratios):.2f}x | {' '.join(f'{r:.2f}' for r in cratios)} | "
+              f"{np.median(dense_cpu[(model, 'fp32')]):.1f} -> {np.median(dense_cpu[(model, 'bf16')]):.1f} |")
     print()
     print("torch.mm, 2 threads, GFLOP/s fp32 -> bf16: " + ", ".join(
         f"{k} {mm['float32'][k] / 1e9:.0f} -> {mm['bfloat16'][k] / 1e9:.0f}" for k in mm["float32"]))
