@@ -32,8 +32,15 @@ above, our trainer on ``dlrmflow synth`` rows twice in each round, the same rows
 multi-hot rows are the one-hot rows with N ids per field, the first the one-hot id), both preprocessed the same
 way (ordered split, train only, frequency threshold ``--multi-hot-threshold``): samples/s and their ratio.
 
+Precision (``--precision``): instead of the above, our trainer with ``precision.dense`` fp32 and bf16 back to back
+in each round (the order alternating), 1 process x 2 threads, on the Criteo-like model (batch 4096) and on the
+presets' small one (dim 16, MLPs 64-16 / 64-1, batch 512, 8x the steps); the oneDNN primitives one step of each
+runs (``ONEDNN_VERBOSE=1``: the ISA and kernel names, e.g. ``brg_matmul:avx512_core_bf16`` or ``..._amx``); and
+``torch.mm`` fp32 vs bf16 at the MLP's shapes.
+
 usage: python benchmarks/bench_train.py [--rounds 3] [--steps 20] [--warmup 5] [--skip-2proc]
        python benchmarks/bench_train.py --multi-hot-sizes [3,2,1,...] [--rounds 3] [--skip-2proc]
+       python benchmarks/bench_train.py --precision [--rounds 3]
 """
 
 from __future__ import annotations
@@ -80,16 +87,16 @@ def flops_per_sample() -> dict[str, int]:
             "total": 3 * (bottom + top + interaction)}
 
 
-def matmul_flops(threads: int = 2, repeat: int = 7) -> dict[str, float]:
-    """Best FLOP/s of torch.mm on each MLP layer shape (M=BATCH) and on 2048^3."""
+def matmul_flops(threads: int = 2, repeat: int = 7, dtype: str = "float32") -> dict[str, float]:
+    """Best FLOP/s of torch.mm on each MLP layer shape (M=BATCH) and on 2048^3, in ``dtype``."""
     import torch
 
     torch.set_num_threads(threads)
     shapes = {f"{BATCH}x{i}x{o}": (BATCH, i, o) for i, o in linear_shapes()} | {"2048^3": (2048, 2048, 2048)}
     out = {}
     for name, (m, k, n) in shapes.items():
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        c = torch.empty(m, n)
+        a, b = torch.randn(m, k, dtype=getattr(torch, dtype)), torch.randn(k, n, dtype=getattr(torch, dtype))
+        c = torch.empty(m, n, dtype=getattr(torch, dtype))
         reps = max(1, int(2e9 / (2 * m * k * n)))  # ~2 GFLOP per timing
         best = 0.0
         for _ in range(repeat):
@@ -125,8 +132,11 @@ def write_dataset(root: Path, rows: int) -> Path:
 
 
 # ---- our trainer ------------------------------------------------------------------------------------
-def train_config(batch: int, steps: int, log_every: int) -> dict:
-    return {"arch": {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP},
+CRITEO_ARCH = {"interaction": "dot", "embedding_dim": DIM, "bottom_mlp": BOTTOM, "top_mlp": TOP}
+
+
+def train_config(batch: int, steps: int, log_every: int, arch: dict | None = None, dense: str = "fp32") -> dict:
+    return {"arch": arch or CRITEO_ARCH, "precision": {"dense": dense},
             "optimizer": {"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
                           "dense": {"type": "adagrad", "lr": 0.02}},
             "data": {"batch_size": batch, "shuffle": True}, "max_steps": steps, "log_every": log_every,
@@ -134,13 +144,13 @@ def train_config(batch: int, steps: int, log_every: int) -> dict:
 
 
 def run_ours(ds: Path, tmp: Path, nproc: int, threads: int, global_batch: int, warmup: int, steps: int,
-             log_every: int, tag: str = "") -> dict:
+             log_every: int, tag: str = "", arch: dict | None = None, dense: str = "fp32") -> dict:
     """`dlrmflow train` under torchrun; steady-state samples/s from metrics.jsonl after ``warmup`` steps."""
     import yaml
 
     name = f"ours-{nproc}p-{global_batch}{tag}"
     cfg, run = tmp / f"{name}.yaml", tmp / name
-    cfg.write_text(yaml.safe_dump(train_config(global_batch, warmup + steps, log_every)))
+    cfg.write_text(yaml.safe_dump(train_config(global_batch, warmup + steps, log_every, arch, dense)))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "flows.cli", "train", "--dataset", str(ds), "--run", str(run), "--config", str(cfg),
            "--nproc", str(nproc)]
@@ -360,6 +370,179 @@ def multi_hot_main(args) -> None:
     print(f"load average before: {info['load_average_before']}; after: {after}")
 
 
+# ---- bf16 vs fp32 dense part ---------------------------------------------------------------------------
+SMALL_ARCH = {"interaction": "dot", "embedding_dim": 16, "bottom_mlp": [64, 16], "top_mlp": [64, 1]}  # the presets'
+SMALL_BATCH, SMALL_STEPS_FACTOR = 512, 8   # the presets' batch; 8x the steps, so as many rows are timed
+PRECISION_MODELS = {"criteo-like": (CRITEO_ARCH, BATCH, 1), "small": (SMALL_ARCH, SMALL_BATCH, SMALL_STEPS_FACTOR)}
+
+
+def kernels_worker(dense: str) -> None:
+    """One forward + backward of TorchRec's DLRM (the Criteo-like model, 1,000-row tables) in this process with
+    ``ONEDNN_VERBOSE=1`` set by the caller: oneDNN prints every primitive it runs."""
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec.models.dlrm import DLRM
+
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=DIM, num_embeddings=1000, feature_names=[f"f{i}"])
+              for i in range(TABLES)]
+    model = DLRM(embedding_bag_collection=EmbeddingBagCollection(tables=tables), dense_in_features=N_NUM,
+                 dense_arch_layer_sizes=BOTTOM, over_arch_layer_sizes=TOP)
+    kjt = KeyedJaggedTensor(keys=[f"f{i}" for i in range(TABLES)], values=torch.randint(0, 1000, (TABLES * BATCH,)),
+                            lengths=torch.ones(TABLES * BATCH, dtype=torch.int32))
+    with torch.autocast("cpu", torch.bfloat16, enabled=dense == "bf16"):
+        out = model(torch.rand(BATCH, N_NUM), kjt)
+    out.float().sum().backward()
+
+
+def cpu_worker(ds: str, model: str, dense: str, warmup: int, steps: int) -> dict:
+    """Our Trainer in this process (1 rank; the caller sets 1 OMP thread): process CPU seconds per step over
+    ``steps`` steps after ``warmup`` (the loader's thread included). Waiting for a core costs no CPU time, so
+    this is what a shared machine's load does not distort."""
+    from training import distributed
+    from training.config import TrainConfig
+    from training.trainer import Trainer
+
+    arch, batch, _ = PRECISION_MODELS[model]
+    cfg = TrainConfig(dataset=ds, arch=arch, precision={"dense": dense}, data={"batch_size": batch},
+                      optimizer={"embedding": {"type": "rowwise_adagrad", "lr": 0.02},
+                                 "dense": {"type": "adagrad", "lr": 0.02}},
+                      max_steps=warmup + steps, log_every=warmup + steps, eval_split=None, seed=0)
+    trainer = Trainer(cfg, distributed.init(120))
+    marks = {}
+    set_lr = trainer._set_lr
+
+    def mark_then_set_lr():  # called at the start of every step
+        marks[trainer.step] = time.process_time()
+        set_lr()
+
+    trainer._set_lr = mark_then_set_lr
+    trainer.train()
+    cpu = time.process_time() - marks[warmup]
+    distributed.destroy()
+    return {"what": "cpu_time", "model": model, "dense": dense, "batch": batch, "timed_steps": steps,
+            "cpu_ms_per_step": round(1000 * cpu / steps, 1), "samples_per_cpu_s": round(batch * steps / cpu)}
+
+
+def run_cpu_worker(ds: Path, model: str, dense: str, warmup: int, steps: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, __file__, "--cpu-worker", str(ds), model, dense, str(warmup), str(steps)],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"cpu worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def onednn_kernels(dense: str) -> dict:
+    """The oneDNN ISA line and {primitive kind: implementation: count} of one step (``kernels_worker``)."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, __file__, "--kernels-worker", dense], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=True)
+    isa, counts = None, {}
+    for line in proc.stdout.splitlines():
+        f = line.split(",")
+        if f[:4] == ["onednn_verbose", "v1", "info", "cpu"] and f[4].startswith("isa:"):
+            isa = f[4][4:]
+        elif f[:5] == ["onednn_verbose", "v1", "primitive", "exec", "cpu"]:
+            kind = counts.setdefault(f[5], {})
+            kind[f[6]] = kind.get(f[6], 0) + 1
+    return {"what": "onednn_kernels", "dense": dense, "isa": isa, "primitives": counts}
+
+
+def dense_part_cpu_ms(dense: str, model: str, reps: int = 10) -> float:
+    """CPU ms (this thread, 1 OMP thread) of one forward + backward of the DLRM's dense part alone (bottom MLP,
+    dot interaction with random pooled embeddings, top MLP, fp32 loss): what bf16 can speed up, without the
+    tables, the optimizers and the loader."""
+    import torch
+    import torch.nn.functional as F
+    from torchrec.models.dlrm import DenseArch, InteractionArch, OverArch
+
+    arch, batch, _ = PRECISION_MODELS[model]
+    dim, n = arch["embedding_dim"], TABLES
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    bottom = DenseArch(N_NUM, arch["bottom_mlp"])
+    inter = InteractionArch(n)
+    top = OverArch(dim + n * (n + 1) // 2, arch["top_mlp"])
+    x, emb = torch.rand(batch, N_NUM), torch.rand(batch, n, dim, requires_grad=True)
+    y = (torch.rand(batch) < 0.25).float()
+    times = []
+    for _ in range(reps + 2):
+        start = time.thread_time()
+        with torch.autocast("cpu", torch.bfloat16, enabled=dense == "bf16"):
+            logits = top(inter(bottom(x), emb)).squeeze(-1)
+        F.binary_cross_entropy_with_logits(logits.float(), y).backward()
+        times.append(time.thread_time() - start)
+    return 1000 * float(np.median(times[2:]))
+
+
+def cpu_flags() -> list[str]:
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    return sorted(f for f in flags if f.startswith(("avx512_bf16", "avx512_vnni", "amx")))
+
+
+def precision_main(args) -> None:
+    """Our trainer (1 process x 2 threads) with ``precision.dense`` fp32 and bf16, back to back in each round,
+    on the Criteo-like model and on the presets' small one; the oneDNN kernels each runs; mm fp32 vs bf16."""
+    import torch
+
+    info = {"what": "machine", "cpus": os.cpu_count(), "torch": torch.__version__, "cpu_flags": cpu_flags(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average_before": load_average()}
+    print(json.dumps(info), flush=True)
+    for dense in ("fp32", "bf16"):
+        print(json.dumps(onednn_kernels(dense)), flush=True)
+    models = PRECISION_MODELS
+    results: dict[tuple, list[int]] = {}
+    cpu: dict[tuple, list[float]] = {}
+    dense_cpu: dict[tuple, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-train-bf16-") as tmp:
+        tmp = Path(tmp)
+        ds = write_dataset(tmp / "ds", BATCH * (args.warmup + args.steps) + BATCH)
+        for index in range(args.rounds):
+            for model, (arch, batch, factor) in models.items():
+                # alternate which precision goes first, so that a drift in the load favours neither
+                for dense in ("fp32", "bf16") if index % 2 == 0 else ("bf16", "fp32"):
+                    r = run_ours(ds, tmp, 1, 2, batch, args.warmup * factor, args.steps * factor,
+                                 args.log_every * factor, f"-{model}-{dense}-round{index}", arch, dense)
+                    print(json.dumps({**r, "model": model, "dense": dense, "round": index}), flush=True)
+                    results.setdefault((model, dense), []).append(r["samples_per_s"])
+                    c = run_cpu_worker(ds, model, dense, args.warmup * factor, args.steps * factor)
+                    print(json.dumps({**c, "round": index}), flush=True)
+                    cpu.setdefault((model, dense), []).append(c["cpu_ms_per_step"])
+                    d = dense_part_cpu_ms(dense, model)
+                    print(json.dumps({"what": "dense_part_cpu", "model": model, "dense": dense, "round": index,
+                                      "cpu_ms": round(d, 1)}), flush=True)
+                    dense_cpu.setdefault((model, dense), []).append(d)
+    mm = {dtype: matmul_flops(dtype=dtype) for dtype in ("float32", "bfloat16")}
+    print(json.dumps({"what": "matmul", "threads": 2, "gflop_s": {d: {k: round(v / 1e9, 1) for k, v in m.items()}
+                                                                  for d, m in mm.items()}}), flush=True)
+    after = load_average()
+    print(json.dumps({"what": "machine", "load_average_after": after}), flush=True)
+    print()
+    print(f"per-round bf16/fp32 ratios, then their median over {args.rounds} round(s); wall: `dlrmflow train`, "
+          "1 process x 2 threads; CPU: in-process Trainer, 1 thread, process CPU ms per step; dense part: its "
+          "forward + backward alone, 1 thread, CPU ms")
+    print()
+    print("| model | batch | fp32 samples/s | bf16 samples/s | bf16 / fp32 (wall) | per round | fp32 CPU ms/step "
+          "| bf16 CPU ms/step | fp32 / bf16 CPU | per round | dense part fp32 -> bf16 CPU ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for model, (_, batch, _) in models.items():
+        fp32, bf16 = results[(model, "fp32")], results[(model, "bf16")]
+        ratios = [b / f for b, f in zip(bf16, fp32)]
+        cf, cb = cpu[(model, "fp32")], cpu[(model, "bf16")]
+        cratios = [f / b for f, b in zip(cf, cb)]
+        print(f"| {model} | {batch} | {np.median(fp32):,.0f} | {np.median(bf16):,.0f} | {np.median(ratios):.2f}x | "
+              f"{' '.join(f'{r:.2f}' for r in ratios)} | {np.median(cf):.0f} | {np.median(cb):.0f} | "
+              f"{np.median(cratios):.2f}x | {' '.join(f'{r:.2f}' for r in cratios)} | "
+              f"{np.median(dense_cpu[(model, 'fp32')]):.1f} -> {np.median(dense_cpu[(model, 'bf16')]):.1f} |")
+    print()
+    print("torch.mm, 2 threads, GFLOP/s fp32 -> bf16: " + ", ".join(
+        f"{k} {mm['float32'][k] / 1e9:.0f} -> {mm['bfloat16'][k] / 1e9:.0f}" for k in mm["float32"]))
+    print(f"load average before: {info['load_average_before']}; after: {after}")
+
+
 # ---- main -------------------------------------------------------------------------------------------
 def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average:")[-1].strip()
@@ -404,6 +587,10 @@ def main() -> None:
     parser.add_argument("--skip-2proc", action="store_true")
     parser.add_argument("--skip-torchrec", action="store_true", help="skip the raw TorchRec reference loop")
     parser.add_argument("--torchrec-reference-worker", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--kernels-worker", choices=("fp32", "bf16"), help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-worker", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", action="store_true",
+                        help="measure precision.dense fp32 vs bf16 (1 process x 2 threads, two models) instead")
     parser.add_argument("--also-2proc-global-4096", action="store_true",
                         help="also 2 processes x 2048 rows (same global batch as 1 process)")
     parser.add_argument("--multi-hot-sizes", nargs="?", const=MLPERF_SIZES, metavar="N,N,...",
@@ -414,10 +601,18 @@ def main() -> None:
     if args.torchrec_reference_worker:
         print(json.dumps(torchrec_reference(*args.torchrec_reference_worker)))
         return
+    if args.kernels_worker:
+        return kernels_worker(args.kernels_worker)
+    if args.cpu_worker:
+        ds, model, dense, warmup, steps = args.cpu_worker
+        print(json.dumps(cpu_worker(ds, model, dense, int(warmup), int(steps))))
+        return
     if (args.warmup % args.log_every) or (args.steps % args.log_every):
         parser.error("--warmup and --steps must be multiples of --log-every")
     if args.multi_hot_sizes:
         return multi_hot_main(args)
+    if args.precision:
+        return precision_main(args)
 
     import torch
     import torchrec

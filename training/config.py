@@ -148,9 +148,11 @@ class DataConfig(_Section):
 
 
 class PrecisionConfig(_Section):
-    """Numeric formats. Keep the defaults on CPU."""
+    """Numeric formats of the dense part and of the embedding tables."""
 
-    dense: Literal["fp32", "bf16"] = Field("fp32", description="'bf16': autocast the dense part to bfloat16 (GPU only).")
+    dense: Literal["fp32", "bf16"] = Field("fp32", description="'bf16': train the dense part (MLPs, interaction) "
+                                           "under bfloat16 autocast, on CPU or GPU; weights, optimizer state, "
+                                           "loss and evaluation stay float32.")
     embeddings: Literal["fp32", "fp16"] = Field("fp32", description="Storage type of the embedding weights.")
 
 

@@ -59,18 +59,25 @@ class DLRMTask(nn.Module):
     counting as zero. TorchRec averages the embedding gradients over ranks (gradient division in
     its all-to-all) and DDP averages the dense ones, so with equal rows per rank the update is the
     one of the global mean: 1 rank x 2B and 2 ranks x B train identically.
+
+    ``autocast_dtype`` (``precision.dense: bf16``): in training mode the forward runs under ``torch.autocast``
+    of ``device_type`` (CPU or CUDA alike), so the bottom/top MLPs and the interaction compute in
+    that type; the embedding lookups, the weights and optimizer state (fp32 master copies) and the loss stay
+    float32. In eval mode (evaluation, scoring) the model computes in float32, as the serving bundle does.
     """
 
-    def __init__(self, dlrm: nn.Module, autocast_dtype: torch.dtype | None = None):
+    def __init__(self, dlrm: nn.Module, autocast_dtype: torch.dtype | None = None, device_type: str = "cpu"):
         super().__init__()
         self.model = dlrm
-        self.autocast_dtype = autocast_dtype
+        self.autocast_dtype, self.device_type = autocast_dtype, device_type
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        dense = batch.dense_features
-        ctx = torch.autocast(dense.device.type, self.autocast_dtype) if self.autocast_dtype else nullcontext()
+        # device_type is fixed at build time: TorchRec's pipeline traces this forward with FX, where
+        # batch.dense_features.device is a proxy
+        autocast = self.autocast_dtype is not None and self.training
+        ctx = torch.autocast(self.device_type, self.autocast_dtype) if autocast else nullcontext()
         with ctx:
-            logits = self.model(dense, batch.sparse_features).squeeze(-1)
+            logits = self.model(batch.dense_features, batch.sparse_features).squeeze(-1)
         logits = logits.float()
         mask = (batch.labels >= 0).float()
         bce = F.binary_cross_entropy_with_logits(logits, batch.labels.clamp(min=0), reduction="none")
@@ -90,8 +97,8 @@ def build_model(cfg: ArchConfig, spec: FeatureSpec, *, device: torch.device,
     else:
         dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=n_dense, dense_arch_layer_sizes=cfg.bottom_mlp,
                     over_arch_layer_sizes=cfg.top_mlp, dense_device=device)
-    bf16 = precision is not None and precision.dense == "bf16" and device.type == "cuda"
-    return DLRMTask(dlrm, torch.bfloat16 if bf16 else None)
+    bf16 = precision is not None and precision.dense == "bf16"
+    return DLRMTask(dlrm, torch.bfloat16 if bf16 else None, device.type)
 
 
 def init_embeddings(state: dict[str, torch.Tensor], tables: list[EmbeddingBagConfig], seed: int) -> None:

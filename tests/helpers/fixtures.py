@@ -125,8 +125,10 @@ def fake_slurm(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- shared datasets and runs
 
 CRITEO_ROWS = {"train": 3000, "val": 500, "test": 777}   # 777 test rows: the last batch of each rank is padded
+# trained with a bf16 dense part: the scoring and export tests that compare its bundle with its evaluation then
+# check that a bf16-trained run evaluates and scores in fp32, as its bundle does
 CRITEO_FAST = ["--set", "data.batch_size=256", "--set", "data.eval_batch_size=128", "--set", "eval_every=4",
-               "--set", "epochs=1", "--set", "log_every=4"]
+               "--set", "epochs=1", "--set", "log_every=4", "--set", "precision.dense=bf16"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"}
 
 

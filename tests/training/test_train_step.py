@@ -124,3 +124,29 @@ def test_batches_carry_their_per_key_lengths_and_are_transformed_in_the_loader_t
         assert kjt.stride() == derived.stride() == rows
         assert kjt.length_per_key() == derived.length_per_key()
         assert kjt.offset_per_key() == derived.offset_per_key()
+
+
+def test_bf16_on_cpu_trains_the_mlps_and_interaction_in_bf16_and_evaluates_in_fp32(tmp_path, process_group):
+    """precision.dense bf16: the bottom MLP, the interaction and the top MLP output bfloat16 in training steps,
+    the weights (fp32 master copies) stay float32, evaluation computes in float32 (as the serving bundle
+    does), and the model learns the planted signal."""
+    from training.metrics import roc_auc
+
+    ds = write_dataset(tmp_path / "ds", {"train": 4096, "val": 1024})
+    cfg = TrainConfig(dataset=str(ds), data={"batch_size": 128}, precision={"dense": "bf16"}, epochs=2,
+                      log_every=32, eval_split=None)
+    trainer = Trainer(cfg, process_group)
+    seen = []
+    for name, module in trainer.dmp.named_modules():
+        if name.endswith(("dense_arch", "inter_arch", "over_arch")):
+            module.register_forward_hook(lambda m, args, out, name=name: seen.append(
+                (name.rsplit(".", 1)[-1], m.training, out.dtype)))
+    trainer.train()
+    assert trainer.step == 64
+    trained = set(seen)
+    assert trained == {(arch, True, torch.bfloat16) for arch in ("dense_arch", "inter_arch", "over_arch")}, trained
+    assert {p.dtype for p in trainer.dmp.parameters()} == {torch.float32}
+    seen.clear()
+    p, y = trainer.predict("val")
+    assert set(seen) == {(arch, False, torch.float32) for arch in ("dense_arch", "inter_arch", "over_arch")}, set(seen)
+    assert roc_auc(p, y) > 0.8, roc_auc(p, y)
