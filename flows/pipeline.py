@@ -109,7 +109,8 @@ def checked_preprocess_config(config: PipelineConfig, store: Store,
 
 def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> FlowTrainConfig:
     """The training settings of a dated run: with a model and ``warm_start``, initialised from the champion (of an
-    earlier day; the run's name does not depend on it, so a re-run of the date finds the same run)."""
+    earlier day, of the same architecture; the run's name does not depend on it, so a re-run of the date finds the
+    same run)."""
     if not (config.model and config.warm_start) or config.train.init_from:
         return config.train
     champion = champion_to_load(model_uri(store.uri, config.model))
@@ -118,6 +119,13 @@ def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> Flo
     if not finite(champion.metrics):   # a diverged model: its weights would make every challenger diverge too
         log.warning("no warm start: the champion of model %s (%s) has non-finite recorded metrics %s, so it counts "
                     "as absent; training from scratch", config.model, champion.run, champion.metrics)
+        return config.train
+    arch = RunDir(champion.run).load_config().arch
+    if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model
+        log.warning("no warm start: the champion of model %s (%s) has another architecture than this night's "
+                    "(%s vs %s; a tuned config may have changed it); training from scratch", config.model,
+                    champion.run, arch.model_dump(exclude_defaults=True),
+                    config.train.arch.model_dump(exclude_defaults=True))
         return config.train
     log.info("warm start from the champion of model %s: %s step %d (tested on %s)", config.model, champion.run,
              champion.step, champion.date)

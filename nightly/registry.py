@@ -134,7 +134,8 @@ def load_tuned(model: str):
     from training.config import TrainConfig
 
     uri = posixpath.join(model, TUNED_FILE)
-    return TrainConfig.from_yaml(uri) if _read(model, TUNED_FILE) is not None else None
+    fs, path = filesystem(uri)
+    return TrainConfig.from_yaml(uri) if fs.exists(path) else None
 
 
 def _read(model: str, name: str) -> str | None:

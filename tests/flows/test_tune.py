@@ -111,3 +111,29 @@ def test_a_killed_tune_resumes_prunes_and_hands_its_best_config_to_the_pipeline(
         limit = client.read_global_concurrency_limit_by_name("tune-t")   # the tune's own, made anew: 2 slots
     assert keys == {"tune-trials", "tune-result", "tune-best-so-far", "tune-importances"}
     assert (limit.limit, limit.active_slots) == (2, 0)
+
+
+def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from_scratch(tmp_path):
+    """A weekly re-tune may change the architecture: the nights after it cannot load the champion's weights into
+    the new model, so they train from scratch (a warm start would fail every night) until a new champion."""
+    import datetime as dt
+    import logging
+
+    from common.atomic import write_uri
+    from common.store import Store
+    from flows.pipeline import warm_started
+    from nightly.registry import CHAMPION_FILE, Champion, model_uri
+
+    store = Store(str(tmp_path / "store"))
+    champion_run = RunDir(store.run_uri("ctr-2026-11-04-x"))
+    champion_run.save_config(TrainConfig.preset("default"))
+    write_uri(f"{model_uri(store.uri, 'ctr')}/{CHAMPION_FILE}", Champion(
+        name="ctr", run=champion_run.uri, step=8, dataset="d", vocab="d/vocab", date="2026-11-04",
+        metrics={"auc": 0.7, "logloss": 0.5}, promoted_at="2026-11-05T02:00:00+00:00").model_dump_json())
+    night = dt.date(2026, 11, 5)
+    log = logging.getLogger("night")
+    same = PipelineConfig(store=store.uri, model="ctr", train=TrainConfig.preset("default").model_dump())
+    assert warm_started(same, store, night, log).init_from.run == champion_run.uri
+    tuned = TrainConfig.preset("default").with_overrides({"arch.embedding_dim": 32, "arch.bottom_mlp": [64, 32]})
+    other = PipelineConfig(store=store.uri, model="ctr", train=tuned.model_dump())
+    assert warm_started(other, store, night, log).init_from is None
