@@ -18,30 +18,11 @@ import time
 from pathlib import Path
 
 from preprocessing import PreprocessConfig, Preprocessing
-from preprocessing.parallel import ThreadExecutor
 from synthetic.generator import generate
 
+from measure import timed_executor
+
 STAGES = ("parse", "count", "build_vocabulary", "encode", "write_dataset")
-
-
-class TimedExecutor(ThreadExecutor):
-    """ThreadExecutor that records each stage's wall and CPU seconds."""
-
-    def __init__(self, workers: int):
-        super().__init__(workers, False)
-        self.times: dict[str, tuple[float, float]] = {}
-
-    def _timed(self, stage, fn):
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = fn()
-        self.times[stage] = (time.perf_counter() - wall, time.process_time() - cpu)
-        return result
-
-    def map(self, stage, fn, files, rows=None):
-        return self._timed(stage, lambda: super(TimedExecutor, self).map(stage, fn, files, rows))
-
-    def call(self, stage, fn):
-        return self._timed(stage, fn)
 
 
 def _days(root: Path, rows: int) -> list[str]:
@@ -57,7 +38,7 @@ def _days(root: Path, rows: int) -> list[str]:
 def _window(days: list[str], first: int, store: Path, workers: int) -> tuple[float, float, dict]:
     inputs = [f"train={d}" for d in days[first:first + 5]] + [f"val={days[first + 5]}", f"test={days[first + 6]}"]
     config = PreprocessConfig(inputs=inputs, out=str(store), frequency_threshold=3, workers=workers, progress=False)
-    executor = TimedExecutor(workers)
+    executor = timed_executor(workers)
     wall, cpu = time.perf_counter(), time.process_time()
     Preprocessing(config).run(executor, say=lambda _: None)
     return time.perf_counter() - wall, time.process_time() - cpu, executor.times

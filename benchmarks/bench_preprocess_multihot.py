@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import checked, load_average, run_measured  # noqa: E402
+from measure import checked, load_average, run_measured, timed_executor  # noqa: E402
 from synthetic.generator import METADATA_FILE, SPEC_FILE  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -73,24 +73,6 @@ def _stages(data: Path, rows: int, store: Path, workers: int) -> list[dict]:
     """Each stage's wall and process CPU s, in-process, on the first ``rows`` rows of ``data``'s first file, with
     the C list parse and without it (the polars path)."""
     from preprocessing import PreprocessConfig, Preprocessing
-    from preprocessing.parallel import ThreadExecutor
-
-    class Timed(ThreadExecutor):
-        def __init__(self):
-            super().__init__(workers, False)
-            self.times = {}
-
-        def _timed(self, stage, fn):
-            wall, cpu = time.perf_counter(), time.process_time()
-            result = fn()
-            self.times[stage] = (time.perf_counter() - wall, time.process_time() - cpu)
-            return result
-
-        def map(self, stage, fn, files, rows=None):
-            return self._timed(stage, lambda: ThreadExecutor.map(self, stage, fn, files, rows))
-
-        def call(self, stage, fn):
-            return self._timed(stage, fn)
 
     head = store.parent / f"head_{rows}"
     if not (head / "part-00000.tsv").exists():
@@ -103,7 +85,7 @@ def _stages(data: Path, rows: int, store: Path, workers: int) -> list[dict]:
         config = PreprocessConfig(inputs=[str(head)], spec=str(data / SPEC_FILE), out=str(store), workers=workers,
                                   frequency_threshold=3, split="ordered:train=0.8,val=0.1,test=0.1", progress=False,
                                   fast_parse=fast)
-        executor, load = Timed(), load_average()
+        executor, load = timed_executor(workers), load_average()
         Preprocessing(config).run(executor, say=lambda _: None)
         shutil.rmtree(store, ignore_errors=True)
         out.append({"path": "C list parse" if fast else "polars (reference)", "rows": rows, "load_before": load,

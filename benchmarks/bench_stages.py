@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import timed_executor
+
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -33,24 +35,8 @@ def run_once(inputs: list[str], workers: int | None, store: str) -> dict:
     """One timed run in this process (imports measured here, so call it once per process)."""
     t0, c0 = time.perf_counter(), _cpu()
     import preprocessing
-    from preprocessing.parallel import ThreadExecutor
     from preprocessing.pipeline import Preprocessing
     times = {"imports": (time.perf_counter() - t0, _cpu() - c0)}
-
-    class Timed(ThreadExecutor):
-        def map(self, stage, fn, files, rows=None):
-            w, c = time.perf_counter(), _cpu()
-            try:
-                return super().map(stage, fn, files, rows)
-            finally:
-                times[stage] = (time.perf_counter() - w, _cpu() - c)
-
-        def call(self, stage, fn):
-            w, c = time.perf_counter(), _cpu()
-            try:
-                return fn()
-            finally:
-                times[stage] = (time.perf_counter() - w, _cpu() - c)
 
     config = preprocessing.PreprocessConfig(inputs=inputs, spec="criteo", out=store, frequency_threshold=3,
                                             split="ordered:train=0.8,val=0.1,test=0.1", workers=workers,
@@ -58,9 +44,10 @@ def run_once(inputs: list[str], workers: int | None, store: str) -> dict:
     w, c = time.perf_counter(), _cpu()
     job = Preprocessing(config)
     rows: list[int] = []
-    executor = Timed(config.threads(), False)
+    executor = timed_executor(config.threads())
     times["set-up"] = (time.perf_counter() - w, _cpu() - c)
     job.run(executor, say=lambda m: rows.append(int(m.split()[1])) if m.startswith("parsed ") else None)
+    times |= executor.times
     total = (time.perf_counter() - t0, _cpu() - c0)
     staged = sum(v[0] for v in times.values()), sum(v[1] for v in times.values())
     times["other"] = (total[0] - staged[0], total[1] - staged[1])

@@ -90,3 +90,29 @@ def checked(m: Measurement, what: str) -> Measurement:
 def load_average() -> str:
     """The 1-minute load average after a measurement (above the core count, timings are provisional)."""
     return f"{os.getloadavg()[0]:.2f}"
+
+
+def timed_executor(workers: int):
+    """A preprocessing ThreadExecutor (``workers`` threads) that records each stage's wall and process CPU seconds in
+    its ``times`` (stage -> (wall s, CPU s)). Imports preprocessing when called."""
+    from preprocessing.parallel import ThreadExecutor
+
+    class TimedExecutor(ThreadExecutor):
+        def __init__(self):
+            super().__init__(workers, False)
+            self.times: dict[str, tuple[float, float]] = {}
+
+        def _timed(self, stage, fn):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn()
+            finally:
+                self.times[stage] = (time.perf_counter() - wall, time.process_time() - cpu)
+
+        def map(self, stage, fn, files, rows=None):
+            return self._timed(stage, lambda: ThreadExecutor.map(self, stage, fn, files, rows))
+
+        def call(self, stage, fn):
+            return self._timed(stage, fn)
+
+    return TimedExecutor()
