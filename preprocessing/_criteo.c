@@ -58,8 +58,6 @@ static PyObject *count_lines(PyObject *self, PyObject *arg) {
     return PyLong_FromSsize_t(n);
 }
 
-static const signed char *hexval;
-static signed char hex_table[256];
 
 /* rows parsed, or -1 where a row is irregular */
 static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, int8_t *label, float *num,
@@ -90,19 +88,9 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
                     continue;
                 }
             }
-            const unsigned char *s = p;
-            uint32_t x = 0;
-            int d;
-            while ((d = hexval[*p]) >= 0) {
-                x = (x << 4) | (uint32_t)d;
-                p++;
-            }
-            Py_ssize_t digits = p - s;
-            if (digits > 8 || *p != end_of_field)
+            p = parse_hex_field(p, end_of_field, cat, valid, (Py_ssize_t)j * n + r);
+            if (!p)
                 return -1;
-            cat[(Py_ssize_t)j * n + r] = x;
-            valid[(Py_ssize_t)j * n + r] = digits > 0;
-            p++;
         }
         r++;
     }
@@ -157,14 +145,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_criteo", "Fast pars
 
 PyMODINIT_FUNC PyInit__criteo(void) {
     fill_log1p_table();
-    memset(hex_table, -1, sizeof hex_table);
-    for (int i = 0; i < 10; i++)
-        hex_table['0' + i] = (signed char)i;
-    for (int i = 0; i < 6; i++) {
-        hex_table['a' + i] = (signed char)(10 + i);
-        hex_table['A' + i] = (signed char)(10 + i);
-    }
-    hexval = hex_table;
+    fill_hex_table();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
         Py_DECREF(m);

@@ -1,5 +1,6 @@
 /* What preprocessing/_criteo.c and preprocessing/_lists.c share: the fixed part of a Criteo row (its label and
- * 13 integer fields) and the log1p table its integers go through. Included by both (static: one copy each).
+ * 13 integer fields), a one-hot categorical field, and the tables they go through (log1p, hex digits). Included by
+ * both (static: one copy each).
  */
 #ifndef DLRMFLOW_CRITEO_ROW_H
 #define DLRMFLOW_CRITEO_ROW_H
@@ -7,17 +8,30 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define N_INT 13
 #define N_CAT 26
 #define TABLE 65536
 
 static float log1p_table[TABLE];
+static signed char hexval[256];   /* a byte's hex digit value, -1 for any other byte */
 
 /* log1p of 0..TABLE-1, filled once when the module is imported */
 static void fill_log1p_table(void) {
     for (int i = 0; i < TABLE; i++)
         log1p_table[i] = (float)log1p((double)i);
+}
+
+/* the hex digit values, filled once when the module is imported */
+static void fill_hex_table(void) {
+    memset(hexval, -1, sizeof hexval);
+    for (int i = 0; i < 10; i++)
+        hexval['0' + i] = (signed char)i;
+    for (int i = 0; i < 6; i++) {
+        hexval['a' + i] = (signed char)(10 + i);
+        hexval['A' + i] = (signed char)(10 + i);
+    }
 }
 
 /* Row r's label ("0" or "1") and 13 integers (empty, or an optional '-' and 1..15 decimal digits, not a negative
@@ -61,6 +75,25 @@ static const unsigned char *parse_label_and_ints(const unsigned char *p, Py_ssiz
         p++;   /* the tab */
     }
     return p;
+}
+
+/* A one-hot categorical field at p (empty, or 1..8 hex digits) ended by `end_of_field`: cat[at] its value,
+ * valid[at] whether it is present. Returns p after the field's end, or NULL where the field is irregular. */
+static const unsigned char *parse_hex_field(const unsigned char *p, unsigned char end_of_field, uint32_t *cat,
+                                            uint8_t *valid, Py_ssize_t at) {
+    const unsigned char *s = p;
+    uint32_t x = 0;
+    int d;
+    while ((d = hexval[*p]) >= 0) {
+        x = (x << 4) | (uint32_t)d;
+        p++;
+    }
+    Py_ssize_t digits = p - s;
+    if (digits > 8 || *p != end_of_field)
+        return NULL;
+    cat[at] = x;
+    valid[at] = digits > 0;
+    return p + 1;
 }
 
 #endif

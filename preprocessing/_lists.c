@@ -32,7 +32,6 @@
 
 #define MAX_LISTS N_CAT
 
-static signed char hexval[256];
 
 typedef struct {
     int kind;             /* 1 hex, 2 int */
@@ -126,19 +125,9 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
                 p++;
                 continue;
             }
-            const unsigned char *s = p;
-            uint32_t x = 0;
-            int d;
-            while ((d = hexval[*p]) >= 0) {
-                x = (x << 4) | (uint32_t)d;
-                p++;
-            }
-            Py_ssize_t digits = p - s;
-            if (digits > 8 || *p != end_of_field)
+            p = parse_hex_field(p, end_of_field, cat, valid, (Py_ssize_t)j * n + r);
+            if (!p)
                 return -1;
-            cat[(Py_ssize_t)j * n + r] = x;
-            valid[(Py_ssize_t)j * n + r] = digits > 0;
-            p++;
         }
         r++;
     }
@@ -269,13 +258,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lists",
 
 PyMODINIT_FUNC PyInit__lists(void) {
     fill_log1p_table();
-    memset(hexval, -1, sizeof hexval);
-    for (int i = 0; i < 10; i++)
-        hexval['0' + i] = (signed char)i;
-    for (int i = 0; i < 6; i++) {
-        hexval['a' + i] = (signed char)(10 + i);
-        hexval['A' + i] = (signed char)(10 + i);
-    }
+    fill_hex_table();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
         Py_DECREF(m);
