@@ -45,9 +45,6 @@ class TuneDir(Folder):
         return lease(self.join(self.LEASE), None, "tune lease", f"tune {self.uri}", 0.0, self.LEASE_STALE_S, say=say,
                      heartbeat_s=self.LEASE_STALE_S / 5)
 
-    def summary(self) -> dict[str, Any] | None:
-        return json.loads(self.read_text(self.SUMMARY)) if self.exists(self.SUMMARY) else None
-
 
 class StoreJournal(BaseJournalBackend):
     """Optuna's journal as files in the store: each append writes one new file named by its first log's number
