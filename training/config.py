@@ -112,8 +112,9 @@ class EmbeddingOptimizerConfig(_Section):
     type: Literal["rowwise_adagrad", "adam", "sgd"] = Field("rowwise_adagrad", description="Embedding optimizer.")
     lr: float = Field(0.05, gt=0, description="Peak learning rate of the embeddings.")
     eps: float = Field(1e-8, gt=0, description="Epsilon of Adagrad/Adam.")
-    weight_decay: float = Field(0.0, ge=0, description="L2 regularisation of the embedding rows a batch looks up "
-                                "(FBGEMM's weight decay, applied in the fused update).")
+    weight_decay: float = Field(0.0, ge=0, description="L2 regularisation of the embedding rows a batch looks up: "
+                                "the training loss adds weight_decay/2 x each row's squared pooled embeddings "
+                                "(averaged as the loss is; the same on CPU and GPU, with any embedding optimizer).")
 
 
 class DenseOptimizerConfig(_Section):

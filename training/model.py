@@ -64,30 +64,42 @@ class DLRMTask(nn.Module):
     of ``device_type`` (CPU or CUDA alike), so the bottom/top MLPs and the interaction compute in
     that type; the embedding lookups, the weights and optimizer state (fp32 master copies) and the loss stay
     float32. In eval mode (evaluation, scoring) the model computes in float32, as the serving bundle does.
+
+    ``embedding_l2`` (``optimizer.embedding.weight_decay``): in training mode the loss adds
+    ``embedding_l2 / 2`` x the squared norm of each row's pooled embeddings, averaged like the loss: an L2 penalty
+    on the rows the batch looks up (for a one-hot feature, its row), in the autograd graph, so the same on every
+    device and with every embedding optimizer (FBGEMM's CPU kernels ignore their own weight decay).
     """
 
-    def __init__(self, dlrm: nn.Module, autocast_dtype: torch.dtype | None = None, device_type: str = "cpu"):
+    def __init__(self, dlrm: nn.Module, autocast_dtype: torch.dtype | None = None, device_type: str = "cpu",
+                 embedding_l2: float = 0.0):
         super().__init__()
         self.model = dlrm
-        self.autocast_dtype, self.device_type = autocast_dtype, device_type
+        self.autocast_dtype, self.device_type, self.embedding_l2 = autocast_dtype, device_type, embedding_l2
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         # device_type is fixed at build time: TorchRec's pipeline traces this forward with FX, where
         # batch.dense_features.device is a proxy
         autocast = self.autocast_dtype is not None and self.training
         ctx = torch.autocast(self.device_type, self.autocast_dtype) if autocast else nullcontext()
+        m = self.model   # TorchRec's DLRM.forward, step by step: the pooled embeddings are needed for the penalty
         with ctx:
-            logits = self.model(batch.dense_features, batch.sparse_features).squeeze(-1)
+            pooled = m.sparse_arch(batch.sparse_features)   # B x F x D
+            inter = m.inter_arch(dense_features=m.dense_arch(batch.dense_features), sparse_features=pooled)
+            logits = m.over_arch(inter).squeeze(-1)
         logits = logits.float()
         mask = (batch.labels >= 0).float()
         bce = F.binary_cross_entropy_with_logits(logits, batch.labels.clamp(min=0), reduction="none")
+        if self.embedding_l2 and self.training:
+            bce = bce + (0.5 * self.embedding_l2) * pooled.float().square().sum(dim=(1, 2))
         loss = (bce * mask).sum() / batch.labels.numel()
         return loss, (loss.detach(), logits.detach(), batch.labels)
 
 
 def build_model(cfg: ArchConfig, spec: FeatureSpec, *, device: torch.device,
-                precision: PrecisionConfig | None = None) -> DLRMTask:
-    """The unsharded model: tables on the meta device (DMP materialises its shards), MLPs on ``device``."""
+                precision: PrecisionConfig | None = None, embedding_l2: float = 0.0) -> DLRMTask:
+    """The unsharded model: tables on the meta device (DMP materialises its shards), MLPs on ``device``;
+    ``embedding_l2``: the training loss's penalty on the pooled embeddings (DLRMTask)."""
     ebc = EmbeddingBagCollection(tables=embedding_tables(cfg, spec, precision), device=torch.device("meta"))
     n_dense = len(spec.numerical_features)
     if cfg.interaction == "dcn":
@@ -98,7 +110,7 @@ def build_model(cfg: ArchConfig, spec: FeatureSpec, *, device: torch.device,
         dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=n_dense, dense_arch_layer_sizes=cfg.bottom_mlp,
                     over_arch_layer_sizes=cfg.top_mlp, dense_device=device)
     bf16 = precision is not None and precision.dense == "bf16"
-    return DLRMTask(dlrm, torch.bfloat16 if bf16 else None, device.type)
+    return DLRMTask(dlrm, torch.bfloat16 if bf16 else None, device.type, embedding_l2)
 
 
 def init_embeddings(state: dict[str, torch.Tensor], tables: list[EmbeddingBagConfig], seed: int) -> None:

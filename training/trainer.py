@@ -43,9 +43,10 @@ DENSE_OPTIMIZERS = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "s
 
 
 def optimizer_kwargs(cfg: EmbeddingOptimizerConfig | DenseOptimizerConfig) -> dict[str, float]:
-    """The keyword arguments of an optimizer's constructor (the fused FBGEMM one takes the same names)."""
+    """The keyword arguments of an optimizer's constructor (the fused FBGEMM one takes the same names). The
+    embeddings' weight decay is a loss penalty (``DLRMTask``), not the optimizer's."""
     kwargs = {"lr": cfg.lr} if cfg.type == "sgd" else {"lr": cfg.lr, "eps": cfg.eps}
-    if cfg.weight_decay:   # only when set: runs saved before the field keep their exact optimizer
+    if isinstance(cfg, DenseOptimizerConfig) and cfg.weight_decay:   # only when set: older runs keep their optimizer
         kwargs["weight_decay"] = cfg.weight_decay
     return kwargs
 
@@ -111,8 +112,8 @@ class Trainer(Stateful):
     def _build_model(self) -> tuple[DistributedModelParallel, str]:
         cfg, env = self.cfg, self.env
         torch.manual_seed(cfg.seed)
-        task = build_model(cfg.arch, self.spec, device=env.device,
-                           precision=cfg.precision)
+        task = build_model(cfg.arch, self.spec, device=env.device, precision=cfg.precision,
+                           embedding_l2=cfg.optimizer.embedding.weight_decay)
         emb = cfg.optimizer.embedding
         kwargs = optimizer_kwargs(emb)
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
