@@ -52,9 +52,10 @@ def _copied(sources: list[Path]) -> Iterator[bytes]:
 def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied, size: int | None = None) -> str:
     """Write ``chunks(sources)`` (default: the concatenation of local ``sources``) to dataset/rel atomically,
     committed only if it has ``size`` bytes (when given) and the dataset is not finished meanwhile; returns
-    its blake2b."""
+    its SHA-256 (twice blake2b's speed where the CPU has SHA extensions, as x86 servers since ~2017 do; the
+    checksum is recorded with its algorithm, so datasets with blake2b checksums verify as before)."""
     fs, path = filesystem(join_uri(dataset, rel))
-    digest = hashlib.blake2b(digest_size=32)
+    digest = hashlib.sha256()
     written = 0
     with atomic_open(path, "wb", fs) as out:
         for chunk in chunks(sources):
@@ -67,7 +68,7 @@ def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied, size: int 
                             "command again (the parts are checked and made again); if it happens again, report "
                             "it as a bug.")
         refuse_finished(dataset)   # finished by another run while this one wrote: keep its files
-    return "blake2b:" + digest.hexdigest()
+    return "sha256:" + digest.hexdigest()
 
 
 def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list[str],

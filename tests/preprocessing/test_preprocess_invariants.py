@@ -212,10 +212,29 @@ def test_inspect_verify(dataset, tmp_path, capsys):
     assert main(["inspect", str(copy), "--verify"]) == 2
     err = capsys.readouterr().err
     assert "3 of " in err and "files do not match the dataset's metadata" in err
-    assert "val/label.bin: checksum blake2b:" in err and "differs from the recorded" in err
+    assert "val/label.bin: checksum sha256:" in err and "differs from the recorded" in err
     need = fspec.load(str(dataset)).file_sizes("train")["train/cat_C3.bin"]
     assert need > 0 and f"train/cat_C3.bin: 0 bytes, the metadata's rows need {need}" in err
     assert "vocab/C5.parquet: missing" in err and "Fix: " in err
+
+
+def test_inspect_verifies_blake2b_checksums_of_older_datasets(dataset, tmp_path, capsys):
+    """Datasets written before the SHA-256 checksums record blake2b ones: they verify as before."""
+    import hashlib
+
+    from flows.cli import main
+
+    copy = tmp_path / dataset.name
+    shutil.copytree(dataset, copy)
+    spec = fspec.load(str(copy))
+    spec.metadata["checksums"] = {
+        rel: "blake2b:" + hashlib.blake2b((copy / rel).read_bytes(), digest_size=32).hexdigest()
+        for rel in spec.metadata["checksums"]}
+    fspec.save(spec, str(copy))
+    assert main(["inspect", str(copy), "--verify"]) == 0
+    (copy / "val" / "label.bin").write_bytes(bytes(1 - b for b in (copy / "val" / "label.bin").read_bytes()))
+    assert main(["inspect", str(copy), "--verify"]) == 2
+    assert "val/label.bin: checksum blake2b:" in capsys.readouterr().err
 
 
 def test_bad_row_budget_holds_for_each_day(raw, dataset, tmp_path):
