@@ -159,8 +159,12 @@ class TrainingCurve:
         self.ids: dict[tuple[str, int], object] = {}  # (key, owner) -> the artifact's id
         self.shown: tuple | None = None
 
-    def update(self) -> None:
+    def update(self, upto_step: int | None = None) -> None:
+        """Show metrics.jsonl's records (``upto_step``: those up to that step, e.g. the evaluation just announced:
+        a later evaluation already written then shows at its own line, however late the lines are read)."""
         records = self.run.metrics()
+        if upto_step is not None:
+            records = [r for r in records if r.get("step", 0) <= upto_step]
         if not records or (len(records), records[-1]) == self.shown:
             return
         self.shown = (len(records), records[-1])

@@ -26,7 +26,7 @@ from training.rundir import RunDir
 
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket
-_EVAL = re.compile(r"^step \d+: \S+ auc ")  # Trainer._validate's line: metrics.jsonl holds the result by then
+_EVAL = re.compile(r"^step (\d+): \S+ auc ")  # Trainer._validate's line: metrics.jsonl holds the result by then
 
 
 class TrainingFailed(UserError):
@@ -68,8 +68,8 @@ class _Stream(RankOutput):
                              next((line for line in self.plan_lines if line.startswith(("FITS", "DOES NOT"))), body))
         elif body not in self.plan_lines:
             self.logger.info("[%s] %s", self.tag(rank), text)
-            if rank == 0 and _EVAL.match(body):
-                self.curve.update()
+            if rank == 0 and (evaluation := _EVAL.match(body)):
+                self.curve.update(upto_step=int(evaluation.group(1)))
 
 
 @task(cache_policy=NONE)  # no retries: a crash is a bug or a lost machine; the next run resumes

@@ -5,6 +5,7 @@ Slurm job: each rank tagged with its node, the failure message naming the node a
 
 from __future__ import annotations
 
+import json
 import logging
 from types import SimpleNamespace
 
@@ -40,11 +41,11 @@ RECORDED = [  # as run_command hands them over (text mode: "\r" already ended a 
 
 class Recorder:
     def __init__(self):
-        self.progress, self.curves, self.logs = [], 0, []
+        self.progress, self.curves, self.logs = [], [], []
 
-    def update(self, done=None, total=None):  # Progress.update and TrainingCurve.update
+    def update(self, done=None, total=None, upto_step=None):  # Progress.update and TrainingCurve.update
         if done is None:
-            self.curves += 1
+            self.curves.append(upto_step)
         else:
             self.progress.append((done, total))
 
@@ -71,7 +72,7 @@ def test_evaluations_logged_bars_drive_progress(stream):
     infos = [m for level, m in rec.logs if level == logging.INFO]
     assert "[rank 0] step 3: val auc 0.7727 logloss 0.6469" in infos
     assert "[rank 0] step 6: val auc 0.7873 logloss 0.5302" in infos
-    assert rec.curves == 2 and rec.progress == [(0, 8), (3, 8), (6, 8)]
+    assert rec.curves == [3, 6] and rec.progress == [(0, 8), (3, 8), (6, 8)]   # the curve up to each evaluation
     assert "[rank 0] done: 8 steps" in infos and "W1123 17:36:50 torch/distributed/run.py: launcher line" in infos
     assert not [m for m in infos if "train:" in m or "%|" in m]
 
@@ -178,3 +179,21 @@ def test_a_node_that_fails_before_its_ranks_start_is_named_with_its_lines(tmp_pa
     message = s.failure("training", 1)
     assert message.startswith("training failed (torchrun exit code 1; srun: node n2: Exited with exit code 1):\n")
     assert "rendezvous host 'n9' (from --rdzv-endpoint n9:29500) does not resolve on n2" in message
+
+
+def test_the_curve_is_rewritten_at_each_evaluation_however_late_its_line_is_read(tmp_path, monkeypatch):
+    """Both evaluations are in metrics.jsonl before the first one's line is read (a fast run, a slow reader): the
+    card shows the first, then is rewritten with the second; the end changes nothing more."""
+    run = RunDir(str(tmp_path))
+    records = [{"step": 3, "epoch": 0, "loss": 0.6}, {"step": 3, "epoch": 0, "eval_split": "val", "auc": 0.7,
+               "logloss": 0.6, "rows": 10}, {"step": 6, "epoch": 0, "loss": 0.5},
+               {"step": 6, "epoch": 0, "eval_split": "val", "auc": 0.75, "logloss": 0.55, "rows": 10}]
+    run.write_text("".join(json.dumps(r) + "\n" for r in records), RunDir.METRICS)
+    curve = artifacts.TrainingCurve(run, "auc")
+    shown = []
+    monkeypatch.setattr(curve, "_put", lambda cls, key, description, **content:
+                        shown.append([r["step"] for r in content["table"]]) if "table" in content else None)
+    for line in ("step 3: val auc 0.7000 logloss 0.6000", "step 6: val auc 0.7500 logloss 0.5500"):
+        curve.update(upto_step=int(train._EVAL.match(line).group(1)))
+    curve.update()   # after the run
+    assert shown == [[3], [3, 6]]
