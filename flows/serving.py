@@ -51,8 +51,19 @@ class _Watchdog(threading.Thread):
         os._exit(2)  # the Runner's shutdown hangs on the missing server
 
     def message(self) -> str:
-        return (f"the Prefect server at {self.api} has not answered for {GONE_AFTER_S:.0f} s; serve stopped. "
-                "Fix: start the server again (prefect server start), then serve.")
+        return _gone(self.api, f"for {GONE_AFTER_S:.0f} s")
+
+
+def _gone(api: str, how: str) -> str:
+    return f"the Prefect server at {api} has not answered {how}; serve stopped. Fix: start the server again " \
+        "(prefect server start), then serve."
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether ``error`` is (or, as an exception group, holds) a failed connection to the server."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(httpx.TransportError) is not None
+    return isinstance(error, httpx.TransportError)
 
 
 def serve_until_stopped(deployments: list) -> None:
@@ -62,9 +73,8 @@ def serve_until_stopped(deployments: list) -> None:
         for deployment in deployments:
             runner.add_deployment(deployment)
     except httpx.TransportError as e:   # the server went away while the deployments were registered
-        raise UserError(f"the Prefect server at {PREFECT_API_URL.value()} has not answered while the deployments "
-                        f"were registered ({type(e).__name__}); serve stopped. Fix: start the server again "
-                        "(prefect server start), then serve.") from None
+        raise UserError(_gone(PREFECT_API_URL.value(), f"while the deployments were registered "
+                              f"({type(e).__name__})")) from None
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (`cmd &`)
     watchdog = _Watchdog(runner, PREFECT_API_URL.value())
     watchdog.start()
@@ -72,5 +82,9 @@ def serve_until_stopped(deployments: list) -> None:
         asyncio.run(runner.start())
     except KeyboardInterrupt:
         pass
+    except Exception as e:   # the Runner's own loops gave up on the server before the watchdog did
+        if not _unreachable(e):
+            raise
+        raise UserError(_gone(PREFECT_API_URL.value(), f"({type(e).__name__} while serving)")) from None
     if watchdog.gone:
         raise UserError(watchdog.message())
