@@ -98,7 +98,6 @@ def criteo(args) -> list[dict]:
 def planted_auc(raw: Path, lo: float, hi: float) -> float:
     """The planted model's AUC (its true probabilities vs the labels) on rows [lo, hi) x rows of the synth folder
     ``raw`` (rows mode: the blocks regenerated from its seed), e.g. the rows an ordered test split holds."""
-    sys.path.insert(0, str(REPO))
     import numpy as np
 
     from synthetic.generator import BLOCK_ROWS, SynthConfig, SyntheticData
@@ -127,7 +126,8 @@ def synthetic(args) -> list[dict]:
                        "--frequency-threshold", "100")
     print(HEADER + " best AUC (planted: all rows / test rows) | best - tuned test AUC (all / test rows) |")
     results = []
-    extra = (("--timeout", str(args.timeout)) if args.timeout else ()) + (("--space", str(args.space)) if args.space else ())
+    extra = ((("--timeout", str(args.timeout)) if args.timeout else ())
+             + (("--space", str(args.space)) if args.space else ()))
     for seed in args.seeds:
         s = _tune(store, dataset, _base(args.work, "synthetic", seed), args.trials, args.parallel, seed, *extra)
         tuned = s["best_test"]["auc"]
