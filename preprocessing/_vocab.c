@@ -12,14 +12,15 @@
  *   slot = (key * mul mod 2^bits_of_key) >> shift): out[i] = vals[slot of query[i]], 0 where absent.
  *   keys: uint32 or uint64 (query: the same width); vals and out: int32 or int64.
  *
- * gather(table, codes, out)   (VERSION 2)
- *   out[i] = table[codes[i]]: a block's dictionary codes (uint32) -> indices, written straight in the output
- *   dtype (table and out: items of one size, 1, 2, 4 or 8 bytes) without numpy's intp copy of the codes.
- *   ValueError where a code is not below len(table).
+ * gather(table, codes, out)   (VERSION 2; codes of 1 or 2 bytes: VERSION 3)
+ *   out[i] = table[codes[i]]: a block's dictionary codes (uint8, uint16 or uint32) -> indices, written straight in
+ *   the output dtype (table and out: items of one size, 1, 2, 4 or 8 bytes) without numpy's intp copy of the
+ *   codes. ValueError where a code is not below len(table).
  *
- * bincount(codes, counts)   (VERSION 2)
- *   counts[codes[i]] += 1 for uint32 codes (counts: int64, zeroed by the caller), without numpy's intp copy of
- *   the codes. ValueError where a code is not below len(counts).
+ * bincount(codes, counts[, weights])   (VERSION 2; narrow codes and weights: VERSION 3)
+ *   counts[codes[i]] += 1 (or += weights[i]: int64, as long as the codes) for uint8/uint16/uint32 codes (counts:
+ *   int64, zeroed by the caller), without numpy's intp copy of the codes or its float64 weights. ValueError where
+ *   a code is not below len(counts).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -193,21 +194,34 @@ static PyObject *lookup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-#define GATHER(NAME, T)                                                                                       \
-    static Py_ssize_t NAME(const T *table, Py_ssize_t m, const uint32_t *codes, Py_ssize_t n, T *out) {          \
+#define GATHER(NAME, T, C)                                                                                    \
+    static Py_ssize_t NAME(const T *table, Py_ssize_t m, const C *codes, Py_ssize_t n, T *out) {               \
         for (Py_ssize_t i = 0; i < n; i++) {                                                                  \
-            uint32_t c = codes[i];                                                                            \
+            C c = codes[i];                                                                                   \
             if ((Py_ssize_t)c >= m)                                                                           \
                 return i;                                                                                     \
             out[i] = table[c];                                                                                \
         }                                                                                                     \
         return -1;                                                                                            \
     }
+#define GATHERS(T, BITS)                                                                                      \
+    GATHER(gather##BITS##_8, T, uint8_t)                                                                      \
+    GATHER(gather##BITS##_16, T, uint16_t)                                                                    \
+    GATHER(gather##BITS##_32, T, uint32_t)
 
-GATHER(gather8, uint8_t)
-GATHER(gather16, uint16_t)
-GATHER(gather32, uint32_t)
-GATHER(gather64, uint64_t)
+GATHERS(uint8_t, 8)
+GATHERS(uint16_t, 16)
+GATHERS(uint32_t, 32)
+GATHERS(uint64_t, 64)
+
+/* code i of codes of ``size`` bytes (1, 2 or 4) */
+static inline uint32_t code_at(const void *codes, int size, Py_ssize_t i) {
+    return size == 1 ? ((const uint8_t *)codes)[i] : size == 2 ? ((const uint16_t *)codes)[i]
+                                                               : ((const uint32_t *)codes)[i];
+}
+
+#define DISPATCH_CODES(PREFIX, CS, ...)                                                                       \
+    ((CS) == 1 ? PREFIX##_8(__VA_ARGS__) : (CS) == 2 ? PREFIX##_16(__VA_ARGS__) : PREFIX##_32(__VA_ARGS__))
 
 static PyObject *gather(PyObject *self, PyObject *args) {
     PyObject *o_table, *o_codes, *o_out;
@@ -220,24 +234,25 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     if (get_buffer(o_codes, &bc, 0, "codes") == 0) {
         if (get_buffer(o_out, &bo, 1, "out") == 0) {
             Py_ssize_t m = bt.len / bt.itemsize, n = bc.len / bc.itemsize;
-            if (bc.itemsize != 4 || bo.itemsize != bt.itemsize || bo.len / bo.itemsize != n) {
-                PyErr_SetString(PyExc_ValueError, "gather: uint32 codes, and a table and an output of one item size "
-                                                  "(the output as long as the codes)");
+            int cs = (int)bc.itemsize;
+            if (cs == 8 || bo.itemsize != bt.itemsize || bo.len / bo.itemsize != n) {
+                PyErr_SetString(PyExc_ValueError, "gather: uint8/uint16/uint32 codes, and a table and an output of "
+                                                  "one item size (the output as long as the codes)");
             } else {
                 Py_ssize_t bad;
                 Py_BEGIN_ALLOW_THREADS
                 if (bt.itemsize == 1)
-                    bad = gather8(bt.buf, m, bc.buf, n, bo.buf);
+                    bad = DISPATCH_CODES(gather8, cs, bt.buf, m, bc.buf, n, bo.buf);
                 else if (bt.itemsize == 2)
-                    bad = gather16(bt.buf, m, bc.buf, n, bo.buf);
+                    bad = DISPATCH_CODES(gather16, cs, bt.buf, m, bc.buf, n, bo.buf);
                 else if (bt.itemsize == 4)
-                    bad = gather32(bt.buf, m, bc.buf, n, bo.buf);
+                    bad = DISPATCH_CODES(gather32, cs, bt.buf, m, bc.buf, n, bo.buf);
                 else
-                    bad = gather64(bt.buf, m, bc.buf, n, bo.buf);
+                    bad = DISPATCH_CODES(gather64, cs, bt.buf, m, bc.buf, n, bo.buf);
                 Py_END_ALLOW_THREADS
                 if (bad >= 0)
                     PyErr_Format(PyExc_ValueError, "gather: code %u at %zd is not below the table's %zd entries",
-                                 ((const uint32_t *)bc.buf)[bad], bad, m);
+                                 code_at(bc.buf, cs, bad), bad, m);
                 else
                     ok = 1;
             }
@@ -251,36 +266,48 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+#define BINCOUNT(NAME, C)                                                                                     \
+    static Py_ssize_t NAME(const C *codes, Py_ssize_t n, const int64_t *weights, int64_t *counts, Py_ssize_t m) { \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                  \
+            C c = codes[i];                                                                                   \
+            if ((Py_ssize_t)c >= m)                                                                           \
+                return i;                                                                                     \
+            counts[c] += weights ? weights[i] : 1;                                                            \
+        }                                                                                                     \
+        return -1;                                                                                            \
+    }
+
+BINCOUNT(bincount_8, uint8_t)
+BINCOUNT(bincount_16, uint16_t)
+BINCOUNT(bincount_32, uint32_t)
+
 static PyObject *bincount(PyObject *self, PyObject *args) {
-    PyObject *o_codes, *o_counts;
-    if (!PyArg_ParseTuple(args, "OO", &o_codes, &o_counts))
+    PyObject *o_codes, *o_counts, *o_weights = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &o_codes, &o_counts, &o_weights))
         return NULL;
-    Py_buffer bc, bn;
-    int ok = 0;
+    Py_buffer bc, bn, bw = {0};
+    int ok = 0, has_weights = o_weights != Py_None;
     if (get_buffer(o_codes, &bc, 0, "codes") < 0)
         return NULL;
     if (get_buffer(o_counts, &bn, 1, "counts") == 0) {
-        if (bc.itemsize != 4 || bn.itemsize != 8) {
-            PyErr_SetString(PyExc_ValueError, "bincount: uint32 codes and int64 counts");
-        } else {
-            const uint32_t *codes = bc.buf;
-            int64_t *counts = bn.buf;
-            Py_ssize_t n = bc.len / 4, m = bn.len / 8, bad = -1;
-            Py_BEGIN_ALLOW_THREADS
-            for (Py_ssize_t i = 0; i < n; i++) {
-                uint32_t c = codes[i];
-                if ((Py_ssize_t)c >= m) {
-                    bad = i;
-                    break;
-                }
-                counts[c]++;
+        if (!has_weights || get_buffer(o_weights, &bw, 0, "weights") == 0) {
+            int cs = (int)bc.itemsize;
+            Py_ssize_t n = bc.len / cs, m = bn.len / 8, bad = -1;
+            if (cs == 8 || bn.itemsize != 8 || (has_weights && (bw.itemsize != 8 || bw.len / 8 != n))) {
+                PyErr_SetString(PyExc_ValueError, "bincount: uint8/uint16/uint32 codes, int64 counts and int64 "
+                                                  "weights as long as the codes (or None)");
+            } else {
+                Py_BEGIN_ALLOW_THREADS
+                bad = DISPATCH_CODES(bincount, cs, bc.buf, n, has_weights ? bw.buf : NULL, bn.buf, m);
+                Py_END_ALLOW_THREADS
+                if (bad >= 0)
+                    PyErr_Format(PyExc_ValueError, "bincount: code %u at %zd is not below the counts' %zd entries",
+                                 code_at(bc.buf, cs, bad), bad, m);
+                else
+                    ok = 1;
             }
-            Py_END_ALLOW_THREADS
-            if (bad >= 0)
-                PyErr_Format(PyExc_ValueError, "bincount: code %u at %zd is not below the counts' %zd entries",
-                             codes[bad], bad, m);
-            else
-                ok = 1;
+            if (has_weights)
+                PyBuffer_Release(&bw);
         }
         PyBuffer_Release(&bn);
     }
@@ -294,8 +321,8 @@ static PyMethodDef methods[] = {
     {"dict_encode", dict_encode, METH_VARARGS,
      "dict_encode(values, valid, codes, distinct) -> k: codes 1..k of first occurrence (0: not valid)"},
     {"lookup", lookup, METH_VARARGS, "lookup(keys, vals, mul, shift, query, out): probe vocab.IntLookup's table"},
-    {"gather", gather, METH_VARARGS, "gather(table, codes, out): out[i] = table[codes[i]] (uint32 codes)"},
-    {"bincount", bincount, METH_VARARGS, "bincount(codes, counts): counts[codes[i]] += 1 (uint32 codes, int64)"},
+    {"gather", gather, METH_VARARGS, "gather(table, codes, out): out[i] = table[codes[i]] (uint8/16/32 codes)"},
+    {"bincount", bincount, METH_VARARGS, "bincount(codes, counts[, weights]): counts[codes[i]] += 1 or weights[i] (uint8/16/32 codes, int64)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -304,7 +331,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vocab", "Native has
 
 PyMODINIT_FUNC PyInit__vocab(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -275,11 +275,24 @@ def _batches(job: Job, placement: Placement, i: int, columns: list[str] | None =
 
 def _batch(job: Job, placement: Placement, i: int, path: Path, offset: int, columns: list[str] | None):
     try:
-        df = pl.read_ipc(path, columns=columns)
+        df = _read_part(path, columns)
         dictionaries = _read_dictionaries(path.with_suffix(_DICTIONARIES))
     except (OSError, pl.exceptions.PolarsError) as e:
         raise broken_part(job, i, f"is unreadable ({type(e).__name__} in {path.name})") from None
     return df, dictionaries, _codes(job, placement, i, df, offset)
+
+
+def _read_part(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    """A parsed block's IPC file, memory-mapped (its columns are views of the page cache: not copied into fresh
+    memory that the kernel zeroes and faults in, as polars' read_ipc does)."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except pa.ArrowException as e:   # a damaged file (ArrowInvalid is no OSError): unreadable, like one
+        raise OSError(f"{type(e).__name__}: {e}") from None
+    return pl.from_arrow(table if columns is None else table.select(columns), rechunk=False)
 
 
 def _codes(job: Job, placement: Placement, i: int, df: pl.DataFrame, offset: int) -> np.ndarray:

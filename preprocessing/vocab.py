@@ -29,23 +29,35 @@ except ImportError as e:
     _vocab = None
     log.debug("preprocessing._vocab is not available (%s); vocabulary hashing runs in numpy", e)
 
+def _native_codes(codes: np.ndarray) -> bool:
+    """Whether ``_vocab``'s gather and bincount take these codes as they are (uint32; uint8/uint16 from VERSION 3)."""
+    if _vocab is None or not hasattr(_vocab, "gather"):   # an older build of the extension has neither
+        return False
+    return codes.dtype == np.uint32 or (codes.dtype in (np.uint8, np.uint16) and getattr(_vocab, "VERSION", 1) >= 3)
+
+
 def take(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``table[codes]`` for uint32 codes, by ``_vocab.gather`` where built (no intp copy of the codes)."""
-    if _vocab is None or not hasattr(_vocab, "gather") or codes.dtype != np.uint32 or table.dtype.itemsize not in \
-            (1, 2, 4, 8):   # an older build of the extension has no gather
+    """``table[codes]`` for unsigned codes, by ``_vocab.gather`` where built (no intp copy of the codes)."""
+    if not _native_codes(codes) or table.dtype.itemsize not in (1, 2, 4, 8):
         return table[codes]
     out = np.empty(len(codes), table.dtype)
     _vocab.gather(np.ascontiguousarray(table), np.ascontiguousarray(codes), out)
     return out
 
 
-def bincount(codes: np.ndarray, length: int) -> np.ndarray:
-    """``np.bincount(codes, minlength=length)`` (int64) of codes below ``length``, by ``_vocab.bincount`` for uint32
-    codes where built (no intp copy of the codes); a code not below ``length`` is a ValueError there."""
-    if _vocab is None or not hasattr(_vocab, "bincount") or codes.dtype != np.uint32:
-        return np.bincount(codes, minlength=length)
+def bincount(codes: np.ndarray, length: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """``np.bincount(codes, weights, minlength=length)`` as int64 (``weights``: int64, summed exactly) of codes below
+    ``length``, by ``_vocab.bincount`` for unsigned codes where built (no intp copy of the codes, no float64
+    weights); a code not below ``length`` is a ValueError there."""
+    if not _native_codes(codes) or (weights is not None and getattr(_vocab, "VERSION", 1) < 3):
+        if weights is None:
+            return np.bincount(codes, minlength=length)
+        counts = np.zeros(length, np.int64)
+        np.add.at(counts, codes, weights)   # exact (np.bincount's float64 weights round above 2^53)
+        return counts
     counts = np.zeros(length, np.int64)
-    _vocab.bincount(np.ascontiguousarray(codes), counts)
+    _vocab.bincount(np.ascontiguousarray(codes), counts,
+                    None if weights is None else np.ascontiguousarray(weights, dtype=np.int64))
     return counts
 
 
@@ -133,10 +145,7 @@ def sum_counts(parts: list[pl.DataFrame]) -> pl.DataFrame:
         return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
     values, codes = codes_of(np.concatenate([p["value"].to_numpy() for p in parts]))
     counts = np.concatenate([p["count"].to_numpy() for p in parts])
-    if len(counts) and counts.max() * len(counts) >= 2**53:   # float64 weights would round
-        return pl.concat(parts).group_by("value").agg(pl.col("count").sum())
-    total = np.bincount(codes, weights=counts, minlength=len(values) + 1)[1:].astype(np.int64)
-    return pl.DataFrame({"value": values, "count": total})
+    return pl.DataFrame({"value": values, "count": bincount(codes, len(values) + 1, counts)[1:]})
 
 
 def build_many(features: dict[str, tuple[list[Path], int, pl.DataType]]) -> dict[str, pl.DataFrame]:
@@ -302,7 +311,7 @@ class Encoder:
                 remap[1:] = self.lookups[f](values)
                 if f in listed:
                     flat = flat_codes(df[f])
-                    out[f] = Flat(remap[flat.values], flat.lengths)
+                    out[f] = Flat(take(remap, flat.values), flat.lengths)
                     continue
                 if dtypes and f in dtypes:
                     remap = remap.astype(dtypes[f])

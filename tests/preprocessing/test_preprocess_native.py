@@ -175,18 +175,25 @@ def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
 
 @native
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
-def test_native_gather_and_bincount_give_numpys(dtype):
+@pytest.mark.parametrize("code_dtype", [np.uint8, np.uint16, np.uint32])
+def test_native_gather_and_bincount_give_numpys(dtype, code_dtype):
     rng = np.random.default_rng(0)
-    table = rng.integers(0, 100, 1000).astype(dtype)
-    codes = rng.integers(0, 1000, 50_000).astype(np.uint32)
+    m = 200 if code_dtype == np.uint8 else 1000
+    table = rng.integers(0, 100, m).astype(dtype)
+    codes = rng.integers(0, m, 50_000).astype(code_dtype)
     taken = vocab.take(table, codes)
     assert taken.dtype == table.dtype and np.array_equal(taken, table[codes])
-    counted = vocab.bincount(codes, 1001)
-    assert counted.dtype == np.int64 and np.array_equal(counted, np.bincount(codes, minlength=1001))
+    counted = vocab.bincount(codes, m + 1)
+    assert counted.dtype == np.int64 and np.array_equal(counted, np.bincount(codes, minlength=m + 1))
+    weights = rng.integers(1, 1 << 50, len(codes))   # sums beyond float64's exact integers
+    summed = vocab.bincount(codes, m + 1, weights)
+    expected = np.zeros(m + 1, np.int64)
+    np.add.at(expected, codes, weights)
+    assert summed.dtype == np.int64 and np.array_equal(summed, expected)
     with pytest.raises(ValueError, match="not below"):
-        vocab.take(table, np.array([1000], np.uint32))
+        vocab.take(table, np.array([m], code_dtype))
     with pytest.raises(ValueError, match="not below"):
-        vocab.bincount(np.array([7], np.uint32), 7)
+        vocab.bincount(np.array([7], code_dtype), 7)
 
 
 def _inflaters() -> list:
