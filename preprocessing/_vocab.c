@@ -2,10 +2,12 @@
  * where this module is not built). Keys are 4- or 8-byte integers compared bit for bit (signed columns
  * are passed as they are: equal values have equal bits). Both functions release the GIL.
  *
- * dict_encode(values, valid, codes, distinct) -> k
+ * dict_encode(values, valid, codes, distinct[, expected]) -> k
  *   codes[i] = 1 + the rank of values[i] among the distinct values in order of first occurrence, or 0
  *   where valid[i] == 0 (valid: uint8 array or None); distinct[0:k] = those values. codes: uint32[n];
- *   distinct: the dtype of values, n long.
+ *   distinct: the dtype of values, n long. ``expected`` (VERSION 4): about how many distinct values there are
+ *   (0: unknown): the table starts at 4/3 of that, not twice n, and doubles past 3/4 full; a table that fits
+ *   the cache codes a 2M-value block of 490k distinct values ~35 % faster.
  *
  * lookup(keys, vals, mul, shift, query, out)
  *   The probe of vocab.IntLookup's open-addressing table (linear probing, vals == 0 marks an empty slot,
@@ -41,13 +43,30 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *
 
 static inline uint64_t mix64(uint64_t x) { return x * 0x9E3779B97F4A7C15ull; }
 
+/* The table of dict_encode: 2^bits slots, each 0 (empty) or the code of distinct[code - 1]. */
 #define DICT_ENCODE(NAME, T)                                                                                  \
-    static Py_ssize_t NAME(const T *v, const uint8_t *valid, Py_ssize_t n, uint32_t *codes, T *distinct) {     \
-        int bits = 4;                                                                                         \
-        while (((Py_ssize_t)1 << bits) < 2 * n)                                                               \
-            bits++;                                                                                           \
-        size_t size = (size_t)1 << bits, mask = size - 1;                                                     \
-        uint32_t *slot_code = calloc(size, sizeof(uint32_t)); /* 0: empty, else code of distinct[code-1] */   \
+    static uint32_t *NAME##_table(const T *distinct, Py_ssize_t k, int bits) {                                 \
+        size_t mask = ((size_t)1 << bits) - 1;                                                                \
+        uint32_t *slot_code = calloc(mask + 1, sizeof(uint32_t));                                             \
+        for (Py_ssize_t j = 0; slot_code && j < k; j++) {                                                     \
+            size_t s = (size_t)(mix64((uint64_t)distinct[j]) >> (64 - bits));                                 \
+            while (slot_code[s])                                                                              \
+                s = (s + 1) & mask;                                                                           \
+            slot_code[s] = (uint32_t)(j + 1);                                                                 \
+        }                                                                                                     \
+        return slot_code;                                                                                     \
+    }                                                                                                         \
+    static Py_ssize_t NAME(const T *v, const uint8_t *valid, Py_ssize_t n, uint32_t *codes, T *distinct,       \
+                           Py_ssize_t expected) {                                                             \
+        int bits = 4; /* at most half full for n values; at most 3/4 for the expected ones */               \
+        if (expected > 0 && expected < n)                                                                     \
+            while (((Py_ssize_t)1 << bits) / 4 * 3 <= expected)                                               \
+                bits++;                                                                                       \
+        else                                                                                                  \
+            while (((Py_ssize_t)1 << bits) < 2 * n)                                                           \
+                bits++;                                                                                       \
+        size_t mask = ((size_t)1 << bits) - 1, grow_at = (mask + 1) / 4 * 3;                                  \
+        uint32_t *slot_code = NAME##_table(distinct, 0, bits);                                                \
         if (!slot_code)                                                                                       \
             return -1;                                                                                        \
         Py_ssize_t k = 0;                                                                                     \
@@ -64,6 +83,14 @@ static inline uint64_t mix64(uint64_t x) { return x * 0x9E3779B97F4A7C15ull; }
                     distinct[k++] = x;                                                                        \
                     slot_code[s] = (uint32_t)k;                                                               \
                     codes[i] = (uint32_t)k;                                                                   \
+                    if ((size_t)k >= grow_at) { /* more distinct values than expected: a table twice as large */ \
+                        free(slot_code);                                                                      \
+                        bits++;                                                                               \
+                        mask = mask * 2 + 1;                                                                  \
+                        grow_at = (mask + 1) / 4 * 3;                                                         \
+                        if (!(slot_code = NAME##_table(distinct, k, bits)))                                   \
+                            return -1;                                                                        \
+                    }                                                                                         \
                     break;                                                                                    \
                 }                                                                                             \
                 if (distinct[c - 1] == x) {                                                                   \
@@ -82,7 +109,8 @@ DICT_ENCODE(dict_encode64, uint64_t)
 
 static PyObject *dict_encode(PyObject *self, PyObject *args) {
     PyObject *o_values, *o_valid, *o_codes, *o_distinct;
-    if (!PyArg_ParseTuple(args, "OOOO", &o_values, &o_valid, &o_codes, &o_distinct))
+    Py_ssize_t expected = 0;
+    if (!PyArg_ParseTuple(args, "OOOO|n", &o_values, &o_valid, &o_codes, &o_distinct, &expected))
         return NULL;
     Py_buffer bv, bm = {0}, bc, bd;
     if (get_buffer(o_values, &bv, 0, "values") < 0)
@@ -102,9 +130,9 @@ static PyObject *dict_encode(PyObject *self, PyObject *args) {
     } else {
         Py_BEGIN_ALLOW_THREADS
         if (bv.itemsize == 4)
-            k = dict_encode32(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf);
+            k = dict_encode32(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf, expected);
         else
-            k = dict_encode64(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf);
+            k = dict_encode64(bv.buf, has_valid ? bm.buf : NULL, n, bc.buf, bd.buf, expected);
         Py_END_ALLOW_THREADS
         if (k == -1) {
             PyErr_NoMemory();
@@ -319,7 +347,7 @@ static PyObject *bincount(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"dict_encode", dict_encode, METH_VARARGS,
-     "dict_encode(values, valid, codes, distinct) -> k: codes 1..k of first occurrence (0: not valid)"},
+     "dict_encode(values, valid, codes, distinct[, expected]) -> k: codes 1..k of first occurrence (0: not valid)"},
     {"lookup", lookup, METH_VARARGS, "lookup(keys, vals, mul, shift, query, out): probe vocab.IntLookup's table"},
     {"gather", gather, METH_VARARGS, "gather(table, codes, out): out[i] = table[codes[i]] (uint8/16/32 codes)"},
     {"bincount", bincount, METH_VARARGS, "bincount(codes, counts[, weights]): counts[codes[i]] += 1 or weights[i] (uint8/16/32 codes, int64)"},
@@ -331,7 +359,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vocab", "Native has
 
 PyMODINIT_FUNC PyInit__vocab(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 3) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

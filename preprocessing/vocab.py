@@ -274,15 +274,18 @@ def dictionary_encode(df: pl.DataFrame, features: list[str]) -> tuple[pl.DataFra
     return df.with_columns(**codes), values
 
 
-def codes_of(values: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def codes_of(values: np.ndarray, valid: np.ndarray | None = None,
+             expected: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values in order of first occurrence, codes: uint32, 1 + each value's position there, 0 where
-    ``valid`` is False) of an integer array, by the native hash table (``_vocab`` must be built)."""
+    ``valid`` is False) of an integer array, by the native hash table (``_vocab`` must be built). ``expected``:
+    about how many distinct values there are (e.g. the previous block's; 0: unknown), which sizes the table."""
     dtype = values.dtype
     values = np.ascontiguousarray(values if dtype.itemsize in (4, 8) else values.astype(np.int64))
     codes = np.empty(len(values), np.uint32)
     distinct = np.empty(len(values), values.dtype)
+    hint = (expected,) if expected > 0 and getattr(_vocab, "VERSION", 1) >= 4 else ()
     k = _vocab.dict_encode(values, None if valid is None else np.ascontiguousarray(valid).view(np.uint8),
-                           codes, distinct)
+                           codes, distinct, *hint)
     return distinct[:k].astype(dtype), codes
 
 

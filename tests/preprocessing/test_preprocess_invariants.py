@@ -258,3 +258,20 @@ def test_bad_row_budget_holds_for_each_day(raw, dataset, tmp_path):
     with pytest.raises(UserError, match=f"^input file {bad}: 3 of 3 rows are malformed"):
         encode_inputs(str(dataset), [str(raw["train"]), str(bad)], tmp_path / "enc", on_bad_row="skip",
                       max_bad_fraction=0.01, progress=False)
+
+
+def test_final_write_without_copy_file_range_writes_the_same_dataset(raw, dataset, tmp_path, monkeypatch):
+    """Where the kernel refuses to copy between the parts and the dataset (another filesystem, an old kernel),
+    the final write falls back to plain writes: the same files and checksums."""
+    import errno
+    import os
+
+    from flows.cli import main
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    again = Path(run(_config(raw, tmp_path / "store", frequency_threshold=2)))
+    assert _files(again) == _files(dataset)
+    assert main(["inspect", str(again), "--verify"]) == 0

@@ -43,6 +43,10 @@ def test_codes_are_first_occurrence_ranks_and_zero_where_missing(dtype):
     np.testing.assert_array_equal(distinct[codes[valid].astype(np.int64) - 1], values[valid])
     d_all, c_all = vocab.codes_of(values)   # no mask: every value is coded
     assert c_all.min() == 1 and len(d_all) == len(np.unique(values))
+    for expected in (1, 100, 500, 5000):   # a table sized for too few distinct values grows; too many: as well
+        d_hint, c_hint = vocab.codes_of(values, valid, expected=expected)
+        np.testing.assert_array_equal(d_hint, distinct)
+        np.testing.assert_array_equal(c_hint, codes)
 
 
 @native
