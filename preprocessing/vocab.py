@@ -312,12 +312,12 @@ class Encoder:
             if f in self.lookups:
                 remap = np.zeros(len(values) + 1, self.lookups[f].vals.dtype)
                 remap[1:] = self.lookups[f](values)
+                if dtypes and f in dtypes:
+                    remap = remap.astype(dtypes[f])
                 if f in listed:
                     flat = flat_codes(df[f])
                     out[f] = Flat(take(remap, flat.values), flat.lengths)
                     continue
-                if dtypes and f in dtypes:
-                    remap = remap.astype(dtypes[f])
                 out[f] = take(remap, df[f].to_numpy())
         out |= {f: self._elements(f, flatten(df[f])) for f in listed if f not in out}
         if listed:
