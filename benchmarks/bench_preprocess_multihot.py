@@ -7,12 +7,19 @@ start-up. The multi-hot rows are preprocessed ``--rounds`` times each way, alter
 (``preprocessing._lists``, the default) and without it (``--no-fast-parse``: the polars path, the reference);
 the script prints each round's ratio of ids/s and checks that both ways write the same dataset bytes.
 ``--stages ROWS``: also times each stage (wall and process CPU s, in-process) on the first ROWS multi-hot rows,
-both ways. Prints one JSON line per measurement and markdown tables for benchmarks/RESULTS.md ("Multi-hot
+both ways. ``--before DIR``: each round also preprocesses the multi-hot rows with the code of an older commit
+checked out in DIR (issue 21's reference, "today's ids per second": the code before the C list parse), run from
+DIR with ``PYTHONPATH=DIR`` and its C extensions built in place::
+
+    git worktree add /tmp/before 2c2d5a3^ && cd /tmp/before && python -c "from setuptools import setup; setup()" build_ext --inplace
+
+and checks that it writes the same data files (vocabularies and split files: the checksums in feature_spec.yaml
+changed algorithm since). Prints one JSON line per measurement and markdown tables for benchmarks/RESULTS.md ("Multi-hot
 preprocessing"). (A script of its own: bench_preprocess.py compares one-hot runs with TorchRec's utilities.)
 
 usage: python benchmarks/bench_preprocess_multihot.py [--rows 1000000] [--files 4] [--workers 2]
                                                       [--multi-hot-sizes 3,2,1,...] [--rounds 1]
-                                                      [--stages ROWS] [--work DIR]
+                                                      [--stages ROWS] [--before DIR] [--work DIR]
 """
 
 from __future__ import annotations
@@ -45,28 +52,33 @@ def _synth(rows: int, files: int, out: Path, sizes: str | None) -> dict:
     return json.loads((out / METADATA_FILE).read_text())
 
 
-def _digest(dataset: Path) -> str:
-    """One digest of every file of a dataset (names and bytes)."""
+def _digest(dataset: Path, data_only: bool = False) -> str:
+    """One digest of every file of a dataset (names and bytes); ``data_only``: of its split files and vocabularies."""
     h = hashlib.blake2b(digest_size=16)
     for p in sorted(q for q in dataset.rglob("*") if q.is_file()):
-        h.update(str(p.relative_to(dataset)).encode() + b"\0" + p.read_bytes())
+        if not data_only or p.parent != dataset:
+            h.update(str(p.relative_to(dataset)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
-def _preprocess(data: Path, spec: str, store: Path, workers: int, rows: int, kind: str, extra=()) -> dict:
+def _preprocess(data: Path, spec: str, store: Path, workers: int, rows: int, kind: str, extra=(),
+                before: Path | None = None) -> dict:
     shutil.rmtree(store, ignore_errors=True)
     load = load_average()
-    m = checked(run_measured([str(BIN / "dlrmflow"), "preprocess", "--input", str(data), "--spec", spec,
+    cli = [sys.executable, "-m", "flows.cli"] if before else [str(BIN / "dlrmflow")]
+    env = {**os.environ, "PYTHONPATH": str(before)} if before else None
+    m = checked(run_measured([*cli, "preprocess", "--input", str(data), "--spec", spec,
                              "--split", "ordered:train=0.8,val=0.1,test=0.1", "--frequency-threshold", "3",
-                             "--workers", str(workers), "--no-progress", "--out", str(store), *extra]),
-                "dlrmflow preprocess")
+                             "--workers", str(workers), "--no-progress", "--out", str(store), *extra],
+                             env=env, cwd=str(before) if before else None), "dlrmflow preprocess")
     ids = sum(f.stat().st_size for f in data.glob("part-*"))
-    digest = _digest(next((store / "datasets").iterdir()))
+    dataset = next((store / "datasets").iterdir())
+    digest, data_digest = _digest(dataset), _digest(dataset, data_only=True)
     shutil.rmtree(store, ignore_errors=True)
     return {"data": kind, "rows": rows, "input_mb": round(ids / 2**20), "workers": workers,
             "wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2), "cpu_pct": round(100 * m.cpu_s / m.wall_s),
             "rows_per_s": round(rows / m.wall_s), "peak_rss_mb": round(m.peak_rss_mb), "load_before": load,
-            "load": load_average(), "digest": digest}
+            "load": load_average(), "digest": digest, "data_digest": data_digest}
 
 
 def _stages(data: Path, rows: int, store: Path, workers: int) -> list[dict]:
@@ -102,21 +114,26 @@ def main() -> None:
     ap.add_argument("--multi-hot-sizes", default=MLPERF)
     ap.add_argument("--rounds", type=int, default=1, help="multi-hot runs each way (C list parse, polars)")
     ap.add_argument("--stages", type=int, default=0, metavar="ROWS", help="also time each stage on ROWS rows")
+    ap.add_argument("--before", default=None, metavar="DIR",
+                    help="also run an older commit's code checked out in DIR (its extensions built in place)")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one, removed at the end)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_multihot_"))
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     results = []
-    runs = [("one-hot", None, ())]
+    before = Path(args.before).resolve() if args.before else None
+    runs = [("one-hot", None, (), None)]
     for _ in range(args.rounds):
-        runs += [("multi-hot, polars", args.multi_hot_sizes, ("--no-fast-parse",)),
-                 ("multi-hot, C list parse", args.multi_hot_sizes, ())]
-    for kind, sizes, extra in runs:
+        runs += [("multi-hot, polars", args.multi_hot_sizes, ("--no-fast-parse",), None),
+                 ("multi-hot, C list parse", args.multi_hot_sizes, (), None)]
+        if before:
+            runs.append((f"multi-hot, before ({before.name})", args.multi_hot_sizes, (), before))
+    for kind, sizes, extra, tree in runs:
         data = work / f"{'multi-hot' if sizes else 'one-hot'}_{args.rows}"
         meta = _synth(args.rows, args.files, data, sizes)
         spec = str(data / SPEC_FILE) if sizes else "criteo"
-        results.append(_preprocess(data, spec, work / "store", args.workers, args.rows, kind, extra))
+        results.append(_preprocess(data, spec, work / "store", args.workers, args.rows, kind, extra, tree))
         results[-1]["ids_per_row"] = sum((meta.get("multi_hot_sizes") or {"all": 26}).values())
         print(json.dumps(results[-1]), flush=True)
     stages = _stages(work / f"multi-hot_{args.rows}", args.stages, work / "store", args.workers) if args.stages else []
@@ -131,10 +148,17 @@ def main() -> None:
         print(f"| {r['data']} | {r['ids_per_row']} | {r['rows']:,} | {r['input_mb']} | {r['workers']} | {r['wall_s']} "
               f"| {r['cpu_s']} | {r['cpu_pct']} | {r['rows_per_s']:,} | {r['rows_per_s'] * r['ids_per_row']:,} "
               f"| {r['peak_rss_mb']} | {r['load_before']}, {r['load']} |")
-    pairs = [(a, b) for a, b in zip(results[1::2], results[2::2])]
-    for k, (ref, new) in enumerate(pairs, 1):
+    step = 3 if before else 2
+    rounds = [results[1 + k:1 + k + step] for k in range(0, len(results) - 1, step)]
+    pairs = [(r[0], r[1]) for r in rounds]
+    for k, r in enumerate(rounds, 1):
+        ref, new = r[0], r[1]
         print(f"\nround {k}: C list parse / polars: ids/s x{ref['wall_s'] / new['wall_s']:.2f}, CPU s "
               f"x{ref['cpu_s'] / new['cpu_s']:.2f}; same dataset bytes: {ref['digest'] == new['digest']}")
+        if before:
+            old = r[2]
+            print(f"round {k}: C list parse / before: ids/s x{old['wall_s'] / new['wall_s']:.2f}, CPU s "
+                  f"x{old['cpu_s'] / new['cpu_s']:.2f}; same data files: {old['data_digest'] == new['data_digest']}")
     if stages:
         print("\n| path | rows | " + " | ".join(STAGES) + " | total | load before, after |\n|---|---|"
               + "---|" * (len(STAGES) + 2))
@@ -145,6 +169,8 @@ def main() -> None:
                   f"{r['load']} |")
     if any(ref["digest"] != new["digest"] for ref, new in pairs):
         sys.exit("the C list parse wrote other dataset bytes than the polars path")
+    if before and any(r[2]["data_digest"] != r[1]["data_digest"] for r in rounds):
+        sys.exit(f"the code in {before} wrote other data files than this one")
 
 
 if __name__ == "__main__":

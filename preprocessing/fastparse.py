@@ -221,7 +221,7 @@ def parse_list_block(block: bytes, layout: _ListLayout, coded: list[str] = (), d
             flat, present = values[k][:m], elements[k][:m]
             if name in coded:
                 dictionaries[name], flat = _coded(name, flat, None if present.all() else present, distinct)
-                flat, present = flat.astype(_narrowest(len(dictionaries[name]))), None
+                flat, present = flat.astype(_narrowest(len(dictionaries[name])), copy=False), None
             columns[name] = lists.from_flat(name, flat, present, lengths[k])
             if c.max_hotness is not None:
                 columns[lists.truncated_column(name)] = pl.Series(lists.truncated_column(name), truncated[k])
