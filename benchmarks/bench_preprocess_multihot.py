@@ -14,8 +14,8 @@ DIR with ``PYTHONPATH=DIR`` and its C extensions built in place::
     git worktree add /tmp/before 2c2d5a3^ && cd /tmp/before && python -c "from setuptools import setup; setup()" build_ext --inplace
 
 and checks that it writes the same data files (vocabularies and split files: the checksums in feature_spec.yaml
-changed algorithm since). Prints one JSON line per measurement and markdown tables for benchmarks/RESULTS.md ("Multi-hot
-preprocessing"). (A script of its own: bench_preprocess.py compares one-hot runs with TorchRec's utilities.)
+changed algorithm since). Prints one JSON line per measurement and markdown tables for benchmarks/RESULTS.md
+("Multi-hot preprocessing"). (A script of its own: bench_preprocess.py compares one-hot runs with TorchRec's utilities.)
 
 usage: python benchmarks/bench_preprocess_multihot.py [--rows 1000000] [--files 4] [--workers 2]
                                                       [--multi-hot-sizes 3,2,1,...] [--rounds 1]

@@ -1,6 +1,6 @@
 /* Native hash tables for the vocabulary stages (see preprocessing/vocab.py, which falls back to numpy
  * where this module is not built). Keys are 4- or 8-byte integers compared bit for bit (signed columns
- * are passed as they are: equal values have equal bits). Both functions release the GIL.
+ * are passed as they are: equal values have equal bits). Every function releases the GIL.
  *
  * dict_encode(values, valid, codes, distinct[, expected]) -> k
  *   codes[i] = 1 + the rank of values[i] among the distinct values in order of first occurrence, or 0
