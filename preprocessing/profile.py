@@ -100,7 +100,7 @@ def finish(profile: dict | None, t: Transforms, counts: Path | None) -> dict:
     if counts is not None:
         out["values"], out["top"] = {}, {}
         for f in t.vocab_features:
-            table = vocab.read_counts(counts, f)
+            table = vocab.read_counts(counts, f, summed=True)
             out["values"][f] = int(table["count"].sum())
             out["top"][f] = _top(table)
     return out

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.datasets import assert_same_files
 from helpers.paths import CRITEO_10K, need
-from preprocessing import PreprocessConfig, run
+from preprocessing import PreprocessConfig, readers, run, vocab
 from preprocessing.profile import StoredProfiles, bins
 
 
@@ -53,3 +54,30 @@ def test_bins_are_fixed_quarter_octaves():
     x = np.array([0, 1e-9, 2.0**-6, 0.69, 1.0, 1.25, 1.5, 2.0, 35.0, -1.0, 1e30], np.float32)
     assert bins(x).tolist() == [0, 0, 1, 22, 25, 26, 27, 29, 45, -25, 188]
     assert json.dumps(bins(x).tolist())   # plain ints
+
+
+def test_counts_that_keep_repeated_values_give_the_same_dataset_and_profile(day, tmp_path, monkeypatch):
+    """Where summing a feature's block counts does not pay (mostly distinct values, ``vocab._PAYS``), its count
+    table keeps a value in several rows: the vocabularies, the dataset and the profile are those of summed counts
+    (on the count stage's path, an ordered split, and the parse's, a dated train file)."""
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 24 << 10)   # ~100 rows a block: 30 blocks
+    monkeypatch.setattr(vocab, "_COMPACT_MIN", 64)          # sums while the blocks come, as on large files
+    lines = day.read_text().splitlines(keepends=True)
+    files = tmp_path / "files"
+    files.mkdir()
+    for k in range(3):   # the first two all train rows: their counts are kept in the store
+        (files / f"part-{k}.tsv").write_text("".join(lines[1000 * k:1000 * (k + 1)]))
+
+    def dataset(store: Path) -> Path:
+        run(PreprocessConfig(inputs=[str(files)], out=str(store), progress=False, frequency_threshold=2,
+                             split="ordered:train=0.7,val=0.15,test=0.15"))
+        return next((store / "datasets").iterdir())
+
+    summed = dataset(tmp_path / "summed"), _profile(day, tmp_path / "summed-dated")
+    monkeypatch.setattr(vocab, "_PAYS", 0.0)   # no sum pays: every table that was summed once keeps repeats
+    repeated = dataset(tmp_path / "repeated"), _profile(day, tmp_path / "repeated-dated")
+    for store in ("repeated", "repeated-dated"):   # the count folders kept repeats, of the high-cardinality features
+        listed = [json.loads(p.read_text()) for p in (tmp_path / store).rglob(vocab._REPEATED)]
+        assert listed and all("C3" in names for names in listed)
+    assert_same_files(summed[0], repeated[0])
+    assert summed[1] == repeated[1]
