@@ -37,6 +37,7 @@ import polars as pl
 from feature_spec import CRITEO_COLUMNS
 
 from . import lists, vocab
+from .readers import count_byte
 from .transforms import Transforms, hashed_index
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def block_parser(fmt, t: Transforms, types: dict,
 
     distinct: dict[str, int] = {}   # each coded feature's distinct values in the last block: the next one's table
 
-    def parse(block: bytes, missing: dict | None = None) -> pl.DataFrame | vocab.Coded | None:
+    def parse(block: bytes | memoryview, missing: dict | None = None) -> pl.DataFrame | vocab.Coded | None:
         dictionaries = {}
         df = parse_block(block, to_code, dictionaries, missing, distinct)
         if df is not None:
@@ -94,7 +95,7 @@ def block_parser(fmt, t: Transforms, types: dict,
     return parse
 
 
-def parse_block(block: bytes, coded: list[str] = (), dictionaries: dict | None = None,
+def parse_block(block: bytes | memoryview, coded: list[str] = (), dictionaries: dict | None = None,
                 missing: dict | None = None, distinct: dict[str, int] | None = None) -> pl.DataFrame | None:
     """Intermediate rows of a block of regular Criteo rows, or None where any row is not regular. The
     categoricals in ``coded`` are codes instead (``vocab.codes_of``; their distinct values go to ``dictionaries``,
@@ -171,7 +172,7 @@ def _list_parser(fmt, t: Transforms, types: dict, coded: bool):
 
     distinct: dict[str, int] = {}   # as in block_parser
 
-    def parse(block: bytes, missing: dict | None = None) -> pl.DataFrame | vocab.Coded | None:
+    def parse(block: bytes | memoryview, missing: dict | None = None) -> pl.DataFrame | vocab.Coded | None:
         dictionaries = {}
         df = parse_list_block(block, layout, to_code, dictionaries, missing, distinct)
         if df is not None:
@@ -182,8 +183,9 @@ def _list_parser(fmt, t: Transforms, types: dict, coded: bool):
     return parse
 
 
-def parse_list_block(block: bytes, layout: _ListLayout, coded: list[str] = (), dictionaries: dict | None = None,
-                     missing: dict | None = None, distinct: dict[str, int] | None = None) -> pl.DataFrame | None:
+def parse_list_block(block: bytes | memoryview, layout: _ListLayout, coded: list[str] = (),
+                     dictionaries: dict | None = None, missing: dict | None = None,
+                     distinct: dict[str, int] | None = None) -> pl.DataFrame | None:
     """Intermediate rows of a block of regular Criteo-layout rows with list categoricals (as ``parse_block``;
     a list column is a List of its typed elements, or in ``coded`` of codes, 0 for a missing element), or None
     where any row is not regular (a bad row among them: the polars path reports it)."""
@@ -200,7 +202,7 @@ def parse_list_block(block: bytes, layout: _ListLayout, coded: list[str] = (), d
     values, elements = [], []
     for c in layout.lists:
         cap = n * (c.max_hotness or c.hotness or 0) or \
-            room.setdefault(c.sep, block.count(c.sep.encode()) + n)
+            room.setdefault(c.sep, count_byte(block, ord(c.sep)) + n)
         values.append(np.empty(cap, np.uint32 if c.kind == "hex" else np.int64))
         elements.append(np.empty(cap, np.bool_))
     lengths = tuple(np.empty(n, np.int64) for _ in layout.lists)

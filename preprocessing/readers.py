@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import mmap
 import os
 import re
 import zlib
@@ -79,57 +80,37 @@ def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
 
 
 _COMPRESSED = re.compile(r"\.(gz|bz2|xz|lzma|zst|zstd|zip|lz4|snappy)$", re.IGNORECASE)
-_PROBE = 1 << 16
 
 
 def _local_path(uri: str) -> str | None:
-    """The local path of an uncompressed local file (read with positioned reads), else None."""
+    """The local path of an uncompressed local file (read memory-mapped), else None."""
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     if "://" in path or "::" in path or _COMPRESSED.search(path) or not os.path.isfile(path):
         return None
     return path
 
 
-def _local_blocks(path: str, size: int) -> Iterator[bytes]:
-    """Blocks of whole lines of a local file, each read exactly once (no re-joining copies):
-    a small probe finds the last line end before the block limit, then one pread reads up to it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = os.fstat(fd).st_size
-        pos = 0
-        while pos < end:
-            stop = min(pos + size, end)
-            if stop < end:
-                stop = _line_end_before(fd, pos, stop) or _line_end_after(fd, stop, end)
-            block = os.pread(fd, stop - pos, pos)
-            if len(block) != stop - pos:
-                raise EOFError(f"{path} shrank while being read")
-            pos = stop
-            yield block if block.endswith(b"\n") else block + b"\n"
-    finally:
-        os.close(fd)
-
-
-def _line_end_before(fd: int, lo: int, stop: int) -> int | None:
-    """Offset just past the last newline in [lo, stop), or None."""
-    while stop > lo:
-        start = max(lo, stop - _PROBE)
-        k = os.pread(fd, stop - start, start).rfind(b"\n")
-        if k >= 0:
-            return start + k + 1
-        stop = start
-    return None
-
-
-def _line_end_after(fd: int, pos: int, end: int) -> int:
-    """Offset just past the first newline at or after ``pos`` (or the end of the file)."""
+def _local_blocks(path: str, size: int) -> Iterator[memoryview | bytes]:
+    """Blocks of whole lines of a local file, each up to ``size`` bytes where its lines allow: views of one
+    read-only memory map of the file (the page cache's pages; a read would copy them into fresh memory that the
+    kernel zeroes and faults in first: ~0.6 CPU s per 1.6 GB). Where the file does not end with a line end, its
+    last block is a copy with one added. (A file truncated while it is mapped stops the process, as with any
+    memory map: inputs are expected to be complete, as a day's file is once the next day's starts.)"""
+    with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        if not end:
+            return
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)   # holds its own descriptor
+    view = memoryview(mapped)   # the map is closed when its last view goes
+    pos = 0
     while pos < end:
-        probe = os.pread(fd, min(_PROBE, end - pos), pos)
-        k = probe.find(b"\n")
-        if k >= 0:
-            return pos + k + 1
-        pos += len(probe)
-    return end
+        stop = min(pos + size, end)
+        if stop < end:
+            k = mapped.rfind(b"\n", pos, stop)
+            stop = k + 1 if k >= 0 else mapped.find(b"\n", stop) + 1 or end
+        block = view[pos:stop]
+        pos = stop
+        yield block if block[-1] == ord("\n") else bytes(block) + b"\n"
 
 
 def _blocks(f, size: int) -> Iterator[bytes]:
@@ -193,11 +174,12 @@ def _read_text(uri, fmt: Format, types, bad, block_bytes, fast=None, then=None, 
             blocks.close()   # the reading thread stops before the file closes
 
 
-def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None, then=None, workers: int = 1):
+def _read_lines(uri, blocks: Iterator[bytes | memoryview], fmt: Format, types, bad, fast=None, then=None,
+                workers: int = 1):
     line = 1
     columns = fmt.columns
     if fmt.header:
-        first = next(blocks, b"")
+        first = bytes(next(blocks, b""))
         head, _, body = first.partition(b"\n")
         columns = next(csv.reader([head.decode()], delimiter=fmt.separator))
         blocks = _chain(body, blocks)
@@ -220,12 +202,12 @@ def _read_lines(uri, blocks: Iterator[bytes], fmt: Format, types, bad, fast=None
     yield from ordered(parse, _numbered(blocks, line), workers)
 
 
-def _numbered(blocks: Iterator[bytes], line: int) -> Iterator[tuple[int, list[bytes], int]]:
+def _numbered(blocks: Iterator[bytes | memoryview], line: int) -> Iterator[tuple[int, list, int]]:
     """(block number, [block], its first line number) per non-empty block (in a list that the parse empties)."""
     k = 0
     for block in blocks:
         if block:
-            n = _count_byte(block, ord("\n"))
+            n = count_byte(block, ord("\n"))
             holder = [block]
             del block
             yield k, holder, line
@@ -238,14 +220,16 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from rest
 
 
-def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> tuple[pl.DataFrame, np.ndarray, int]:
+def _parse_block(block: bytes | memoryview, line: int, columns, fmt: Format, types,
+                 bad) -> tuple[pl.DataFrame, np.ndarray, int]:
     """(typed rows, their line numbers, lines consumed) for one block of whole lines."""
+    block = bytes(block)   # a view of a mapped file: polars and the line-by-line check take bytes
     schema = {c: types.get(c, pl.String) for c in columns} | {EXTRA: pl.String}
     try:
         df = _polars_read(block, fmt, schema, [*types, EXTRA])
         ok = df[EXTRA].null_count() == len(df)
         if ok and fmt.kind != "csv":  # a short row would read as trailing nulls: count the separators
-            ok = _count_byte(block, ord(fmt.separator)) == (len(columns) - 1) * len(df)
+            ok = count_byte(block, ord(fmt.separator)) == (len(columns) - 1) * len(df)
         if ok:
             return df.drop(EXTRA), np.arange(line, line + len(df), dtype=np.int64), len(df)
     except pl.exceptions.PolarsError:
@@ -253,7 +237,7 @@ def _parse_block(block: bytes, line: int, columns, fmt: Format, types, bad) -> t
     return _parse_slow(block, line, columns, fmt, types, bad)
 
 
-def _count_byte(data: bytes, byte: int, step: int = 1 << 20) -> int:
+def count_byte(data: bytes | memoryview, byte: int, step: int = 1 << 20) -> int:
     """How often ``byte`` occurs in ``data``: numpy over slices into one reused buffer (~2x bytes.count,
     without the GIL, and no fresh pages to fault in per slice)."""
     a = np.frombuffer(data, np.uint8)

@@ -1,4 +1,5 @@
-"""Readers: local files are cut into blocks of whole lines, each byte read once, at any block size."""
+"""Readers: local files are cut into blocks of whole lines, each byte read once, at any block size (an empty file
+into none)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ def test_local_blocks_are_whole_lines(tmp_path, size, tail):
     data = b"".join(b"x" * (i * 7 % 50) + b"\t%d\n" % i for i in range(300)) + tail
     path = tmp_path / "f.tsv"
     path.write_bytes(data)
-    blocks = list(readers._local_blocks(str(path), size))
+    blocks = [bytes(b) for b in readers._local_blocks(str(path), size)]
     assert all(b.endswith(b"\n") for b in blocks)
     assert b"".join(blocks) == data + (b"\n" if tail else b"")
     if size >= 100:
         assert all(len(b) <= size for b in blocks[:-1] if b.count(b"\n") > 1)
+
+
+def test_an_empty_local_file_has_no_blocks(tmp_path):
+    (tmp_path / "empty.tsv").write_bytes(b"")
+    assert list(readers._local_blocks(str(tmp_path / "empty.tsv"), 100)) == []
 
 
 def test_local_path_only_for_plain_local_files(tmp_path):
