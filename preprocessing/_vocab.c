@@ -22,10 +22,18 @@
  * bincount(codes, counts[, weights])   (VERSION 2; narrow codes and weights: VERSION 3)
  *   counts[codes[i]] += 1 (or += weights[i]: int64, as long as the codes) for uint8/uint16/uint32 codes (counts:
  *   int64, zeroed by the caller), without numpy's intp copy of the codes or its float64 weights. ValueError where
- *   a code is not below len(counts).
+ *   a code is not below len(counts). *
+ * sum_by_key(values, counts, out_values, out_counts[, threads]) -> k   (VERSION 5)
+ *   The distinct values of ``values`` (a sequence of arrays read as one: chunks, not concatenated; 4- or 8-byte
+ *   items) and the sums of their ``counts`` (a sequence of int64 arrays, each as long as its values'), in
+ *   out_values[0:k] and out_counts[0:k] (as long as the input, not overlapping it), in no particular order (the
+ *   same for the same input and any number of threads). Radix-partitioned by the values' hash (up to 256 partitions of ~64k rows,
+ *   each summed in a table that fits the cache, where one table of tens of millions of slots misses it at each
+ *   probe); ``threads`` threads (default 1) count, scatter and sum at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,11 +359,265 @@ static PyObject *bincount(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+/* sum_by_key: a row's partition is the top `pbits` bits of its hash, its slot in the partition's table the bits
+ * below them. Three phases, each over `threads` threads: count each thread's rows per partition, scatter them to
+ * their partitions (each thread's rows after the earlier threads', so the order does not depend on the threads),
+ * sum each partition in place (its distinct values at its start). */
+#define MAX_PART_BITS 8
+#define PART_ROWS 65536
+#define MAX_SUM_THREADS 64
+
+typedef struct {
+    const void **v;             /* the input's chunks: values and counts, rows [first[ch], first[ch + 1]) */
+    const int64_t **c;
+    Py_ssize_t *first, chunks;
+    void *pv;                   /* the rows by partition (the outputs); summed: each partition's distinct first */
+    int64_t *pc;
+    Py_ssize_t n, *hist;        /* hist[t * parts + p]: thread t's rows of partition p, then where the next goes */
+    Py_ssize_t start[(1 << MAX_PART_BITS) + 1], distinct[1 << MAX_PART_BITS];
+    int threads, pbits, width, phase;
+} SumTask;
+
+typedef struct {
+    SumTask *task;
+    int t, failed;
+} SumPart;
+
+/* Calls BODY for each row i in [lo, hi) of the chunked input, with x its value and w its count. */
+#define EACH_ROW(T, k, lo, hi, BODY)                                                                          \
+    for (Py_ssize_t ch = 0; ch < (k)->chunks; ch++) {                                                         \
+        Py_ssize_t a = (k)->first[ch] > (lo) ? (k)->first[ch] : (lo);                                         \
+        Py_ssize_t b = (k)->first[ch + 1] < (hi) ? (k)->first[ch + 1] : (hi);                                 \
+        const T *xs = (const T *)(k)->v[ch];                                                                  \
+        const int64_t *ws = (k)->c[ch];                                                                       \
+        for (Py_ssize_t i = a - (k)->first[ch]; i < b - (k)->first[ch]; i++) {                                \
+            T x = xs[i];                                                                                      \
+            int64_t w = ws[i];                                                                                \
+            (void)w;                                                                                          \
+            BODY                                                                                              \
+        }                                                                                                     \
+    }
+
+#define SUM_BY_KEY(NAME, T)                                                                                   \
+    static void NAME##_count(SumTask *k, int t, Py_ssize_t lo, Py_ssize_t hi) {                                \
+        Py_ssize_t *h = k->hist + ((Py_ssize_t)t << k->pbits);                                                \
+        EACH_ROW(T, k, lo, hi, h[k->pbits ? mix64((uint64_t)x) >> (64 - k->pbits) : 0]++;)                   \
+    }                                                                                                         \
+    static void NAME##_scatter(SumTask *k, int t, Py_ssize_t lo, Py_ssize_t hi) {                              \
+        T *pv = k->pv;                                                                                        \
+        Py_ssize_t *h = k->hist + ((Py_ssize_t)t << k->pbits);                                                \
+        EACH_ROW(T, k, lo, hi, {                                                                              \
+            Py_ssize_t at = h[k->pbits ? mix64((uint64_t)x) >> (64 - k->pbits) : 0]++;                        \
+            pv[at] = x;                                                                                       \
+            k->pc[at] = w;                                                                                    \
+        })                                                                                                    \
+    }                                                                                                         \
+    static int NAME##_sum(SumTask *k, int t) {                                                                \
+        Py_ssize_t parts = (Py_ssize_t)1 << k->pbits, largest = 0;                                            \
+        for (Py_ssize_t p = t; p < parts; p += k->threads)                                                    \
+            if (k->start[p + 1] - k->start[p] > largest)                                                      \
+                largest = k->start[p + 1] - k->start[p];                                                      \
+        int bits = 4;                                                                                         \
+        while (((Py_ssize_t)1 << bits) < 2 * largest)                                                         \
+            bits++;                                                                                           \
+        uint32_t *slot = malloc(sizeof(uint32_t) << bits);                                                    \
+        if (!slot)                                                                                            \
+            return -1;                                                                                        \
+        for (Py_ssize_t p = t; p < parts; p += k->threads) {                                                  \
+            Py_ssize_t n = k->start[p + 1] - k->start[p], d = 0;                                              \
+            int b = 4;                                                                                        \
+            while (((Py_ssize_t)1 << b) < 2 * n)                                                              \
+                b++;                                                                                          \
+            size_t mask = ((size_t)1 << b) - 1;                                                               \
+            memset(slot, 0, sizeof(uint32_t) << b);                                                           \
+            T *x = (T *)k->pv + k->start[p];                                                                  \
+            int64_t *w = k->pc + k->start[p];                                                                 \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                              \
+                T key = x[i];                                                                                 \
+                int64_t add = w[i];                                                                           \
+                size_t s = (size_t)((mix64((uint64_t)key) << k->pbits) >> (64 - b));                          \
+                for (;;) {                                                                                    \
+                    uint32_t at = slot[s];                                                                    \
+                    if (at == 0) { /* a new value: written at d <= i, over a row already read */              \
+                        x[d] = key;                                                                           \
+                        w[d] = add;                                                                           \
+                        slot[s] = (uint32_t)++d;                                                              \
+                        break;                                                                                \
+                    }                                                                                         \
+                    if (x[at - 1] == key) {                                                                   \
+                        w[at - 1] += add;                                                                     \
+                        break;                                                                                \
+                    }                                                                                         \
+                    s = (s + 1) & mask;                                                                       \
+                }                                                                                             \
+            }                                                                                                 \
+            k->distinct[p] = d;                                                                               \
+        }                                                                                                     \
+        free(slot);                                                                                           \
+        return 0;                                                                                             \
+    }
+
+SUM_BY_KEY(sum32, uint32_t)
+SUM_BY_KEY(sum64, uint64_t)
+
+static void *sum_phase(void *arg) {
+    SumPart *part = arg;
+    SumTask *k = part->task;
+    int t = part->t;
+    Py_ssize_t lo = k->n * t / k->threads, hi = k->n * (t + 1) / k->threads;
+    if (k->phase == 0)
+        (k->width == 4 ? sum32_count : sum64_count)(k, t, lo, hi);
+    else if (k->phase == 1)
+        (k->width == 4 ? sum32_scatter : sum64_scatter)(k, t, lo, hi);
+    else
+        part->failed = (k->width == 4 ? sum32_sum : sum64_sum)(k, t);
+    return NULL;
+}
+
+/* One phase on every thread (the calling one included); -1 where a thread could not start or run. */
+static int run_phase(SumTask *k, int phase) {
+    SumPart parts[MAX_SUM_THREADS];
+    pthread_t ids[MAX_SUM_THREADS];
+    int started = 1, failed = 0;
+    k->phase = phase;
+    for (int t = 0; t < k->threads; t++)
+        parts[t] = (SumPart){.task = k, .t = t, .failed = 0};
+    for (int t = 1; t < k->threads; t++, started++)
+        if (pthread_create(&ids[t], NULL, sum_phase, &parts[t]) != 0)
+            break;
+    for (int t = started; t < k->threads; t++)   /* threads that could not start: run here */
+        sum_phase(&parts[t]);
+    sum_phase(&parts[0]);
+    for (int t = 1; t < started; t++)
+        pthread_join(ids[t], NULL);
+    for (int t = 0; t < k->threads; t++)
+        failed |= parts[t].failed;
+    return failed ? -1 : 0;
+}
+
+/* The rows are scattered into the outputs, summed there by partition and moved up to the front. */
+static Py_ssize_t sum_by_key_rows(SumTask *k, void *out_v, int64_t *out_c) {
+    Py_ssize_t parts = (Py_ssize_t)1 << k->pbits;
+    k->hist = calloc((size_t)(k->threads * parts), sizeof(Py_ssize_t));
+    if (!k->hist)
+        return -1;
+    k->pv = out_v;
+    k->pc = out_c;
+    run_phase(k, 0);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t p = 0; p < parts; p++) {   /* partition p's rows: thread 0's, then thread 1's, ... */
+        k->start[p] = at;
+        for (int t = 0; t < k->threads; t++) {
+            Py_ssize_t rows = k->hist[t * parts + p];
+            k->hist[t * parts + p] = at;
+            at += rows;
+        }
+    }
+    k->start[parts] = at;
+    run_phase(k, 1);
+    free(k->hist);
+    if (run_phase(k, 2) < 0)
+        return -1;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t p = 0; p < parts; p++) {   /* total <= start[p]: each move goes up or stays */
+        memmove((char *)out_v + total * k->width, (char *)out_v + k->start[p] * k->width,
+                (size_t)k->distinct[p] * k->width);
+        memmove(out_c + total, out_c + k->start[p], (size_t)k->distinct[p] * sizeof(int64_t));
+        total += k->distinct[p];
+    }
+    return total;
+}
+
+static PyObject *sum_by_key(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_counts, *o_out_values, *o_out_counts, *fv = NULL, *fc = NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOO|i", &o_values, &o_counts, &o_out_values, &o_out_counts, &threads))
+        return NULL;
+    Py_ssize_t chunks = 0, got = 0, total = -2;
+    Py_buffer *bufs = NULL, bov, boc;
+    SumTask k = {.pbits = 0};
+    if (!(fv = PySequence_Fast(o_values, "sum_by_key: values must be a sequence of arrays")) ||
+        !(fc = PySequence_Fast(o_counts, "sum_by_key: counts must be a sequence of arrays")))
+        goto done;
+    chunks = PySequence_Fast_GET_SIZE(fv);
+    if (PySequence_Fast_GET_SIZE(fc) != chunks || threads < 1) {
+        PyErr_SetString(PyExc_ValueError, "sum_by_key: as many value arrays as count arrays, threads >= 1");
+        goto done;
+    }
+    bufs = PyMem_Calloc(2 * chunks + 1, sizeof(Py_buffer));
+    k.v = PyMem_Calloc(chunks + 1, sizeof(void *));
+    k.c = PyMem_Calloc(chunks + 1, sizeof(int64_t *));
+    k.first = PyMem_Calloc(chunks + 1, sizeof(Py_ssize_t));
+    if (!bufs || !k.v || !k.c || !k.first) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < 2 * chunks; got++) {
+        PyObject *o = (got % 2 ? PySequence_Fast_ITEMS(fc) : PySequence_Fast_ITEMS(fv))[got / 2];
+        if (get_buffer(o, &bufs[got], 0, got % 2 ? "counts" : "values") < 0)
+            goto done;
+    }
+    for (Py_ssize_t ch = 0; ch < chunks; ch++) {
+        Py_buffer *bv = &bufs[2 * ch], *bc = &bufs[2 * ch + 1];
+        Py_ssize_t n = bv->len / bv->itemsize;
+        if (bv->itemsize < 4 || (ch && bv->itemsize != k.width) || bc->itemsize != 8 || bc->len != 8 * n) {
+            PyErr_SetString(PyExc_ValueError, "sum_by_key: value arrays of one item size, 4 or 8 bytes, each with "
+                                              "an int64 count array as long");
+            goto done;
+        }
+        k.width = (int)bv->itemsize;
+        k.v[ch] = bv->buf;
+        k.c[ch] = bc->buf;
+        k.first[ch + 1] = k.first[ch] + n;
+    }
+    k.chunks = chunks;
+    k.n = k.first[chunks];
+    if (get_buffer(o_out_values, &bov, 1, "out_values") < 0)
+        goto done;
+    if (get_buffer(o_out_counts, &boc, 1, "out_counts") == 0) {
+        if ((chunks && bov.itemsize != k.width) || bov.len / bov.itemsize < k.n || boc.itemsize != 8 ||
+            boc.len < 8 * k.n) {
+            PyErr_SetString(PyExc_ValueError, "sum_by_key: outputs of the values' dtype and int64, as long as the "
+                                              "values' arrays together");
+        } else if (k.n == 0) {
+            total = 0;
+        } else {
+            while (k.pbits < MAX_PART_BITS && ((Py_ssize_t)PART_ROWS << k.pbits) < k.n)
+                k.pbits++;
+            k.threads = threads > MAX_SUM_THREADS ? MAX_SUM_THREADS : threads;
+            if (k.n < (Py_ssize_t)k.threads * PART_ROWS)   /* small: threads cost more than they save */
+                k.threads = 1;
+            Py_BEGIN_ALLOW_THREADS
+            total = sum_by_key_rows(&k, bov.buf, boc.buf);
+            Py_END_ALLOW_THREADS
+            if (total == -1) {
+                PyErr_NoMemory();
+                total = -2;
+            }
+        }
+        PyBuffer_Release(&boc);
+    }
+    PyBuffer_Release(&bov);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free((void *)k.v);
+    PyMem_Free((void *)k.c);
+    PyMem_Free(k.first);
+    Py_XDECREF(fv);
+    Py_XDECREF(fc);
+    return total == -2 ? NULL : PyLong_FromSsize_t(total);
+}
+
 static PyMethodDef methods[] = {
     {"dict_encode", dict_encode, METH_VARARGS,
      "dict_encode(values, valid, codes, distinct[, expected]) -> k: codes 1..k of first occurrence (0: not valid)"},
     {"lookup", lookup, METH_VARARGS, "lookup(keys, vals, mul, shift, query, out): probe vocab.IntLookup's table"},
     {"gather", gather, METH_VARARGS, "gather(table, codes, out): out[i] = table[codes[i]] (uint8/16/32 codes)"},
+    {"sum_by_key", sum_by_key, METH_VARARGS,
+     "sum_by_key(values, counts, out_values, out_counts[, threads]) -> k: distinct values and their summed counts"},
     {"bincount", bincount, METH_VARARGS, "bincount(codes, counts[, weights]): counts[codes[i]] += 1 or weights[i] (uint8/16/32 codes, int64)"},
     {NULL, NULL, 0, NULL},
 };
@@ -365,7 +627,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vocab", "Native has
 
 PyMODINIT_FUNC PyInit__vocab(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 4) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 5) < 0) {
         Py_DECREF(m);
         return NULL;
     }

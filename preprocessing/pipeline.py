@@ -83,7 +83,7 @@ def run(config: PreprocessConfig) -> str:
 
 def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
     """Merge the counts of every file's counted rows into vocab/<feature>.parquet (kept on resume); returns every categorical's
-    cardinality. The features still to build are merged together (one parallel polars query each, run at once)."""
+    cardinality (the features still to build: ``vocab.build_many``, on the job's threads)."""
     t = job.transforms
     cards = {c.name: c.hash_buckets for c in t.categorical if c.hash_buckets is not None}
     todo = {}
@@ -103,7 +103,7 @@ def build_vocab(job: Job, placement: Placement) -> dict[str, int]:
         for i, p in counted:
             if not job.mirror.pull(p):
                 raise stages.broken_part(job, i, "is missing (its counts were removed meanwhile)", p)
-    for name, table in vocab.build_many(todo).items():
+    for name, table in vocab.build_many(todo, job.config.threads()).items():
         with atomic_path(job.work.vocab(name)) as tmp:
             table.write_parquet(tmp, statistics=False)
         job.mirror.push(job.work.vocab(name))

@@ -165,16 +165,23 @@ def test_without_the_native_tables_the_same_bytes(criteo_10k, tmp_path, monkeypa
 
 
 @native
-@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
-def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype):
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64, np.int32, np.uint64, np.int16])
+@pytest.mark.parametrize("rows", [5000, 400_000])   # one partition; 8 partitions, threads used
+def test_sum_counts_matches_the_polars_group_by(monkeypatch, dtype, rows):
     rng = np.random.default_rng(5)
-    parts = [pl.DataFrame({"value": rng.integers(-100 if dtype == np.int64 else 0, 1000, k).astype(dtype),
-                           "count": rng.integers(1, 1 << 40, k)}).unique("value") for k in (3000, 10, 2000)]
+    info = np.iinfo(dtype)
+    pool = rng.integers(info.min, info.max, rows // 3, dtype=dtype, endpoint=True)   # values that recur
+    parts = [pl.DataFrame({"value": rng.choice(pool, k), "count": rng.integers(1, 1 << 40, k)})
+             for k in (rows // 2, 10, rows // 2)]
     parts.append(parts[0].clear())   # an empty part
-    fast = vocab.sum_counts(parts).sort("value")
+    parts.append(pl.concat([parts[1], parts[0].head(7), parts[2].tail(3)], rechunk=False))   # one of 3 chunks
+    one, three = vocab.sum_counts(parts), vocab.sum_counts(parts, threads=3)
+    assert one.equals(three)   # the same rows in the same order, whatever the threads
+    monkeypatch.setattr(vocab._vocab, "VERSION", 4)   # an older build: its dictionary codes and a bincount
+    older = vocab.sum_counts(parts).sort("value")
     monkeypatch.setattr(vocab, "_vocab", None)
     slow = vocab.sum_counts(parts).sort("value")
-    assert fast.equals(slow) and fast["value"].dtype == parts[0]["value"].dtype
+    assert one.sort("value").equals(slow) and older.equals(slow) and one["value"].dtype == parts[0]["value"].dtype
 
 
 @native
