@@ -22,14 +22,15 @@
  * bincount(codes, counts[, weights])   (VERSION 2; narrow codes and weights: VERSION 3)
  *   counts[codes[i]] += 1 (or += weights[i]: int64, as long as the codes) for uint8/uint16/uint32 codes (counts:
  *   int64, zeroed by the caller), without numpy's intp copy of the codes or its float64 weights. ValueError where
- *   a code is not below len(counts). *
+ *   a code is not below len(counts).
+ *
  * sum_by_key(values, counts, out_values, out_counts[, threads]) -> k   (VERSION 5)
  *   The distinct values of ``values`` (a sequence of arrays read as one: chunks, not concatenated; 4- or 8-byte
  *   items) and the sums of their ``counts`` (a sequence of int64 arrays, each as long as its values'), in
  *   out_values[0:k] and out_counts[0:k] (as long as the input, not overlapping it), in no particular order (the
- *   same for the same input and any number of threads). Radix-partitioned by the values' hash (up to 256 partitions of ~64k rows,
- *   each summed in a table that fits the cache, where one table of tens of millions of slots misses it at each
- *   probe); ``threads`` threads (default 1) count, scatter and sum at once.
+ *   same for the same input and any number of threads). Radix-partitioned by the values' hash (up to 256
+ *   partitions of ~64k rows, each summed in a table that fits the cache, where one table of tens of millions of
+ *   slots misses it at each probe); ``threads`` threads (default 1) count, scatter and sum at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
