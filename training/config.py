@@ -21,6 +21,8 @@ from common.store import read_text
 from training.cache import DEFAULT_CACHE_DIR
 
 PRESET_DIR = Path(__file__).parent / "presets"
+HOLDOUT = "holdout"   # eval_split's name for the rows set aside at the end of the training split
+TEST_SPLIT = "test"   # the split that reports a run (EvaluateConfig.split's default): never validated on
 
 
 def split_error(where: str | None, split: str, splits: list[str], fix: str) -> UserError:
@@ -69,7 +71,8 @@ class ShardingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    profile: str = Field("cpu", description="Hardware profile (cpu, mi300x, mi325x, mi355x, h100, h200) or a profile YAML.")
+    profile: str = Field("auto", description="Hardware profile: auto (from the device each rank runs on), cpu, mi300x, "
+                         "mi325x, mi355x, h100, h200, or a profile YAML.")
     constraints: dict[str, TableConstraint] = Field(default_factory=dict,
                                                     description="Per-table constraints, by table name (t_FEATURE).")
     storage_reservation: float = Field(0.10, ge=0, lt=1, description="Share of each device's memory kept for "
@@ -143,9 +146,22 @@ class DataConfig(_Section):
     eval_batch_size: int = Field(4096, ge=1, description="GLOBAL evaluation batch size (divided over the ranks like batch_size).")
     train_split: str = Field("train", description="Split to train on.")
     shuffle: bool = Field(True, description="Shuffle the order of global batches each epoch (a function of seed and epoch).")
+    holdout_fraction: float = Field(0.1, gt=0, lt=1, description="eval_split 'holdout' (what the default 'val' "
+                                    "becomes on a dataset without a 'val' split): the share of train_split's rows, "
+                                    "taken from its END (the latest rows of an ordered split), that validate and are "
+                                    "not trained on.")
+    holdout_rows: int | None = Field(None, ge=1, description="eval_split 'holdout': the rows at the end of train_split "
+                                     "that validate instead of training. Set from holdout_fraction when a run starts "
+                                     "and saved in its config.yaml, so that a resume and an evaluation read the same "
+                                     "rows. None: from holdout_fraction.")
     cache_dir: str | None = Field(None, description=f"Local cache for a remote dataset (None: {DEFAULT_CACHE_DIR}).")
     cache_max_gib: float | None = Field(50.0, gt=0, description="Bound on that cache per node: the least recently used "
                                         "datasets' files are removed past it (none used in the last hour). None: unbounded.")
+
+    def holdout_size(self, train_rows: int) -> int:
+        """The rows at the end of a training split of ``train_rows`` rows that eval_split 'holdout' validates on:
+        ``holdout_rows``, else ``holdout_fraction`` of them (rounded, at least one)."""
+        return self.holdout_rows or max(1, round(train_rows * self.holdout_fraction))
 
 
 class PrecisionConfig(_Section):
@@ -216,8 +232,10 @@ class TrainConfig(_Section):
     max_steps: int | None = Field(None, ge=1, description="Stop after this many global steps (None: after `epochs`).")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on eval_split every this many steps (None: at the end of each epoch).")
     eval_split: str | None = Field("val", description="Split validated on during training (early stopping, the "
-                                   "best checkpoint); a dataset without the default 'val' is validated on 'test'. "
-                                   "None: no validation.")
+                                   "best checkpoint). 'holdout': the last data.holdout_fraction of train_split's "
+                                   "rows, set aside (what the default 'val' becomes on a dataset without a 'val' "
+                                   "split). Never 'test', the split that reports the run. None: no validation (the "
+                                   "last checkpoint, none chosen).")
     best_metric: Literal["auc", "logloss"] = Field("auc", description="Validation metric that picks the best checkpoint.")
     early_stopping_patience: int | None = Field(None, ge=1, description="Stop after this many evaluations without improvement (None: never).")
     checkpoint_every: int | None = Field(None, ge=1, description="Save a checkpoint every this many steps (always at the end and at each new best).")
@@ -241,17 +259,57 @@ class TrainConfig(_Section):
 
     def check_splits(self, splits: list[str], where: str | None = None) -> str | None:
         """The split to validate on among ``splits`` (the dataset's, or those a split rule will make):
-        ``eval_split`` (None: no validation), or ``test`` when the default ``val`` is missing. Raises UserError
-        naming the splits (and ``where``, default the dataset) when ``train_split`` or ``eval_split`` is not one."""
+        ``eval_split`` (None: no validation), or ``HOLDOUT`` (the last rows of ``train_split``) when the default
+        ``val`` is missing or ``holdout`` is asked for. Raises UserError naming the splits (and ``where``, default
+        the dataset) when ``train_split`` or ``eval_split`` is not one, and for ``eval_split: test``: the test split
+        reports the run, so a checkpoint chosen on it would make its metrics no longer held out."""
         where = where or self.dataset
-        if self.data.train_split not in splits:
-            raise split_error(where, self.data.train_split, splits, "set data.train_split to one of those split names.")
-        if self.eval_split is None or self.eval_split in splits:
+        train = self.data.train_split
+        if train not in splits:
+            raise split_error(where, train, splits, "set data.train_split to one of those split names.")
+        if self.eval_split == TEST_SPLIT:
+            raise UserError(f"eval_split '{TEST_SPLIT}' would choose the checkpoint (best, early stopping) on the split "
+                            "that reports the run, whose metrics would then not be held out. Fix: leave eval_split at "
+                            f"'val' (a dataset without 'val' validates on the last {self.data.holdout_fraction:.0%} "
+                            f"of '{train}', data.holdout_fraction), or set it to '{HOLDOUT}', another split, or null "
+                            "to train without validation.")
+        if self.eval_split is None or self.eval_split == HOLDOUT:
             return self.eval_split
-        if self.eval_split == type(self).model_fields["eval_split"].default and "test" in splits:
-            return "test"
-        raise split_error(where, self.eval_split, splits,
-                          "set eval_split to one of those split names, or to null to train without validation.")
+        if self.eval_split in splits:
+            return self.eval_split
+        if self.eval_split == type(self).model_fields["eval_split"].default:
+            return HOLDOUT
+        raise split_error(where, self.eval_split, splits, f"set eval_split to one of those split names, to "
+                          f"'{HOLDOUT}' (the last rows of '{train}') or to null to train without validation.")
+
+    def resolved(self, spec: Any = None) -> "TrainConfig":
+        """This config as a run keeps it (its ``config.yaml``): for the holdout (``check_splits``), eval_split
+        ``holdout`` and ``data.holdout_rows`` the rows set aside, from the training split's row count. ``spec``: the
+        dataset's FeatureSpec (default: loaded). UserError as ``check_splits``, and when the holdout would leave no
+        row to train on. The same config again gives itself."""
+        from feature_spec import load
+
+        spec = spec if spec is not None else load(self.dataset)
+        if self.check_splits(spec.splits) != HOLDOUT:
+            return self
+        rows = split_rows(spec, self.dataset, self.data.train_split)
+        held = self.data.holdout_size(rows)
+        if held >= rows:
+            raise UserError(f"{self.dataset}: split '{self.data.train_split}' has {rows} rows, so a holdout of {held} "
+                            "leaves none to train on. Fix: lower data.holdout_fraction (or data.holdout_rows), or "
+                            "give the dataset a 'val' split.")
+        return self.model_copy(update={"eval_split": HOLDOUT,
+                                       "data": self.data.model_copy(update={"holdout_rows": held})})
+
+    def validation_text(self) -> str:
+        """What the run validates on, for the logs and the summaries (of a ``resolved`` config)."""
+        if self.eval_split is None:
+            return "none (eval_split null): the last checkpoint is kept, none is chosen"
+        if self.eval_split == HOLDOUT:
+            held = f"{self.data.holdout_rows} rows" if self.data.holdout_rows else f"{self.data.holdout_fraction:.0%}"
+            return (f"holdout: the last {held} of split '{self.data.train_split}' (data.holdout_fraction "
+                    f"{self.data.holdout_fraction:g}), set aside: not trained on")
+        return f"split '{self.eval_split}'"
 
     # ---- I/O -------------------------------------------------------------------------
     @classmethod
@@ -286,7 +344,7 @@ class TrainConfig(_Section):
 class EvaluateConfig(_Section):
     """What to evaluate: one checkpoint of a run on a split of its dataset (or of another one)."""
 
-    split: str = Field("test", description="Held-out split to evaluate on.")
+    split: str = Field(TEST_SPLIT, description="Held-out split to evaluate on.")
     checkpoint: str = Field("best", description="`best` (by validation; the latest if the run never validated), "
                             "`latest` or a step number.")
     dataset: str | None = Field(None, description="Evaluate on this dataset instead of the run's own (same features).")
@@ -301,6 +359,24 @@ class EvaluateConfig(_Section):
     @classmethod
     def _best_latest_or_step(cls, v: Any) -> str:
         return _checkpoint_name(v)
+
+
+def split_rows(spec: Any, dataset: str, split: str) -> int:
+    """Rows of ``split`` of a dataset: its metadata's count, else the size of its label file (one byte a row;
+    NVIDIA's tools record no counts)."""
+    from common.store import filesystem
+    from feature_spec import file_uri
+
+    rows = (spec.metadata.get("rows") or {}).get(split)
+    if isinstance(rows, int):
+        return rows
+    uri = file_uri(dataset, spec.file_of(split, spec.label_feature)[0])
+    fs, path = filesystem(uri)
+    try:
+        return int(fs.size(path))
+    except FileNotFoundError:
+        raise UserError(f"{uri}: the label file of split '{split}' is missing. Fix: re-run preprocessing, or "
+                        "correct the path in the feature spec.") from None
 
 
 def _checkpoint_name(v: Any) -> str:

@@ -1,7 +1,8 @@
 """Embedding sharding: the sharder, the planner and a readable plan (the config section: training.config).
 
 The planner gets its ``Topology`` from a hardware profile (``training.topology``), so a plan for
-64 MI300X can be made on a laptop: planning needs only meta tensors and the topology.
+64 MI300X can be made on a laptop: planning needs only meta tensors and the topology. A run resolves
+its profile (``auto``: from the device) with ``topology.resolve_profile`` and hands it to ``plan_tables``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from common.errors import UserError
 from training.config import ShardingConfig
 from training.rundir import RunDir
 
-from .topology import GiB, build_topology, load_profile, resolve_local_world_size
+from .topology import GiB, HardwareProfile, build_topology, resolve_local_world_size, resolve_profile
 
 SHARDING_TYPES = [t.value for t in ShardingType]
 COMPUTE_KERNELS = ["dense", "fused", "fused_uvm", "fused_uvm_caching"]
@@ -53,15 +54,10 @@ def sharders() -> list[ModuleSharder]:
     return [AllTypesSharder()]
 
 
-def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, batch_size: int,
-                 device_type: str, pooling_factors: dict[str, float] | None = None) -> EmbeddingShardingPlanner:
-    """A planner for ``world_size`` ranks of the config's profile (whose device type must be ``device_type``);
+def make_planner(cfg: ShardingConfig, profile: HardwareProfile, world_size: int, local_world_size: int,
+                 batch_size: int, pooling_factors: dict[str, float] | None = None) -> EmbeddingShardingPlanner:
+    """A planner for ``world_size`` ranks of ``profile`` with the config's constraints and reservation;
     ``pooling_factors``: table name -> mean ids a row looks up (multi-valued features; others default to 1)."""
-    profile = load_profile(cfg.profile)
-    if profile.compute_device != device_type:
-        raise UserError(f"hardware profile '{profile.name}' is for {profile.compute_device} devices but this run "
-                        f"uses {device_type}. Fix: set sharding.profile to a {device_type} profile "
-                        f"(e.g. {'cpu' if device_type == 'cpu' else 'mi300x'}).")
     topology = build_topology(profile, world_size, local_world_size)
     constraints = {name: ParameterConstraints(sharding_types=c.sharding_types, compute_kernels=c.compute_kernels)
                    for name, c in cfg.constraints.items()}
@@ -74,15 +70,16 @@ def make_planner(cfg: ShardingConfig, world_size: int, local_world_size: int, ba
 
 def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_size: int, local_world_size: int,
                 batch_size: int, pg: dist.ProcessGroup | None = None, *, optimizer: str = "rowwise_adagrad",
-                module_path: str = "", device_type: str | None = None,
+                module_path: str = "", profile: HardwareProfile | None = None,
                 pooling_factors: dict[str, float] | None = None) -> ShardingPlan:
     """Plan an EmbeddingBagCollection of ``tables`` (per-rank ``batch_size``) on meta tensors.
 
     With ``pg``, rank 0 plans and broadcasts the plan, or its error (raised on every rank, so no
     rank hangs). Without, the plan is made locally: no process group or hardware needed. The plan
     is keyed by ``module_path``, the EmbeddingBagCollection's path inside the model given to DMP.
-    ``device_type`` (default: the profile's) must match the profile's device. ``pooling_factors``: table
-    name -> mean ids per row (``SplitBinaryDataset.pooling_factors``), what the planner costs lookups by.
+    ``profile``: the resolved hardware profile (``topology.resolve_profile``; default: ``cfg.profile``
+    planned without a device, so not ``auto``). ``pooling_factors``: table name -> mean ids per row
+    (``SplitBinaryDataset.pooling_factors``), what the planner costs lookups by.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown embedding optimizer '{optimizer}'; use one of {', '.join(OPTIMIZERS)}")
@@ -90,16 +87,15 @@ def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_siz
     if unknown:
         raise UserError(f"sharding.constraints names unknown tables {sorted(unknown)}. Fix: use table names: "
                         f"{', '.join(t.name for t in tables)}.")
-    profile = load_profile(cfg.profile)
+    profile = profile or resolve_profile(cfg.profile)[0]
     local = resolve_local_world_size(profile, world_size, local_world_size)
-    device_type = device_type or profile.compute_device
     if pg is None:
-        plan = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type, pooling_factors)
+        plan = _plan(tables, cfg, profile, world_size, local, batch_size, optimizer, pooling_factors)
     else:
         box: list = [None]
         if dist.get_rank(pg) == 0:
             try:
-                box[0] = _plan(tables, cfg, world_size, local, batch_size, optimizer, device_type, pooling_factors)
+                box[0] = _plan(tables, cfg, profile, world_size, local, batch_size, optimizer, pooling_factors)
             except UserError as e:
                 box[0] = e
             except Exception as e:  # noqa: BLE001 - every rank must learn that rank 0 failed
@@ -111,16 +107,16 @@ def plan_tables(tables: list[EmbeddingBagConfig], cfg: ShardingConfig, world_siz
     return ShardingPlan({module_path: module_plan for module_plan in plan.plan.values()})
 
 
-def _plan(tables, cfg, world_size, local_world_size, batch_size, optimizer, device_type,
+def _plan(tables, cfg, profile, world_size, local_world_size, batch_size, optimizer,
           pooling_factors=None) -> ShardingPlan:
-    planner = make_planner(cfg, world_size, local_world_size, batch_size, device_type, pooling_factors)
+    planner = make_planner(cfg, profile, world_size, local_world_size, batch_size, pooling_factors)
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
     apply_optimizer_in_backward(OPTIMIZERS[optimizer][0], ebc.parameters(), {"lr": 0.01})
     try:
         return planner.plan(ebc, sharders())
     except PlannerError as e:
-        topology = build_topology(load_profile(cfg.profile), world_size, local_world_size)
-        raise does_not_fit(tables, cfg, topology, optimizer, str(e)) from None
+        topology = build_topology(profile, world_size, local_world_size)
+        raise does_not_fit(tables, cfg, profile, topology, optimizer, str(e)) from None
 
 
 def table_bytes(table: EmbeddingBagConfig, rows: int, cols: int, optimizer: str = "rowwise_adagrad") -> int:
@@ -131,7 +127,8 @@ def table_bytes(table: EmbeddingBagConfig, rows: int, cols: int, optimizer: str 
     return weights + state
 
 
-def does_not_fit(tables, cfg: ShardingConfig, topology: Topology, optimizer: str, detail: str) -> DoesNotFit:
+def does_not_fit(tables, cfg: ShardingConfig, profile: HardwareProfile, topology: Topology, optimizer: str,
+                 detail: str) -> DoesNotFit:
     """The error for a plan that found no placement: how much is needed, how much there is, what to change."""
     tier = "HBM" if topology.compute_device == "cuda" else "DDR"
     per_rank = (topology.devices[0].storage.hbm if tier == "HBM" else topology.devices[0].storage.ddr)
@@ -141,7 +138,7 @@ def does_not_fit(tables, cfg: ShardingConfig, topology: Topology, optimizer: str
     return DoesNotFit(
         f"does not fit: the embedding tables need {total / GiB:.1f} GiB ({optimizer} state included), i.e. "
         f"{total / topology.world_size / GiB:.1f} GiB {tier} per rank on {topology.world_size} ranks, but profile "
-        f"'{cfg.profile}' has {per_rank / GiB:.1f} GiB per rank ({usable / GiB:.1f} GiB after the "
+        f"'{profile.name}' has {per_rank / GiB:.1f} GiB per rank ({usable / GiB:.1f} GiB after the "
         f"{cfg.storage_reservation:.0%} reservation). Fix: use more ranks (at least {need_ranks}), a bigger "
         "frequency threshold or hash_buckets when preprocessing, arch.max_table_size, or fp16 embeddings.\n"
         f"TorchRec planner: {detail.strip().splitlines()[0]}")
@@ -180,12 +177,14 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: Topology,
-                optimizer: str = "rowwise_adagrad", pooling_factors: dict[str, float] | None = None) -> str:
-    """The plan as text: per table its sharding, kernel and ranks (and the pooling factors the planner was
-    given); per rank its memory vs capacity; whether it fits."""
+                optimizer: str = "rowwise_adagrad", pooling_factors: dict[str, float] | None = None,
+                profile_why: str = "") -> str:
+    """The plan as text: its first line the ranks, the device and the profile and why (``profile_why``, from
+    ``topology.resolve_profile``); per table its sharding, kernel and ranks (and the pooling factors the planner
+    was given); per rank its memory vs capacity; whether it fits."""
     nodes = topology.world_size // topology.local_world_size
     lines = [f"{RunDir.PLAN_HEADER} {topology.world_size} ranks ({nodes} node(s) x {topology.local_world_size}), "
-             f"device {topology.compute_device}",
+             f"device {topology.compute_device}" + (f"; profile {profile_why}" if profile_why else ""),
              f"{'table':<24} {'rows':>14} {'dim':>5}  {'sharding':<17} {'kernel':<18} ranks"]
     by_name = {t.name: t for t in tables}
     for module_plan in plan.plan.values():

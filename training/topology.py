@@ -5,14 +5,19 @@ host DRAM per rank, memory and link bandwidths, GPUs per node. TorchRec's defaul
 HBM, local world size = world size) are wrong for every machine below, so the planner always
 gets its numbers from here. Sizes are bytes and bandwidths bytes/s; a user YAML may write them
 as ``192 GiB`` / ``5.3 TB/s`` and may start from a built-in profile with ``base: mi300x``.
+
+``auto`` (the default) is resolved on each rank from the device it really has (``resolve_profile``):
+``cpu`` on a CPU, the built-in profile a GPU's name matches, else a profile made from the GPU's own
+properties (its memory; bandwidths from ``ARCH_BANDWIDTHS`` by architecture, conservative when unknown).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import Literal, NamedTuple
 
+import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, Topology, TopologyFactory, TrainerConfig
@@ -88,6 +93,115 @@ PROFILES: dict[str, HardwareProfile] = {
 }
 
 
+AUTO = "auto"  # sharding.profile resolved from the device a rank runs on
+
+
+class GpuBandwidths(NamedTuple):
+    """What a GPU architecture moves per second: its memory and, inside a node, to its peers (one way)."""
+
+    hbm_tb_s: float
+    intra_gb_s: float
+
+
+# By architecture: NVIDIA compute capability "major.minor", AMD gcnArchName's "gfxNNN". The low end of each
+# family's public figures (an A100 40GB, an L4), so that a plan made from them does not promise too much.
+ARCH_BANDWIDTHS: dict[str, GpuBandwidths] = {
+    "8.0": GpuBandwidths(1.55, 300),    # A100: NVLink 3
+    "8.6": GpuBandwidths(0.6, 32),      # A10, A40, RTX 30: PCIe 4
+    "8.9": GpuBandwidths(0.3, 32),      # L4, L40S, RTX 40: PCIe 4
+    "9.0": GpuBandwidths(2.0, 64),      # H100 PCIe, GH200 (SXM parts match the h100/h200 profiles by name)
+    "10.0": GpuBandwidths(8.0, 900),    # B200, GB200: NVLink 5
+    "12.0": GpuBandwidths(0.9, 64),     # RTX 50, RTX PRO 6000: PCIe 5
+    "gfx90a": GpuBandwidths(1.6, 100),  # MI210, MI250X: xGMI 3
+    "gfx942": GpuBandwidths(5.3, 336),  # MI300X, MI325X
+    "gfx950": GpuBandwidths(8.0, 427),  # MI350X, MI355X
+    "gfx1100": GpuBandwidths(0.8, 32),  # Radeon PRO W7900, RX 7900: PCIe 4
+}
+UNKNOWN_GPU = GpuBandwidths(0.5, 16)    # an architecture not above: assume little
+
+# A GPU's name (torch.cuda.get_device_name) -> built-in profile; the first match wins. PCIe cards of the same
+# chip (no NVLink, slower memory) are not the SXM parts these profiles describe: they are made from properties.
+_NAMED_GPUS = [(re.compile(pattern, re.I), name) for pattern, name in [
+    (r"MI355X", "mi355x"), (r"MI325X", "mi325x"), (r"MI300X", "mi300x"),
+    (r"H200(?!.*PCIe)", "h200"), (r"H100(?!.*(PCIe|NVL))", "h100")]]
+# ROCm may name a card generically ("AMD Radeon Graphics"); its architecture still tells the Instinct part
+_NAMED_ARCHS = {"gfx950": "mi355x", "gfx942": "mi300x"}
+
+
+class GpuFacts(NamedTuple):
+    """What torch says of one GPU: enough to pick or build its profile."""
+
+    name: str
+    arch: str            # "9.0" (NVIDIA compute capability) or "gfx942" (AMD, from gcnArchName)
+    total_memory: int    # bytes
+    vendor: str          # "nvidia" or "amd"
+
+
+def gpu_facts(index: int) -> GpuFacts:
+    """The facts of GPU ``index`` of this process (ROCm builds answer through ``torch.cuda`` too)."""
+    props = torch.cuda.get_device_properties(index)
+    name = torch.cuda.get_device_name(index)
+    if torch.version.hip:
+        arch = (getattr(props, "gcnArchName", "") or "").split(":")[0]
+        return GpuFacts(name, arch, int(props.total_memory), "amd")
+    return GpuFacts(name, f"{props.major}.{props.minor}", int(props.total_memory), "nvidia")
+
+
+def gpu_profile(facts: GpuFacts) -> tuple[HardwareProfile, str]:
+    """The profile for a GPU, and why: the built-in one its name (or AMD architecture) matches, with the
+    device's own memory where it differs (a MIG slice, a 94 GB part); else one made from its properties."""
+    named = next((name for pattern, name in _NAMED_GPUS if pattern.search(facts.name)), None)
+    if named is None and facts.vendor == "amd" and facts.arch in _NAMED_ARCHS:
+        named = _NAMED_ARCHS[facts.arch]
+        if named == "mi300x" and facts.total_memory > 200 * GiB:  # gfx942 with 256 GiB is an MI325X
+            named = "mi325x"
+    memory = f"{facts.total_memory / GiB:.0f} GiB"
+    if named is not None:
+        profile = PROFILES[named].model_copy()
+        why = f"auto: {facts.name} -> {named}"
+        if abs(facts.total_memory - profile.hbm_cap) > 0.05 * profile.hbm_cap:
+            profile.hbm_cap = facts.total_memory
+            why += f" with the device's {memory}"
+        return profile, why
+    bandwidths = ARCH_BANDWIDTHS.get(facts.arch)
+    known = bandwidths is not None
+    bandwidths = bandwidths or UNKNOWN_GPU
+    name = re.sub(r"[^a-z0-9]+", "-", facts.name.lower()).strip("-") or "gpu"
+    profile = HardwareProfile(name=name, compute_device="cuda", hbm_cap=facts.total_memory, ddr_cap=None,
+                              hbm_mem_bw=bandwidths.hbm_tb_s * 1e12, ddr_mem_bw=100 * GB_S,
+                              hbm_to_ddr_mem_bw=32 * GB_S, intra_host_bw=bandwidths.intra_gb_s * GB_S,
+                              inter_host_bw=12.5 * GB_S)
+    source = f"the bandwidths of architecture {facts.arch}" if known else \
+        f"conservative bandwidths (architecture {facts.arch or '?'} is not in training.topology.ARCH_BANDWIDTHS)"
+    return profile, (f"auto: {facts.name} -> {name}, made from its properties ({memory}, {source}; "
+                     "no built-in profile matches it: name one or a profile YAML for better plans)")
+
+
+def resolve_profile(name_or_yaml_path: str, device: torch.device | str | None = None) -> tuple[HardwareProfile, str]:
+    """The hardware profile a run plans with, and why ("auto: NVIDIA H100 80GB HBM3 -> h100"; the plan's
+    first line says it).
+
+    ``auto`` needs ``device``, the device this rank uses: ``cpu`` there, else the GPU's profile
+    (``gpu_profile``). A named profile or YAML is loaded as given and must be for ``device``'s type when
+    one is given. ``device=None`` is planning without hardware (``dlrmflow plan``)."""
+    device = None if device is None else torch.device(device)
+    if name_or_yaml_path == AUTO:
+        if device is None:
+            raise UserError("sharding.profile 'auto' is resolved on the device each rank runs on, and planning "
+                            "without training has none. Fix: name the hardware, e.g. --sharding.profile "
+                            f"{'|'.join(PROFILES)} or a profile YAML.")
+        if device.type == "cpu":
+            return PROFILES["cpu"].model_copy(), "auto: cpu -> cpu"
+        return gpu_profile(gpu_facts(device.index or 0))
+    profile = load_profile(name_or_yaml_path)
+    if device is not None and profile.compute_device != device.type:
+        hint = "auto or cpu" if device.type == "cpu" else \
+            f"auto (here {gpu_profile(gpu_facts(device.index or 0))[1]})"
+        raise UserError(f"hardware profile '{profile.name}' is for {profile.compute_device} devices but this run "
+                        f"uses {device.type}. Fix: set sharding.profile to {hint}.")
+    return profile, f"{profile.name} (sharding.profile)"
+
+
 def load_profile(name_or_yaml_path: str) -> HardwareProfile:
     """A built-in profile by name, or a YAML file (local or fsspec URI) of HardwareProfile fields.
 
@@ -96,8 +210,8 @@ def load_profile(name_or_yaml_path: str) -> HardwareProfile:
     if name_or_yaml_path in PROFILES:
         return PROFILES[name_or_yaml_path].model_copy()
     if not name_or_yaml_path.endswith((".yaml", ".yml")):
-        raise UserError(f"unknown hardware profile '{name_or_yaml_path}'. Fix: use one of "
-                        f"{', '.join(PROFILES)}, or the path of a profile YAML.")
+        raise UserError(f"unknown hardware profile '{name_or_yaml_path}'. Fix: use {AUTO} (the device's own), "
+                        f"one of {', '.join(PROFILES)}, or the path of a profile YAML.")
     try:
         data = yaml.safe_load(read_text(name_or_yaml_path)) or {}
     except FileNotFoundError:

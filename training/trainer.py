@@ -29,13 +29,13 @@ from tqdm import tqdm
 from common.errors import UserError
 from training import metrics
 from training.checkpoint import Checkpointer
-from training.config import DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
+from training.config import HOLDOUT, DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
 from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
-from training.topology import build_topology, load_profile
+from training.topology import build_topology, resolve_profile
 
 EMBEDDING_OPTIMIZERS = {"rowwise_adagrad": RowWiseAdagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 EBC_PATH = "model.sparse_arch.embedding_bag_collection"  # the tables' module inside DLRMTask
@@ -78,6 +78,10 @@ class Trainer(Stateful):
         self._datasets: dict[str, SplitBinaryDataset] = {}
         self.train_data = self.dataset(cfg.data.train_split)
         self.spec = self.train_data.spec
+        if self.eval_split == HOLDOUT:   # the split's last rows validate, the rows before them train
+            whole = self.train_data
+            cut = whole.num_rows - min(cfg.data.holdout_size(whole.num_rows), whole.num_rows)
+            self.train_data, self._datasets[HOLDOUT] = whole.rows(0, cut), whole.rows(cut, whole.num_rows)
         self.batch_size = per_rank(cfg.data.batch_size, env.world_size)
         self.eval_batch_size = per_rank(cfg.data.eval_batch_size, env.world_size, "data.eval_batch_size")
         self.tables = embedding_tables(cfg.arch, self.spec, cfg.precision)
@@ -92,7 +96,8 @@ class Trainer(Stateful):
 
     # ---- building ------------------------------------------------------------------------
     def dataset(self, split: str) -> SplitBinaryDataset:
-        """A split of the dataset (opened once)."""
+        """A split of the dataset (opened once); ``HOLDOUT``: the last rows of the training split, which it then
+        does not train on (eval_split 'holdout')."""
         if split not in self._datasets:
             data = self.cfg.data
             self._datasets[split] = SplitBinaryDataset(
@@ -102,7 +107,7 @@ class Trainer(Stateful):
 
     @cached_property
     def eval_split(self) -> str | None:
-        """The split validated on during training (``eval_split``, or ``test`` for a missing default)."""
+        """The split validated on during training (``eval_split``, or ``HOLDOUT`` for a missing default)."""
         return self.cfg.check_splits(self.spec.splits)
 
     def pooling_factors(self) -> dict[str, float]:
@@ -118,11 +123,12 @@ class Trainer(Stateful):
         kwargs = optimizer_kwargs(emb)
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[emb.type], task.model.sparse_arch.parameters(), kwargs)
         factors = self.pooling_factors()
+        profile, why = resolve_profile(cfg.sharding.profile, env.device)  # every rank: the same error everywhere
         plan = plan_tables(self.tables, cfg.sharding, env.world_size, env.local_world_size, self.batch_size,
-                           pg=dist.GroupMember.WORLD, optimizer=emb.type, module_path=EBC_PATH,
-                           device_type=env.device.type, pooling_factors=factors)
-        topology = build_topology(load_profile(cfg.sharding.profile), env.world_size, env.local_world_size)
-        text = format_plan(plan, self.tables, topology, emb.type, factors)
+                           pg=dist.GroupMember.WORLD, optimizer=emb.type, module_path=EBC_PATH, profile=profile,
+                           pooling_factors=factors)
+        topology = build_topology(profile, env.world_size, env.local_world_size)
+        text = format_plan(plan, self.tables, topology, emb.type, factors, why)
         dmp = DistributedModelParallel(task, device=env.device, plan=plan, sharders=sharders())
         init_embeddings(dmp.state_dict(), self.tables, cfg.seed)
         return dmp, text
@@ -226,8 +232,10 @@ class Trainer(Stateful):
     def train(self) -> None:
         """Train until ``epochs``/``max_steps`` or early stopping; checkpoint and validate on the way."""
         if self.steps_per_epoch() == 0:
-            raise UserError(f"split '{self.cfg.data.train_split}' has {self.train_data.num_rows} rows, fewer than one "
-                            f"global batch ({self.cfg.data.batch_size}). Fix: use a smaller data.batch_size.")
+            held = (f" left to train on after the holdout of {self._datasets[HOLDOUT].num_rows}"
+                    if self.eval_split == HOLDOUT else "")
+            raise UserError(f"split '{self.cfg.data.train_split}' has {self.train_data.num_rows} rows{held}, fewer than "
+                            f"one global batch ({self.cfg.data.batch_size}). Fix: use a smaller data.batch_size.")
         if self.step == 0 and self.cfg.init_from is not None:  # a fresh run; a resumed one has its own weights
             from training.warmstart import warm_start
 

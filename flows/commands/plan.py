@@ -72,20 +72,21 @@ def run(args: argparse.Namespace) -> int:
     from training.data import spec_pooling_factors
     from training.model import embedding_tables, table_name
     from training.sharding import format_plan, plan_tables
-    from training.topology import build_topology, load_profile
+    from training.topology import build_topology, resolve_profile
 
     logging.getLogger().setLevel(logging.ERROR)  # TorchRec warns about data-parallel tables having no shard spec
     request, cfg, batch = _config(args)
     spec = _spec(request)
     tables = embedding_tables(cfg.arch, spec, cfg.precision)
     factors = {table_name(f): v for f, v in spec_pooling_factors(spec, cfg.data.train_split).items()}
-    profile = load_profile(cfg.sharding.profile)
+    profile, why = resolve_profile(cfg.sharding.profile)  # no device here: 'auto' is refused, in one line
     optimizer = cfg.optimizer.embedding.type
     world, local = request.world_size, request.local_world_size
     print(f"Planning {len(tables)} tables (dim {cfg.arch.embedding_dim}) for {world} x {profile.name}, "
           f"batch {batch} per rank, {optimizer} ...", flush=True)
-    plan = plan_tables(tables, cfg.sharding, world, local, batch, optimizer=optimizer, pooling_factors=factors)
-    text = format_plan(plan, tables, build_topology(profile, world, local), optimizer, factors)
+    plan = plan_tables(tables, cfg.sharding, world, local, batch, optimizer=optimizer, profile=profile,
+                       pooling_factors=factors)
+    text = format_plan(plan, tables, build_topology(profile, world, local), optimizer, factors, why)
     print(text)
     if request.out:
         write_uri(request.out, text + "\n")

@@ -21,7 +21,8 @@ from feature_spec import Chunk, Feature, FeatureSpec, save
 from training.config import ShardingConfig, TableConstraint
 from training.sharding import (DoesNotFit, format_plan, plan_tables, rank_usage,
                                table_bytes)
-from training.topology import GiB, PROFILES, build_topology, host_memory, load_profile
+from training.topology import (ARCH_BANDWIDTHS, GiB, PROFILES, UNKNOWN_GPU, build_topology, host_memory,
+                               load_profile, resolve_profile)
 
 REPO = Path(__file__).resolve().parents[2]
 # MLPerf DLRMv2 / Criteo 1TB row counts (capped at 40M): ~91 GiB of fp32 tables at dim 128
@@ -103,12 +104,97 @@ def test_not_fitting_names_the_need_the_capacity_and_the_fix():
 
 def test_row_wise_allowed_on_cpu_by_constraint():
     tables = tables_of([1000, 50])
-    cfg = ShardingConfig(constraints={"t_cat_0": TableConstraint(sharding_types=["row_wise"])})
+    cfg = ShardingConfig(profile="cpu", constraints={"t_cat_0": TableConstraint(sharding_types=["row_wise"])})
     plan = plan_tables(tables, cfg, 2, 2, 64, module_path="model.sparse_arch.embedding_bag_collection")
     ps = plan.plan["model.sparse_arch.embedding_bag_collection"]["t_cat_0"]
     assert (ps.sharding_type, ps.ranks) == ("row_wise", [0, 1])
-    with pytest.raises(UserError, match="for cuda devices but this run uses cpu"):
-        plan_tables(tables, ShardingConfig(profile="h200"), 2, 2, 64, device_type="cpu")
+
+
+# ---- sharding.profile: auto (the default), with torch.cuda stubbed ------------------------------
+@pytest.fixture
+def gpu(monkeypatch):
+    """Make torch.cuda report one GPU: ``gpu(name, arch, memory_gib, hip=None)`` (arch "9.0" or "gfx942:...")."""
+    from types import SimpleNamespace
+
+    def report(name: str, arch: str, memory_gib: float, hip: str | None = None) -> None:
+        if hip:
+            props = SimpleNamespace(gcnArchName=arch, total_memory=int(memory_gib * GiB), major=9, minor=4)
+        else:
+            major, minor = map(int, arch.split("."))
+            props = SimpleNamespace(major=major, minor=minor, total_memory=int(memory_gib * GiB))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: props)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: name)
+        monkeypatch.setattr(torch.version, "hip", hip)
+    return report
+
+
+def test_auto_on_cpu_is_the_cpu_profile_and_plans_the_same():
+    tables = tables_of([1000, 50, 20_000], dim=16)
+    assert resolve_profile("auto", torch.device("cpu")) == (PROFILES["cpu"], "auto: cpu -> cpu")
+    assert ShardingConfig().profile == "auto"
+    auto = plan_tables(tables, ShardingConfig(), 2, 2, 64, profile=resolve_profile("auto", "cpu")[0])
+    named = plan_tables(tables, ShardingConfig(profile="cpu"), 2, 2, 64)
+    assert auto == named
+
+
+@pytest.mark.parametrize("name, arch, memory, hip, expected", [
+    ("NVIDIA H100 80GB HBM3", "9.0", 79.1, None, "h100"),
+    ("NVIDIA H200", "9.0", 139.8, None, "h200"),
+    ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 191.98, "6.4.1", "mi300x"),
+    ("AMD Radeon Graphics", "gfx942:sramecc+:xnack-", 256, "6.4.1", "mi325x"),  # a generic ROCm name: by arch
+    ("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", 288, "7.0.0", "mi355x"),
+])
+def test_auto_picks_the_builtin_profile_of_each_vendors_gpu(gpu, name, arch, memory, hip, expected):
+    gpu(name, arch, memory, hip)
+    profile, why = resolve_profile("auto", torch.device("cuda", 0))
+    assert profile == PROFILES[expected] and why == f"auto: {name} -> {expected}"
+    # the default training config plans on it; ranks per node are the launcher's (2), not the profile's 8
+    cfg = ShardingConfig()
+    tables = tables_of(CRITEO_1TB[:8], dim=64)
+    plan = plan_tables(tables, cfg, 2, 2, 4096, profile=resolve_profile(cfg.profile, "cuda:0")[0])
+    text = format_plan(plan, tables, build_topology(profile, 2, 2), profile_why=why)
+    assert text.splitlines()[0] == f"Sharding plan: 2 ranks (1 node(s) x 2), device cuda; profile {why}"
+    assert "FITS" in text
+
+
+def test_auto_takes_the_devices_own_memory_and_builds_a_profile_for_unknown_cards(gpu):
+    gpu("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "9.0", 39.5, None)   # a MIG slice: h100, with its 40 GiB
+    profile, why = resolve_profile("auto", "cuda")
+    assert (profile.name, profile.hbm_cap, profile.hbm_mem_bw) == ("h100", int(39.5 * GiB), PROFILES["h100"].hbm_mem_bw)
+    assert why.endswith("-> h100 with the device's 40 GiB")
+    gpu("NVIDIA H100 PCIe", "9.0", 79.6, None)   # no NVLink, slower memory: not the SXM profile
+    profile, why = resolve_profile("auto", "cuda")
+    assert profile.name == "nvidia-h100-pcie" and profile.intra_host_bw == ARCH_BANDWIDTHS["9.0"].intra_gb_s * 1e9
+    gpu("NVIDIA L4", "8.9", 22.5, None)
+    profile, why = resolve_profile("auto", "cuda")
+    assert (profile.name, profile.compute_device, profile.hbm_cap) == ("nvidia-l4", "cuda", int(22.5 * GiB))
+    assert profile.hbm_mem_bw == 0.3e12 and "made from its properties (22 GiB, the bandwidths of architecture 8.9" in why
+    gpu("Future Accelerator 9000", "13.1", 512, None)
+    profile, why = resolve_profile("auto", "cuda")
+    assert (profile.hbm_mem_bw, profile.intra_host_bw) == (UNKNOWN_GPU.hbm_tb_s * 1e12, UNKNOWN_GPU.intra_gb_s * 1e9)
+    assert "conservative bandwidths (architecture 13.1 is not in training.topology.ARCH_BANDWIDTHS)" in why
+    tables = tables_of(CRITEO_1TB[:8], dim=64)
+    assert plan_tables(tables, ShardingConfig(), 1, 1, 4096, profile=profile).plan[""]
+
+
+def test_a_profile_for_the_wrong_device_or_auto_without_one_is_one_line(gpu, capsys):
+    with pytest.raises(UserError, match=r"'h200' is for cuda devices but this run uses cpu\. Fix: set "
+                                        r"sharding.profile to auto or cpu\.$"):
+        resolve_profile("h200", "cpu")
+    gpu("NVIDIA H100 80GB HBM3", "9.0", 79.1, None)
+    with pytest.raises(UserError, match=r"'cpu' is for cpu devices but this run uses cuda\. Fix: set "
+                                        r"sharding.profile to auto \(here auto: NVIDIA H100 80GB HBM3 -> h100\)"):
+        resolve_profile("cpu", "cuda:0")
+    assert resolve_profile("mi300x", "cuda:0") == (PROFILES["mi300x"], "mi300x (sharding.profile)")
+    with pytest.raises(UserError, match="Fix: use auto"):
+        resolve_profile("a100", "cuda:0")
+
+    from flows.cli import main
+
+    assert main(["plan", "--cardinalities", "1000", "50", "--world-size", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sharding.profile 'auto' is resolved on the device" in err
+    assert "--sharding.profile auto|cpu" not in err and "--sharding.profile cpu|mi300x" in err
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -156,13 +242,14 @@ def _worker() -> None:
     rank, ws = dist.get_rank(), dist.get_world_size()
     # rank 0's planner error reaches every rank instead of leaving rank 1 waiting in the broadcast
     try:
-        plan_tables(tables_of([10**10]), ShardingConfig(), ws, ws, 8, pg=dist.group.WORLD)
+        plan_tables(tables_of([10**10]), ShardingConfig(profile="cpu"), ws, ws, 8, pg=dist.group.WORLD)
         raise AssertionError("a 5 TB table fitted")
     except DoesNotFit:
         pass
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=8, num_embeddings=n, feature_names=[f"f{i}"])
               for i, n in enumerate((50, 31, 7))]
-    cfg = ShardingConfig(constraints={t.name: TableConstraint(sharding_types=["row_wise"]) for t in tables})
+    cfg = ShardingConfig(profile="cpu", constraints={t.name: TableConstraint(sharding_types=["row_wise"])
+                                                     for t in tables})
     plan = plan_tables(tables, cfg, ws, ws, 16, pg=dist.group.WORLD)
     assert {ps.sharding_type for ps in plan.plan[""].values()} == {"row_wise"}
     torch.manual_seed(0)

@@ -148,11 +148,12 @@ def test_planner_sees_the_pooling_factors(lists, capsys):
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     from training.sharding import make_planner, sharders
+    from training.topology import PROFILES
 
     tables = [EmbeddingBagConfig(name=f"t_{i}", embedding_dim=16, num_embeddings=1000, feature_names=[f"f{i}"])
               for i in range(2)]
     cfg = ShardingConfig(constraints={"t_0": {"sharding_types": ["table_wise"]}})
-    planner = make_planner(cfg, 2, 2, 512, "cpu", pooling_factors={"t_0": 20.0, "t_1": 1.0})
+    planner = make_planner(cfg, PROFILES["cpu"], 2, 2, 512, pooling_factors={"t_0": 20.0, "t_1": 1.0})
     constraints: dict[str, ParameterConstraints] = planner._constraints
     assert constraints["t_0"].pooling_factors == [20.0] and constraints["t_0"].sharding_types == ["table_wise"]
     assert constraints["t_1"].pooling_factors == [1.0]
