@@ -18,6 +18,7 @@ its values file. The KeyedJaggedTensor then carries the real lengths (N, or the 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterator
 
@@ -76,6 +77,17 @@ class SplitBinaryDataset:
             self._open_categorical(f) for f in spec.categorical_features]
         self.multi_valued = any(spec.feature_spec[f].multi_valued for f in spec.categorical_features)
         self.num_rows = self._check_rows()
+        self.start = 0   # the split's first row this dataset reads (``rows``: a range of the split)
+
+    def rows(self, start: int, stop: int) -> "SplitBinaryDataset":
+        """Rows [start, stop) of this split as a dataset of their own (sharing the open files): it batches, shards
+        over the ranks and reads them exactly as a split of ``stop - start`` rows (the holdout of a training
+        split: its first rows train, its last rows validate)."""
+        if not 0 <= start <= stop <= self.num_rows:
+            raise ValueError(f"rows [{start}, {stop}) of split '{self.split}' ({self.num_rows} rows)")
+        view = copy.copy(self)
+        view.start, view.num_rows = self.start + start, stop - start
+        return view
 
     # ---- opening -----------------------------------------------------------------------
     def _numerical_dtype(self) -> str:
@@ -170,9 +182,10 @@ class SplitBinaryDataset:
         return Prefetcher(source, prefetch) if prefetch > 0 else source
 
     def read(self, lo: int, hi: int, rows: int | None = None) -> Batch:
-        """Rows [lo, hi) as a Batch, padded to ``rows`` rows (default hi - lo)."""
+        """Rows [lo, hi) (of this dataset's rows) as a Batch, padded to ``rows`` rows (default hi - lo)."""
         n = hi - lo
         rows = n if rows is None else rows
+        lo, hi = lo + self.start, hi + self.start
         labels = np.empty(rows, np.float32)
         labels[:n] = self._label[lo:hi]
         labels[n:] = PAD_LABEL
