@@ -79,3 +79,47 @@ def test_a_two_rank_checkpoint_loads_on_one_rank_with_another_plan(runs):
     assert got["val"]["rows"] == best["rows"] == 300
     assert got["val"]["logloss"] == pytest.approx(best["logloss"], rel=1e-5)
     assert got["val"]["auc"] == pytest.approx(best["auc"], rel=1e-5)
+
+
+def gpu_plan_constraints(dataset, world_size: int, batch_per_rank: int) -> str:
+    """The sharding an H100 node would use for the dataset's tables (planned on meta tensors, no GPU), as
+    sharding constraints that make CPU ranks lay the tables out the same way."""
+    import feature_spec as fspec
+    from training.config import TrainConfig
+    from training.model import embedding_tables
+    from training.sharding import plan_tables
+    from training.topology import PROFILES
+
+    cfg = TrainConfig(dataset=str(dataset))
+    tables = embedding_tables(cfg.arch, fspec.load(str(dataset)), cfg.precision)
+    plan = plan_tables(tables, cfg.sharding, world_size, world_size, batch_per_rank, profile=PROFILES["h100"])
+    return json.dumps({t: {"sharding_types": [ps.sharding_type], "compute_kernels": [ps.compute_kernel]}
+                       for t, ps in plan.plan[""].items()})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_checkpoint_with_a_gpu_plans_layout_resumes_and_exports_under_the_cpu_plan(runs, tmp_path):
+    """Trained on GPUs, continued on a CPU machine: a checkpoint written by 2 ranks with the table layout an
+    H100 plan gives is the same DCP format; 1 CPU rank resumes it under its own plan and exports it."""
+    from training.export import export_bundle, unsharded_state
+
+    ds, *_ = runs
+    run = tmp_path / "gpu-layout"
+    gpu = gpu_plan_constraints(ds, 2, 64)
+    assert "row_wise" in gpu and "table_wise" in gpu   # not the layout the CPU profile picks
+    one_epoch = ["epochs=1" if a == "epochs=2" else a for a in COMMON]
+    train(ds, run, *one_epoch, "--set", f"sharding.constraints={gpu}", nproc=2)
+    first_plan = (run / "plan.txt").read_text()
+    proc = train(ds, run, "--resume", "--set", "epochs=2", "--set", "sharding.constraints={}", nproc=1)
+    assert "Sharding plan: 1 ranks (1 node(s) x 1), device cpu; profile auto: cpu -> cpu" in proc.stdout
+    assert (run / "plan.txt").read_text() != first_plan
+    steps = [m["step"] for m in metrics(run) if "loss" in m]
+    assert steps == list(range(1, 21)), "the resume went on from step 10"
+    bundle = export_bundle(str(run), 20, str(tmp_path / "bundle"))
+    state = unsharded_state(str(run), 20)
+    reference = {k.removeprefix("model.model."): v for k, v in checkpoint_tensors(run, 20, tmp_path).items()
+                 if k.startswith("model.model.")}
+    assert state.keys() == reference.keys() and bundle["files"]
+    for key, value in reference.items():
+        assert torch.equal(state[key], value), key
