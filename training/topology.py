@@ -202,6 +202,15 @@ def resolve_profile(name_or_yaml_path: str, device: torch.device | str | None = 
     return profile, f"{profile.name} (sharding.profile)"
 
 
+def profile_to_load_on(name_or_yaml_path: str, device: torch.device | str) -> str:
+    """The profile a saved run plans with when it is loaded on ``device`` to evaluate, score or export: its own
+    when that is for ``device``'s type (or ``auto``), else ``auto`` (trained on GPUs, evaluated on a CPU machine,
+    or the reverse: DCP reshards the checkpoint to the plan of the device at hand)."""
+    if name_or_yaml_path == AUTO or load_profile(name_or_yaml_path).compute_device == torch.device(device).type:
+        return name_or_yaml_path
+    return AUTO
+
+
 def load_profile(name_or_yaml_path: str) -> HardwareProfile:
     """A built-in profile by name, or a YAML file (local or fsspec URI) of HardwareProfile fields.
 

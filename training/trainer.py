@@ -35,7 +35,7 @@ from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
 from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
-from training.topology import build_topology, resolve_profile
+from training.topology import build_topology, profile_to_load_on, resolve_profile
 
 EMBEDDING_OPTIMIZERS = {"rowwise_adagrad": RowWiseAdagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 EBC_PATH = "model.sparse_arch.embedding_bag_collection"  # the tables' module inside DLRMTask
@@ -179,12 +179,15 @@ class Trainer(Stateful):
         """The model of a run folder with checkpoint ``best|latest|STEP`` loaded (model weights only).
 
         Call on every rank (it joins the process group if needed). ``overrides`` change the run's
-        config, e.g. ``{"dataset": ..., "sharding.constraints": ...}`` (DCP reshards on load)."""
+        config, e.g. ``{"dataset": ..., "sharding.constraints": ...}`` (DCP reshards on load). The plan is for
+        this rank's device (``topology.profile_to_load_on``), whatever the device the run trained on."""
         from training.distributed import init
 
         run = RunDir(run)
         cfg = run.load_config().with_overrides(overrides or {})
-        trainer = cls(cfg, env or init(cfg.pg_timeout_s))
+        env = env or init(cfg.pg_timeout_s)
+        cfg = cfg.with_overrides({"sharding.profile": profile_to_load_on(cfg.sharding.profile, env.device)})
+        trainer = cls(cfg, env)
         trainer.load(Checkpointer(run), which, model_only=True)
         return trainer
 

@@ -4,11 +4,15 @@ a checkpoint saved by 2 ranks loads on 1 rank under another sharding plan."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from helpers.datasets import CARDS, write_dataset
+from helpers.paths import REPO
 from helpers.processes import one_rank
 from helpers.runs import checkpoint_tensors, metrics, train
 from training.checkpoint import Checkpointer
@@ -101,7 +105,8 @@ def gpu_plan_constraints(dataset, world_size: int, batch_per_rank: int) -> str:
 @pytest.mark.timeout(400)
 def test_a_checkpoint_with_a_gpu_plans_layout_resumes_and_exports_under_the_cpu_plan(runs, tmp_path):
     """Trained on GPUs, continued on a CPU machine: a checkpoint written by 2 ranks with the table layout an
-    H100 plan gives is the same DCP format; 1 CPU rank resumes it under its own plan and exports it."""
+    H100 plan gives is the same DCP format; its config naming the h100 profile, 1 CPU rank evaluates it under its
+    own plan, resumes it (with sharding.profile auto) and exports it."""
     from training.export import export_bundle, unsharded_state
 
     ds, *_ = runs
@@ -111,7 +116,16 @@ def test_a_checkpoint_with_a_gpu_plans_layout_resumes_and_exports_under_the_cpu_
     one_epoch = ["epochs=1" if a == "epochs=2" else a for a in COMMON]
     train(ds, run, *one_epoch, "--set", f"sharding.constraints={gpu}", nproc=2)
     first_plan = (run / "plan.txt").read_text()
-    proc = train(ds, run, "--resume", "--set", "epochs=2", "--set", "sharding.constraints={}", nproc=1)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("profile: auto", "profile: h100"))   # as the GPU run wrote it
+    assert "profile: h100" in config.read_text()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    evaluated = subprocess.run([sys.executable, "-m", "flows.cli", "evaluate", "--run", str(run), "--split", "val"],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=200)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads((run / "eval" / "val" / "metrics.json").read_text())["auc"] > 0.5
+    proc = train(ds, run, "--resume", "--set", "epochs=2", "--set", "sharding.constraints={}",
+                 "--set", "sharding.profile=auto", nproc=1)
     assert "Sharding plan: 1 ranks (1 node(s) x 1), device cpu; profile auto: cpu -> cpu" in proc.stdout
     assert (run / "plan.txt").read_text() != first_plan
     steps = [m["step"] for m in metrics(run) if "loss" in m]
