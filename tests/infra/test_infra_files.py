@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 DOCKER, K8S, SLURM, RCCL = INFRA / "docker", INFRA / "k8s", INFRA / "slurm", INFRA / "rccl"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-PY_MINOR = re.fullmatch(r"==(\d+\.\d+)\.\*", PYPROJECT["project"]["requires-python"]).group(1)
+PY_MINOR = re.fullmatch(r">=(\d+\.\d+),<\d+\.\d+", PYPROJECT["project"]["requires-python"]).group(1)  # the lowest: the images'
 PINS = dict(re.fullmatch(r"([\w-]+)==([\w.]+)", d.split("#")[0].strip()).groups()
             for d in PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["cpu"]
             if "==" in d)
