@@ -32,6 +32,8 @@ LOCK=infra/requirements.lock
 TORCH_LOCK=infra/torch-cpu.lock   # torch's version and the hashes of its CPU wheels (make lock adds them)
 SUPPORTED="CPython 3.11, 3.12 or 3.13"
 export UV_PYTHON_DOWNLOADS=never  # uv uses the interpreter chosen here and never downloads one
+# uv trusts the system's certificates, as the standard-library fetch of uv does (a proxy's own CA included)
+export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-1}
 
 die() { echo "error: $*" >&2; exit 1; }
 
