@@ -231,10 +231,10 @@ def test_one_rccl_profile_is_the_only_source_of_rccl_settings():
     for path in [*K8S.iterdir(), *SLURM.iterdir(), *DOCKER.iterdir()]:
         text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
         assert not RCCL_VAR.search(text), f"{path}: RCCL/NCCL variables belong in infra/rccl/*.env"
-    rendered = build_launcher({"kind": "slurm"}).render(train_job(), "s3://b/runs/r1")
-    assert all(f"export {k}={v}\n" in rendered for k, v in profile.items())
+    rendered = build_launcher({"kind": "slurm"}).render(train_job(), "s3://b/runs/r1", hardware="mi300x")
+    assert all(f"\nexport {k}={v}\n" in rendered for k, v in profile.items())   # an AMD job's default
     cm = next(yaml.safe_load_all(build_launcher({"kind": "kubernetes"}).render(train_job(), "s3://b/runs/r1")))
-    assert cm["kind"] == "ConfigMap" and cm["data"] == profile
+    assert cm["kind"] == "ConfigMap" and cm["data"] == profile   # amd.com/gpu, the default GPU resource
 
 
 def test_no_credentials_outside_the_dev_compose_file():

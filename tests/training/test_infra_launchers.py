@@ -236,7 +236,9 @@ def test_kubernetes_manifest_keeps_hostile_strings_as_data(tmp_path):
                           env={**os.environ, "JOB_COMPLETION_INDEX": "1", "DLRMFLOW_RDZV_ENDPOINT": "pod-0:29500"})
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists() and not (tmp_path / "INJECTED").exists()
-    argv = json.loads(proc.stdout.splitlines()[0].partition(" argv ")[2])
+    said, argv_line = proc.stdout.splitlines()[:2]
+    assert said == "dlrmflow: environment profile none (launcher.rccl_profiles)"
+    argv = json.loads(argv_line.partition(" argv ")[2])
     assert argv[argv.index("--rdzv-endpoint") + 1] == "pod-0:29500"
     assert argv[argv.index("--rdzv-conf") + 1] == "is_host=0,join_timeout=900"
     assert argv[-3:] == ["-m", "training.train_worker", run]
@@ -258,24 +260,183 @@ def test_slurm_script_directives_environment_and_node_command(tmp_path):
     launcher = build_launcher({"kind": "slurm", "nodes": 2, "partition": "mi300x", "time_limit": "01:00:00",
                                "sbatch_options": ["--qos=high"], "setup": ["echo setting up"], "env": {"X": "2"},
                                "work_dir": str(tmp_path)})
-    text = launcher.render(train_job(resume=True), run, env={"PET_TEE": "3"})
+    text = launcher.render(train_job(resume=True), run, env={"PET_TEE": "3"}, hardware="mi300x")
     assert [line for line in text.splitlines() if line.startswith("#SBATCH")] == [
         "#SBATCH --job-name=dlrmflow-train-r1", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gpus-per-node=8", "#SBATCH --partition=mi300x", "#SBATCH --time=01:00:00", "#SBATCH --exclusive",
         f"#SBATCH --output={tmp_path}/dlrmflow-train-r1-%j.out", "#SBATCH --qos=high"]
     assert "{{" not in text and "echo setting up" in text
-    assert all(f"export {k}={v}" in text for k, v in {**AMD, "X": "2", "PET_TEE": "3"}.items())  # profile verbatim
+    assert all(f"\nexport {k}={v}\n" in text for k, v in {**AMD, "X": "2", "PET_TEE": "3"}.items())  # profile verbatim
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert srun == 'srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$node_command"'
-    assert launcher.node_command(train_job(resume=True), run) == (
-        'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
-        '--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id r1 --rdzv-conf "is_host=$(( SLURM_NODEID == 0 )),'
-        'join_timeout=900" --max-restarts 0 -m training.train_worker s3://bucket/runs/r1 --resume')
+    assert launcher.node_command(train_job(resume=True), run) == (   # the submitting interpreter by default
+        f'exec {shlex.quote(sys.executable)} -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 '
+        '--rdzv-backend c10d --rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id r1 --rdzv-conf "is_host=$(( '
+        'SLURM_NODEID == 0 )),join_timeout=900" --max-restarts 0 -m training.train_worker s3://bucket/runs/r1 --resume')
 
     cpu = build_launcher({"kind": "slurm", "nodes": 3, "gpus_per_node": 0, "nproc_per_node": 2, "exclusive": False,
                           "rccl_profiles": [], "work_dir": str(tmp_path)}).render(train_job(), run)
     assert "--gpus-per-node" not in cpu and "--exclusive" not in cpu and "export NCCL" not in cpu
     assert "--nproc-per-node 2 --nnodes 3" in cpu
+
+
+# ---------------------------------------------------------------- the defaults that fit the cluster
+# (issue 32: the AMD profile's NICs and HSA_* settings for every job steered NCCL on an NVIDIA cluster away from its
+# InfiniBand devices; the nodes' system Python ran the ranks of a job submitted from a venv not activated)
+
+AMD_ONLY = ("NCCL_IB_HCA=bnxt_re", "HSA_", "RCCL_", "GPU_MAX_HW_QUEUES", "NCCL_IB_GID_INDEX")
+
+
+def _env_section(script: str) -> str:
+    """The lines of a rendered batch script that set the ranks' RCCL/NCCL environment."""
+    start = script.index("# --- RCCL/NCCL environment profile")
+    return script[start:script.index("# --- rendezvous", start)]
+
+
+def _env_after(section: str, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """(the variables that a script's environment section sets, what it says) as bash runs it."""
+    proc = subprocess.run(["bash", "-c", f"set -euo pipefail\n{section}\nenv -0 >&2"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=30, env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr
+    env = dict(item.split("=", 1) for item in proc.stderr.split("\0") if "=" in item)
+    return {k: v for k, v in env.items() if k in {*AMD, "X"}}, proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("hardware", ["h100", "h200"])
+def test_an_nvidia_jobs_default_slurm_script_exports_nothing_of_amds(hardware, tmp_path):
+    script = build_launcher({"kind": "slurm", "nodes": 2, "env": {"X": "2"}}).render(
+        train_job(), "s3://b/runs/r1", hardware=hardware)
+    section = _env_section(script)
+    assert not [word for word in AMD_ONLY if word in script], section
+    assert f"environment profile (infra/rccl/): none (NVIDIA GPUs: sharding.profile {hardware})" in section
+    assert _env_after(section, tmp_path) == ({"X": "2"}, [
+        f"dlrmflow: environment profile none (NVIDIA GPUs: sharding.profile {hardware})"])
+
+
+@pytest.mark.parametrize("hardware", ["mi300x", "mi325x", "mi355x"])
+def test_an_amd_jobs_default_slurm_script_exports_the_amd_profile(hardware, tmp_path):
+    script = build_launcher({"kind": "slurm", "nodes": 2, "env": {"X": "2", "NCCL_IB_GID_INDEX": "5"}}).render(
+        train_job(), "s3://b/runs/r1", hardware=hardware)
+    section = _env_section(script)
+    assert f"environment profile (infra/rccl/): amd-mi3xx (AMD GPUs: sharding.profile {hardware})" in section
+    assert "/dev/kfd" not in section   # known when rendered: nothing left to the node
+    assert _env_after(section, tmp_path) == ({**AMD, "NCCL_IB_GID_INDEX": "5", "X": "2"}, [   # the launcher's env wins
+        f"dlrmflow: environment profile amd-mi3xx (AMD GPUs: sharding.profile {hardware})"])
+
+
+@pytest.mark.parametrize("hardware", ["auto", "cpu", None])
+def test_a_slurm_job_of_unknown_gpus_chooses_its_profile_on_the_node(hardware, tmp_path, monkeypatch):
+    """sharding.profile auto (resolved by each rank from its device), cpu, or not known (`dlrmflow render`): the
+    script exports the AMD profile where the node has AMD GPUs (/dev/kfd), else none, and says which in the log."""
+    monkeypatch.setattr("training.launchers.gpus.AMD_DEVICE", str(tmp_path / "kfd"))   # this machine's "GPUs"
+    script = build_launcher({"kind": "slurm", "env": {"X": "2", "NCCL_IB_GID_INDEX": "5"}}).render(
+        train_job(), "s3://b/runs/r1", hardware=hardware)
+    section = _env_section(script)
+    told = f"sharding.profile {hardware}" if hardware else "the job's sharding.profile not known here"
+    assert (f"amd-mi3xx where the node has AMD GPUs ({tmp_path}/kfd), else none: chosen on the node when the job "
+            f"starts (launcher.gpu_vendor auto, {told})") in section
+    outside = section.split("\nfi\n")[1]   # what every node exports, whatever its GPUs: the launcher's env only
+    assert not [word for word in AMD_ONLY if word in outside.replace("NCCL_IB_GID_INDEX=5", "")], outside
+    host = socket.gethostname()
+    assert _env_after(section, tmp_path) == ({"X": "2", "NCCL_IB_GID_INDEX": "5"}, [
+        f"dlrmflow: environment profile none: no AMD GPU on {host} (no {tmp_path}/kfd): NCCL/RCCL defaults"])
+    (tmp_path / "kfd").touch()
+    assert _env_after(section, tmp_path) == ({**AMD, "NCCL_IB_GID_INDEX": "5", "X": "2"}, [
+        f"dlrmflow: environment profile amd-mi3xx: AMD GPUs on {host} ({tmp_path}/kfd)"])
+
+
+@pytest.mark.parametrize("settings, hardware, exported, said", [
+    ({"rccl_profiles": ["amd-mi3xx", "debug"]}, "h100", True, "amd-mi3xx, debug (launcher.rccl_profiles)"),
+    ({"rccl_profiles": []}, "mi300x", False, "none (launcher.rccl_profiles)"),
+    ({"gpu_vendor": "amd"}, "auto", True, "amd-mi3xx (AMD GPUs: launcher.gpu_vendor)"),
+    ({"gpu_vendor": "nvidia"}, None, False, "none (NVIDIA GPUs: launcher.gpu_vendor)"),
+    ({"gpu_vendor": "none"}, "mi300x", False, "none (no GPUs: launcher.gpu_vendor)"),
+])
+def test_the_launchers_own_profiles_or_vendor_win(settings, hardware, exported, said):
+    script = build_launcher({"kind": "slurm", **settings}).render(train_job(), "s3://b/runs/r1", hardware=hardware)
+    section = _env_section(script)
+    assert "/dev/kfd" not in section and f"echo 'dlrmflow: environment profile {said}'" in section
+    assert all((f"\nexport {k}={v}\n" in section) == exported for k, v in AMD.items())
+
+
+def test_a_profile_yaml_tells_the_gpus_by_its_base_and_disagreeing_settings_are_refused(tmp_path):
+    (tmp_path / "nv.yaml").write_text("base: h200\nhbm_cap: 100 GiB\n")
+    (tmp_path / "amd.yaml").write_text("base: mi355x\n")
+    (tmp_path / "own.yaml").write_text("compute_device: cuda\n")
+    slurm, k8s = build_launcher({"kind": "slurm"}), build_launcher({"kind": "kubernetes"})
+    assert slurm.env_choice(str(tmp_path / "nv.yaml")).summary() == \
+        f"none (NVIDIA GPUs: sharding.profile {tmp_path}/nv.yaml, base h200)"
+    assert slurm.env_choice(str(tmp_path / "amd.yaml")).profiles == ("amd-mi3xx",)
+    for unknown in ("own.yaml", "missing.yaml"):
+        assert slurm.env_choice(str(tmp_path / unknown)).on_node
+    assert k8s.gpus(str(tmp_path / "nv.yaml"))[0] == "nvidia.com/gpu"
+    with pytest.raises(LaunchError, match=r"the job's settings disagree about its nodes' GPUs: AMD GPUs by "
+                                          r"sharding.profile mi300x; NVIDIA GPUs by gpu_resource nvidia.com/gpu\. Fix"):
+        build_launcher({"kind": "kubernetes", "gpu_resource": "nvidia.com/gpu"}).render(
+            train_job(), "s3://b/runs/r1", hardware="mi300x")
+
+
+def test_every_gpu_profile_has_its_vendor():
+    """A built-in hardware profile for GPUs that the launchers cannot tell the vendor of would leave the choice of
+    its environment to the node."""
+    from training.launchers.gpus import PROFILE_VENDORS
+    from training.topology import PROFILES
+
+    assert {n for n, p in PROFILES.items() if p.compute_device == "cuda"} == set(PROFILE_VENDORS)
+
+
+def test_the_ranks_python_is_the_submitting_interpreter_by_default(tmp_path):
+    """Submitted from a venv not activated (`.venv/bin/dlrmflow train --launcher slurm`), the ranks run that venv's
+    Python (the nodes' system `python` would lack dlrmflow's packages); a container image's own; a missing one
+    fails the job at once, saying which and how to fix it."""
+    def python(settings):
+        launcher = build_launcher({"kind": "slurm", **settings})
+        return shlex.split(launcher.node_command(train_job(), "s3://b/runs/r1"))[1], launcher.render(
+            train_job(), "s3://b/runs/r1")
+
+    default, script = python({})
+    assert default == sys.executable
+    assert f"# --- the ranks' Python: {sys.executable} (the submitting interpreter: launcher.python unset) ---" \
+        in script
+    assert python({"python": "/opt/venv/bin/python"})[0] == "/opt/venv/bin/python"
+    in_image, script = python({"container_image": "registry.example/dlrmflow-rocm:0.1.0"})
+    assert in_image == "python" and "command -v" not in script
+    _, script = python({"python": str(tmp_path / "no such" / "python")})
+    (tmp_path / "job.sbatch").write_text(script)
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          cwd=tmp_path)
+    assert proc.returncode == 127 and proc.stderr == (
+        f"dlrmflow: the ranks' Python {tmp_path}/no such/python (launcher.python) is not on {socket.gethostname()}. "
+        "Fix: set launcher.python (--launcher.python PATH) to the Python of dlrmflow's environment on the nodes, or "
+        "install it at the submitting interpreter's path on a file system the nodes share\n")
+    k8s = build_launcher({"kind": "kubernetes"})   # the image's Python: the submitting interpreter's is not there
+    *_, job = yaml.safe_load_all(k8s.render(train_job(), "s3://b/runs/r1"))
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][2].split("\nexec ")[1].startswith("python ")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("base, nvidia", [("h100", True), ("mi300x", False)])
+def test_a_slurm_jobs_profile_comes_from_its_runs_config(base, nvidia, fake_slurm):
+    """Every job of a run (training, evaluation, scoring) reads its hardware profile from the run's config.yaml: a
+    profile YAML at a hostile path by its base; the ranks get the vendor's environment and the log says which."""
+    tmp_path, settings = fake_slurm
+    marker = tmp_path / "INJECTED"
+    odd = tmp_path / hostile("p", marker).replace("/", "_")[:90]
+    odd.mkdir()
+    profile = odd / "gpus $(touch INJECTED).yaml"
+    profile.write_text(f"base: {base}\n")
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"sharding": {"profile": str(profile)}}))
+    lines: list[str] = []
+    launcher = build_launcher({"kind": "slurm", **settings, "env": {"X": "2"}})
+    assert launcher.run_ranks(train_job(), str(run), on_line=lines.append) == 0, "\n".join(lines)
+    assert not marker.exists() and not (Path.cwd() / "INJECTED").exists()
+    vendor = f"NVIDIA GPUs: sharding.profile {profile}, base {base}" if nvidia else \
+        f"AMD GPUs: sharding.profile {profile}, base {base}"
+    assert f"dlrmflow: environment profile {'none' if nvidia else 'amd-mi3xx'} ({vendor})" in lines
+    gid = None if nvidia else "3"
+    assert f'node 1 env {json.dumps({"NCCL_IB_GID_INDEX": gid, "PET_TEE": None, "X": "2"})}' in lines
 
 
 # ---------------------------------------------------------------- the torchrun every node runs
@@ -393,7 +554,10 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
 
     config_map, service, job = yaml.safe_load_all((tmp_path / "applied.yaml").read_text())
     assert [d["kind"] for d in (config_map, service, job)] == ["ConfigMap", "Service", "Job"]
-    assert config_map["data"] == {**AMD, "X": "2", "PET_TEE": "3"}
+    assert config_map["data"] == {**AMD, "X": "2", "PET_TEE": "3"}   # the config's sharding.profile auto: amd.com/gpu
+    said = "amd-mi3xx (AMD GPUs: gpu_resource amd.com/gpu, the default)"
+    assert config_map["metadata"]["annotations"] == job["metadata"]["annotations"] == {
+        "dlrmflow/environment-profile": said}
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["selector"] == {"job-name": name}
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == ("Indexed", 2, 2, 0)
@@ -406,6 +570,7 @@ def test_kubernetes_launcher_applies_waits_and_streams(fake_kubectl):
                         {"name": "DLRMFLOW_RDZV_RESOLVE_WAIT_S", "value": "600"}]   # pod 0's DNS name may come late
     assert c["envFrom"] == [{"configMapRef": {"name": f"{name}-env"}}, {"secretRef": {"name": "dlrmflow-s3"}}]
     assert c["command"] == ["bash", "-c",
+                            f"echo 'dlrmflow: environment profile {said}'\n"   # in the pods' logs
                             f'exec python -u -m training.launchers.torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d '
                             f'--rdzv-endpoint "$DLRMFLOW_RDZV_ENDPOINT" --rdzv-id Run_1 '
                             f'--rdzv-conf "is_host=$(( JOB_COMPLETION_INDEX == 0 )),join_timeout=600" '
@@ -422,7 +587,9 @@ MANIFEST_OPTIONS = {
     "rdzv_timeout_s": {"rdzv_timeout_s": 60}, "no rccl profile": {"rccl_profiles": []},
     "rccl profiles": {"rccl_profiles": ["amd-mi3xx", "debug"]}, "env": {"env": {"X": "2", "NCCL_DEBUG": "WARN"}},
     "image": {"image": "registry.example.com/dlrmflow-rocm:0.1.0@sha256:" + "0" * 64}, "namespace": {"namespace": "ml"},
-    "gpu_resource": {"gpu_resource": "nvidia.com/gpu"}, "cpu": {"cpu": "96"}, "memory": {"memory": "1500Gi"},
+    "gpu_resource": {"gpu_resource": "nvidia.com/gpu"}, "gpu_vendor": {"gpu_vendor": "nvidia"},
+    "unknown gpu_resource": {"gpu_resource": "gpu.example.com/accelerator"}, "cpu": {"cpu": "96"},
+    "memory": {"memory": "1500Gi"},
     "shm_size": {"shm_size": "1Ti"}, "extra_resources": {"extra_resources": {"rdma/hca": "8", "ephemeral-storage": "1Ti"}},
     "no s3_secret": {"s3_secret": None}, "service_account": {"service_account": "dlrmflow"},
     "image_pull_secret": {"image_pull_secret": "registry-creds"},
@@ -471,6 +638,61 @@ def test_kubernetes_launcher_maps_a_failed_job_to_the_pod_exit_code(fake_kubectl
         str(tmp_path / "r9"), TrainConfig(dataset=ds), on_line=lines.append)
     assert code == 137 and lines[-1] == "dlrmflow: job/dlrmflow-train-r9 failed (exit code 137)"
     assert read_calls(tmp_path)[-1][3:6] == ["get", "pods", "-l"]
+
+
+@pytest.mark.parametrize("settings, hardware, resource, amd", [
+    ({}, "h100", "nvidia.com/gpu", False), ({}, "h200", "nvidia.com/gpu", False),
+    ({"gpu_resource": "nvidia.com/gpu"}, "auto", "nvidia.com/gpu", False),
+    ({"gpu_vendor": "nvidia"}, None, "nvidia.com/gpu", False),
+    ({}, "mi300x", "amd.com/gpu", True), ({}, "auto", "amd.com/gpu", True), ({}, None, "amd.com/gpu", True),
+    ({"gpus_per_node": 0}, "auto", None, False),
+    ({"gpu_resource": "nvidia.com/gpu", "rccl_profiles": ["amd-mi3xx"]}, "h100", "nvidia.com/gpu", True),
+])
+def test_kubernetes_gpus_and_environment_follow_the_vendor(settings, hardware, resource, amd):
+    """An NVIDIA job's pods request nvidia.com/gpu and get nothing of AMD's environment; an AMD job's (and by default,
+    amd.com/gpu) the AMD profile; the manifest's annotation says which and why."""
+    docs = list(yaml.safe_load_all(build_launcher({"kind": "kubernetes", **settings}).render(
+        train_job(), "s3://b/runs/r1", hardware=hardware)))
+    config_map, _, job = docs
+    for doc in docs:
+        check_object(doc, f"{settings} {hardware}")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert list(c.get("resources", {}).get("limits", {})) == ([resource] if resource else [])
+    assert config_map.get("data", {}) == (AMD if amd else {})
+    said = job["metadata"]["annotations"]["dlrmflow/environment-profile"]
+    assert said.startswith("amd-mi3xx" if amd else "none") and "/dev/kfd" not in c["command"][2]
+    assert c["command"][2].startswith(f"echo 'dlrmflow: environment profile {said}'\n")
+    if not amd:
+        assert not [word for word in AMD_ONLY if word in yaml.safe_dump_all(docs)]
+
+
+@pytest.mark.timeout(60)
+def test_kubernetes_pods_of_an_unknown_gpu_resource_choose_their_profile(tmp_path, monkeypatch):
+    monkeypatch.setattr("training.launchers.gpus.AMD_DEVICE", str(tmp_path / "kfd"))
+    python = executable(tmp_path / "python", FAKE_PYTHON)
+    config_map, _, job = yaml.safe_load_all(build_launcher({
+        "kind": "kubernetes", "gpu_resource": "gpu.example.com/accelerator", "python": str(python),
+        "env": {"X": "2"}}).render(train_job(), "s3://b/runs/r1", hardware="auto"))
+    assert config_map["data"] == {"X": "2"}   # the AMD profile: only where the pod has AMD GPUs
+    assert job["metadata"]["annotations"]["dlrmflow/environment-profile"] == (
+        f"amd-mi3xx where the node has AMD GPUs ({tmp_path}/kfd), else none: chosen on the node when the job starts "
+        "(launcher.gpu_vendor auto, sharding.profile auto)")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+
+    def pod() -> list[str]:
+        proc = subprocess.run(c["command"], cwd=tmp_path, capture_output=True, text=True, timeout=30, env={
+            **os.environ, "JOB_COMPLETION_INDEX": "0", "DLRMFLOW_RDZV_ENDPOINT": "pod-0:29500", "X": "2"})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()
+
+    host = socket.gethostname()
+    said, _, env = pod()
+    assert said == f"dlrmflow: environment profile none: no AMD GPU on {host} (no {tmp_path}/kfd): NCCL/RCCL defaults"
+    assert env == f'node 0 env {json.dumps({"NCCL_IB_GID_INDEX": None, "PET_TEE": None, "X": "2"})}'
+    (tmp_path / "kfd").touch()
+    said, _, env = pod()
+    assert said == f"dlrmflow: environment profile amd-mi3xx: AMD GPUs on {host} ({tmp_path}/kfd)"
+    assert env == f'node 0 env {json.dumps({"NCCL_IB_GID_INDEX": "3", "PET_TEE": None, "X": "2"})}'
 
 
 # ---------------------------------------------------------------- evaluation and scoring: the same launchers

@@ -11,8 +11,9 @@
 A ``RankJob`` names the rank module (``training.train_worker``, ``training.evaluate_worker``,
 ``training.score_worker``) and its arguments; every launcher runs any of them with the same settings.
 Training checks the dataset and saves the run's config before any rank starts; RCCL/NCCL variables come
-from infra/rccl/<profile>.env (``rccl_profiles`` of each kind). ``RankOutput`` keeps a job's output for
-its failure message (the failing rank's last lines).
+from infra/rccl/<profile>.env (``rccl_profiles`` of each kind; a cluster job's default is its GPU vendor's:
+``training.launchers.gpus``). ``RankOutput`` keeps a job's output for its failure message (the failing rank's
+last lines).
 """
 
 from pydantic import TypeAdapter

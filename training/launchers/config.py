@@ -91,13 +91,18 @@ class _ClusterLauncherConfig(_BaseLauncherConfig):
                                "resource per pod); also the ranks per node unless nproc_per_node is set. 0: CPU nodes.")
     nproc_per_node: int | None = Field(None, ge=1, description="Ranks (torchrun processes) per node. "
                                        "Default: gpus_per_node.")
-    python: Text = Field("python", description="Python on the nodes (a venv's, or the image's).")
     rdzv_port: int = Field(29500, ge=1, le=65535, description="c10d rendezvous port on the first node (pod 0).")
     rdzv_timeout_s: int = Field(900, ge=1, description="How long nodes wait for each other at the rendezvous "
                                 "(image pulls and scheduling included).")
-    rccl_profiles: list[Text] = Field(["amd-mi3xx"], description="RCCL/NCCL environment profiles "
-                                     "(`infra/rccl/NAME.env`, or a path) exported on every node; add 'debug' for "
-                                     "NCCL_DEBUG=INFO.")
+    gpu_vendor: Literal["auto", "amd", "nvidia", "none"] = Field("auto", description="The nodes' GPUs, which "
+        "choose the RCCL/NCCL environment when rccl_profiles is unset: amd -> amd-mi3xx; nvidia, none (CPU nodes) -> "
+        "none. auto: from the job's sharding.profile (mi300x/mi325x/mi355x: amd; h100/h200: nvidia), the Kubernetes "
+        "gpu_resource, gpus_per_node 0 (none); where nothing tells (sharding.profile auto), the job looks on its "
+        "node when it starts (/dev/kfd: amd).")
+    rccl_profiles: list[Text] | None = Field(None, description="RCCL/NCCL environment profiles "
+                                            "(`infra/rccl/NAME.env`, or a path) exported on every node, e.g. "
+                                            "[amd-mi3xx, debug] for NCCL_DEBUG=INFO. Default: the GPU vendor's "
+                                            "(gpu_vendor): amd-mi3xx for AMD GPUs, none for NVIDIA and CPU nodes.")
 
     @model_validator(mode="before")
     @classmethod
@@ -117,6 +122,9 @@ class SlurmLauncherConfig(_ClusterLauncherConfig):
 
     kind: Literal["slurm"] = "slurm"
 
+    python: Text | None = Field(None, description="Python on the nodes (a venv's). Default: the submitting "
+                                "interpreter (this process's sys.executable: the nodes must see it at the same path, "
+                                "on a shared file system or in the same image), or 'python' in a container_image.")
     cpus_per_task: int | None = Field(None, ge=1, description="#SBATCH --cpus-per-task (CPU cores per node's torchrun).")
     partition: Text | None = Field(None, description="#SBATCH --partition.")
     account: Text | None = Field(None, description="#SBATCH --account.")
@@ -143,8 +151,12 @@ class KubernetesLauncherConfig(_ClusterLauncherConfig):
     kind: Literal["kubernetes"] = "kubernetes"
 
     image: Text = Field("ghcr.io/example/dlrmflow-rocm:0.1.0", description="Training image (infra/docker/rocm.Dockerfile).")
+    python: Text = Field("python", description="Python in the image (the first on its PATH by default: the "
+                         "image's environment; the submitting interpreter's path means nothing there).")
     namespace: Namespace = Field("dlrmflow", description="Namespace of the Job, Service and ConfigMap.")
-    gpu_resource: Text = Field("amd.com/gpu", description="Extended resource name of the GPUs (AMD GPU device plugin).")
+    gpu_resource: Text | None = Field(None, description="Extended resource name of the GPUs. Default: the GPU "
+                                      "vendor's device plugin's: nvidia.com/gpu for NVIDIA GPUs (gpu_vendor nvidia, "
+                                      "or an NVIDIA sharding.profile), else amd.com/gpu.")
     cpu: Quantity | None = Field(None, description="CPU request/limit per pod, e.g. '96'.")
     memory: Quantity | None = Field(None, description="Memory request/limit per pod, e.g. '1500Gi'.")
     shm_size: Quantity = Field("256Gi", description="Size limit of /dev/shm (an in-memory emptyDir).")

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
+from training.launchers.gpus import (RESOURCE_VENDORS, EnvChoice, Hint, choose_env, environments, gpu_vendor,
+                                     hardware_hint, job_hardware)
 from training.launchers.nodes import node_command
 from training.rundir import run_name
 
@@ -54,13 +56,39 @@ class KubernetesLauncher(Launcher):
         s = self.settings
         return [s.kubectl, *(["--context", s.context] if s.context else []), "--namespace", s.namespace, *args]
 
-    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None) -> str:
-        """The manifest of ``job`` on this run (multi-document YAML)."""
+    def gpus(self, hardware: str | None = None) -> tuple[str, EnvChoice]:
+        """(the GPU resource each pod requests, the pods' environment profiles). The resource: ``gpu_resource``, else
+        the GPU vendor's device plugin's (nvidia.com/gpu for NVIDIA, else amd.com/gpu). The profiles:
+        ``rccl_profiles``, else the vendor's: ``gpu_vendor``, else what the job says (its hardware profile
+        ``hardware``, the resource it requests, no GPUs), else chosen in the pod (a resource of no known vendor)."""
+        s = self.settings
+        hints = [h for h in (hardware_hint(hardware),) if h]
+        if not s.gpus_per_node:
+            hints.append(Hint("none", "gpus_per_node 0"))
+        elif s.gpu_resource in RESOURCE_VENDORS:
+            hints.append(Hint(RESOURCE_VENDORS[s.gpu_resource], f"gpu_resource {s.gpu_resource}"))
+        vendor = gpu_vendor(s, hints)
+        resource = s.gpu_resource or ("nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu")
+        if vendor is None and s.gpu_resource is None:
+            hints.append(Hint("amd", "gpu_resource amd.com/gpu, the default"))
+        return resource, choose_env(s, hints, hardware)
+
+    def environment(self, env: dict[str, str] | None = None, hardware: str | None = None) -> dict[str, str]:
+        """The environment of every pod (its ConfigMap): the profiles chosen when the job is rendered (none when the
+        pod chooses them, see ``gpus``), then the settings' env, then ``env``."""
+        return environments(self.gpus(hardware)[1], self.settings.env, env)[0]
+
+    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None,
+               hardware: str | None = None) -> str:
+        """The manifest of ``job`` on this run (multi-document YAML); ``hardware``: the job's hardware profile
+        (``sharding.profile``), which tells the GPUs' vendor, so the GPU resource and the environment profile."""
         s = self.settings
         name = self.job_name(job, run_uri)
         labels = {"app.kubernetes.io/name": "dlrmflow", "app.kubernetes.io/component": job.name,
                   "dlrmflow/run": _NOT_DNS.sub("-", run_name(run_uri).lower())[:63].strip("-") or "run"}
-        resources = {**({s.gpu_resource: str(s.gpus_per_node)} if s.gpus_per_node else {}),
+        gpu_resource, choice = self.gpus(hardware)
+        config_env, on_node = environments(choice, s.env, env)
+        resources = {**({gpu_resource: str(s.gpus_per_node)} if s.gpus_per_node else {}),
                      **({"cpu": s.cpu} if s.cpu else {}), **({"memory": s.memory} if s.memory else {}),
                      **s.extra_resources}
         env_from = [{"configMapRef": {"name": f"{name}-env"}}]
@@ -68,9 +96,11 @@ class KubernetesLauncher(Launcher):
             env_from.append({"secretRef": {"name": s.s3_secret}})
         cmd = node_command(job, run_uri, python=s.python, nproc=s.ranks_per_node, nnodes=s.nodes,
                            is_host="$(( JOB_COMPLETION_INDEX == 0 ))", rdzv_timeout_s=s.rdzv_timeout_s)
+        cmd = "\n".join([*choice.shell(on_node), cmd])   # the pod's log says which profile applies
         values = {
             "name": name, "job": job.name, "namespace": s.namespace, "labels": labels,
-            "config_env": self.environment(env), "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s,
+            "annotations": {"dlrmflow/environment-profile": choice.summary()},
+            "config_env": config_env, "rdzv_port": s.rdzv_port, "nodes": s.nodes, "ttl_s": s.ttl_s,
             "nproc_per_node": s.ranks_per_node, "rdzv_timeout_s": s.rdzv_timeout_s,
             "service_account": s.service_account, "node_selector": s.node_selector,
             "image_pull_secrets": [{"name": s.image_pull_secret}] if s.image_pull_secret else [],
@@ -87,7 +117,7 @@ class KubernetesLauncher(Launcher):
         emit, run_uri = on_line, run.uri
         s = self.settings
         name = self.job_name(job, run_uri)
-        manifest = self.render(job, run_uri, env=env)
+        manifest = self.render(job, run_uri, env=env, hardware=job_hardware(run))
         with tempfile.NamedTemporaryFile("w", prefix=f"{name}-", suffix=".yaml", delete=False) as f:
             f.write(manifest)
         self._check(self.kubectl("delete", "job", name, "--ignore-not-found", "--wait=true"), emit)

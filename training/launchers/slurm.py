@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from common.atomic import write_atomic
 
 from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
+from training.launchers.gpus import EnvChoice, choose_env, comment, environments, hardware_hint, job_hardware
 from training.launchers.nodes import node_command
 
 if TYPE_CHECKING:
@@ -104,22 +106,64 @@ class SlurmLauncher(Launcher):
                 opts.append(f"--container-mounts={','.join(s.container_mounts)}")
         return opts
 
+    def python(self) -> tuple[str, str]:
+        """(the ranks' Python, why that one): ``python`` of the settings; else ``python`` in a container image (the
+        image's), else this process's interpreter (the nodes see it at the same path: a shared file system)."""
+        s = self.settings
+        if s.python:
+            return s.python, "launcher.python"
+        if s.container_image:
+            return "python", "the container image's: launcher.python unset, launcher.container_image set"
+        if sys.executable:
+            return sys.executable, "the submitting interpreter: launcher.python unset"
+        return "python", "the nodes' PATH's: launcher.python unset, this interpreter's path unknown"
+
+    def python_check(self) -> str:
+        """A line that fails the job at once, saying why, when the ranks' Python is not on the batch host (the
+        first node: the nodes of one job are alike); none for a container image's Python (not on the host)."""
+        if self.settings.container_image:
+            return ":"
+        python, why = self.python()
+        said = f"dlrmflow: the ranks' Python {python} ({why}) is not on "
+        fix = (". Fix: set launcher.python (--launcher.python PATH) to the Python of dlrmflow's environment on the "
+               "nodes, or install it at the submitting interpreter's path on a file system the nodes share")
+        return (f"command -v {shlex.quote(python)} >/dev/null || {{ echo {shlex.quote(said)}\"$HOSTNAME\""
+                f"{shlex.quote(fix)} >&2; exit 127; }}")
+
     def node_command(self, job: RankJob, run_uri: str) -> str:
         s = self.settings
-        return node_command(job, run_uri, python=s.python, nproc=s.ranks_per_node, nnodes=s.nodes,
+        return node_command(job, run_uri, python=self.python()[0], nproc=s.ranks_per_node, nnodes=s.nodes,
                             is_host="$(( SLURM_NODEID == 0 ))", rdzv_timeout_s=s.rdzv_timeout_s)
 
-    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None) -> str:
-        """The batch script of ``job`` on this run."""
+    def env_choice(self, hardware: str | None = None) -> EnvChoice:
+        """The nodes' environment profiles: ``rccl_profiles``, else the GPU vendor's (``gpu_vendor``, else what the
+        job's hardware profile says: ``hardware``, its ``sharding.profile``), else chosen on the node at run time."""
+        hint = hardware_hint(hardware)
+        return choose_env(self.settings, [hint] if hint else [], hardware)
+
+    def environment(self, env: dict[str, str] | None = None, hardware: str | None = None) -> dict[str, str]:
+        """The environment of every node: the profiles chosen when the job is rendered (none when the node chooses
+        them, see ``render``), then the settings' env, then ``env``."""
+        return environments(self.env_choice(hardware), self.settings.env, env)[0]
+
+    def render(self, job: RankJob, run_uri: str, *, env: dict[str, str] | None = None,
+               hardware: str | None = None) -> str:
+        """The batch script of ``job`` on this run; ``hardware``: the job's hardware profile (``sharding.profile``),
+        which tells the GPUs' vendor and so the environment profile (unknown: chosen on the node at run time)."""
         s = self.settings
         path = infra_dir() / "slurm" / "train.sbatch"
-        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.environment(env).items()]
+        choice = self.env_choice(hardware)
+        fixed, on_node = environments(choice, s.env, env)
+        exports = [*choice.shell(on_node), *(f"export {k}={shlex.quote(v)}" for k, v in fixed.items())]
+        python, python_why = self.python()
         values = {
             "job": job.name,
             "sbatch_directives": "\n".join(self.directives(job, run_uri)),
             "setup": "\n".join(s.setup) or ":",
-            "rccl_profiles": ", ".join(s.rccl_profiles) or "none",
-            "env_exports": "\n".join(exports) or ":",
+            "rccl_profiles": comment(choice.summary()),
+            "env_exports": "\n".join(exports),
+            "python": comment(f"{python} ({python_why})"),
+            "python_check": self.python_check(),
             "rdzv_port": s.rdzv_port,
             "nproc_per_node": s.ranks_per_node,
             "run_uri": shlex.quote(run_uri),
@@ -135,7 +179,7 @@ class SlurmLauncher(Launcher):
         emit, run_uri = on_line, run.uri
         script, log_pattern = self.paths(job, run_uri)
         script.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(script, self.render(job, run_uri, env=env))
+        write_atomic(script, self.render(job, run_uri, env=env, hardware=job_hardware(run)))
         cmd = self.submit_command(script)
         emit(f"dlrmflow: submitting {script}: {shlex.join(cmd)}")
         try:
