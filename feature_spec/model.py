@@ -21,6 +21,7 @@ feature's embedding bag pools a row's values; ``sep`` is the element separator o
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Literal
 
@@ -380,12 +381,27 @@ def categorical_dtype(cardinality: int) -> str:
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}$")   # no separator, no leading dot: never '..'
+
+
+def path_segment(feature: str) -> str:
+    """A feature's name as ONE safe file-name segment, for every file named after a feature (its column,
+    vocabulary and counts): the name itself when it is one (letters, digits, '_', '.', '-'; not starting with
+    '.' or '-'), else its safe characters and a hash of the whole name (``../../x`` -> ``x-3f2a9c1b``), so that
+    a hostile or odd name can never reach outside its folder and two names never share a file."""
+    if _SEGMENT.match(feature):
+        return feature
+    digest = hashlib.blake2b(feature.encode(), digest_size=4).hexdigest()
+    stem = _SAFE.sub("_", feature).strip("._-")[:100]
+    return f"{stem}-{digest}" if stem else f"f-{digest}"
 
 
 def categorical_file_name(feature: str) -> str:
-    """File name of a categorical's column: ``cat_<feature>.bin`` (unsafe characters become '_')."""
-    name = feature if feature.startswith("cat_") and feature.endswith(".bin") else f"cat_{_SAFE.sub('_', feature)}.bin"
-    return name
+    """File name of a categorical's column: ``cat_<feature>.bin`` (``path_segment``: unsafe names mapped), or
+    the name itself when it already is a safe ``cat_*.bin`` (NVIDIA's own specs name features so)."""
+    if feature.startswith("cat_") and feature.endswith(".bin") and _SEGMENT.match(feature):
+        return feature
+    return f"cat_{path_segment(feature)}.bin"
 
 
 def offsets_file_name(feature: str) -> str:

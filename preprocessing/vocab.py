@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from feature_spec import path_segment
+
 from .lists import Flat, flat_codes, flatten
 
 log = logging.getLogger(__name__)
@@ -151,7 +153,7 @@ def _elements(f: str, dtype: pl.DataType) -> pl.Expr:
 
 
 def _counts_file(folder: Path, feature: str) -> Path:
-    return folder / f"{feature}.arrow"
+    return folder / f"{path_segment(feature)}.arrow"
 
 
 # a count folder's list of the features whose tables may hold a value in several rows (absent: none do)

@@ -35,7 +35,7 @@ from fsspec.implementations.local import LocalFileSystem
 from common.atomic import atomic_dir, atomic_path, write_atomic, write_uri
 from common.lease import Lease, LeaseHeld, acquire, holder, store_lease, wait_released
 from common.store import FILES, WORK, filesystem
-from feature_spec import join_uri
+from feature_spec import join_uri, path_segment
 
 _FOLDERS = ("counts", "encoded", "vocab")
 LEASE_SUFFIX = ".lease"        # _work/<dataset key>.lease: the preprocessing lease of a dataset key
@@ -160,7 +160,7 @@ class WorkFolder:
         return self.root / "encoded" / _part(i)
 
     def vocab(self, feature: str) -> Path:
-        return self.root / "vocab" / f"{feature}.parquet"
+        return self.root / "vocab" / f"{path_segment(feature)}.parquet"
 
     def remove(self) -> None:
         """Delete the work folder, in the store too (and the local shared ``_work`` folder once it is empty). A

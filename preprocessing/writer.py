@@ -20,7 +20,7 @@ from fsspec.implementations.local import LocalFileSystem
 from common.atomic import atomic_open, write_uri
 from common.errors import UserError
 from common.store import filesystem
-from feature_spec import FeatureSpec, join_uri, save
+from feature_spec import FeatureSpec, join_uri, path_segment, save
 
 from . import lists
 
@@ -128,7 +128,7 @@ def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list
 
 def vocab_file(feature: str) -> str:
     """A vocabulary's path relative to the dataset folder."""
-    return f"vocab/{feature}.parquet"
+    return f"vocab/{path_segment(feature)}.parquet"
 
 
 def write_vocab(dataset: str, sources: dict[str, Path]) -> dict[str, str]:
