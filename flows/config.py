@@ -241,9 +241,20 @@ class PipelineConfig(_Model):
         if not rule.splits:  # the data decides (column:COL): checked on the dataset before training
             return
         where = f"split rule {rule.text()}"
-        self.train.check_splits(rule.splits, where)
+        eval_split = self.train.check_splits(rule.splits, where)
         if not self.evaluate.dataset:
             self.evaluate.check_split(rule.splits, where, "evaluate.split")
+        self.check_held_out(eval_split)
+
+    def check_held_out(self, eval_split: str | None) -> None:
+        """Fail when training validates (``eval_split``, as ``TrainConfig.check_splits`` resolves it) on the split
+        the run reports (``evaluate.split`` of its own dataset): its checkpoint would be chosen on the rows that
+        score it."""
+        if eval_split is not None and eval_split == self.evaluate.split and not self.evaluate.dataset:
+            raise UserError(f"train.eval_split '{eval_split}' is evaluate.split, the split the run reports: its "
+                            "checkpoint would be chosen (best, early stopping) on the rows that score it. Fix: "
+                            "validate on another split (the default 'val'; a dataset without one validates on the "
+                            "last train.data.holdout_fraction of its train rows), or evaluate another split.")
 
     def with_preset(self, given: dict[str, Any] | None = None) -> tuple["PipelineConfig", list[str]]:
         """This config with its preset and its tuned config applied, and both cleared (applying again changes
@@ -302,6 +313,9 @@ def config_hash(train: TrainConfig) -> str:
     data = train.model_dump(mode="json")
     data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
     data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
+    if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
+        data["data"].pop("holdout_rows")   # added later, used only without a val split (then resolved: set): names
+        data["data"].pop("holdout_fraction")   # of runs that validate on a split stay
     for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
         if not optimizer["weight_decay"]:
             optimizer.pop("weight_decay")   # added later (0: none): unset, names stay

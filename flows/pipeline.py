@@ -205,8 +205,13 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     if days and config.on_data_check != "off":
         events.stage("data check")
         data_checks = check_data(config, store, days, preprocess_config, dataset, return_state=True).result()
-    run = RunDir(store.run_uri(config.run_id(dataset, config.train.on(dataset), day)))
+    # validation made explicit (a dataset without 'val': the holdout's rows), so the run's name says it too
+    trained = config.train.on(dataset).resolved()
+    config.check_held_out(trained.eval_split)
+    run = RunDir(store.run_uri(config.run_id(dataset, trained, day)))
     train_settings = warm_started(config, store, day, log) if days else config.train
+    train_settings = FlowTrainConfig.model_validate(train_settings.on(dataset).resolved().model_dump())
+    log.info("validation: %s", trained.validation_text())
     preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})
     resolved = config.model_copy(update={"store": store.uri, "train": train_settings, "preprocess": preprocessing})
     resolved = resolved.model_dump(mode="json")

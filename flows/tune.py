@@ -31,7 +31,7 @@ from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.train import train
 from nightly import registry
-from training.config import EvaluateConfig, TrainConfig
+from training.config import HOLDOUT, EvaluateConfig, TrainConfig
 from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
 from training.rundir import RunDir
 from tuning import plots, trials as tt
@@ -68,6 +68,14 @@ def setup(config: TuneConfig, launcher: LauncherConfig) -> tuple:
     if not train_rows:
         raise UserError(f"{dataset}: its feature spec records no row count of split '{base.data.train_split}'. "
                         "Fix: preprocess it again with `dlrmflow preprocess`.")
+    base = base.resolved(spec)   # a dataset without 'val': every trial validates on the same holdout of train
+    if base.eval_split is not None and base.eval_split == config.evaluate_split:
+        raise UserError(f"eval_split '{base.eval_split}' is the tune's evaluate_split: the trials would be judged on "
+                        "the split that reports the best one. Fix: validate on another split (the default 'val'; a "
+                        "dataset without one validates on the last data.holdout_fraction of its train rows), or set "
+                        "evaluate_split to another split.")
+    if base.eval_split == HOLDOUT:
+        train_rows -= base.data.holdout_rows   # the rows a trial trains on
     space.check(base, build_launcher(launcher).world_size, train_rows)
     return store, dataset, base, space, spec, train_rows
 
@@ -260,6 +268,9 @@ def _finish(study: optuna.Study, space: SearchSpace, config: TuneConfig, tune_di
                         + "Fix: see the trials' logs; narrow the space (--space) or fix the base config.")
     metrics = _evaluations(config, spec_splits, {"base": base, "best": best}, launcher, log)
     best_cfg = RunDir(best.user_attrs[tt.RUN]).load_config().model_copy(update={"dataset": None})
+    given = config.base()   # the validation as the base gave it, not as resolved for this dataset (its holdout's rows)
+    best_cfg = best_cfg.model_copy(update={"eval_split": given.eval_split, "data": best_cfg.data.model_copy(
+        update={"holdout_rows": given.data.holdout_rows})})
     head = (f"# The best of tune {tune_dir.name} (trial {best.number} of {len(trials)}) on {dataset}:\n"
             f"# validation AUC {best.value:.4f}" + (f" (trial 0, the base config: {base.value:.4f})" if base else "")
             + "".join(f"; {config.evaluate_split} AUC {m['auc']:.4f} ({name})" for name, m in metrics.items())

@@ -11,20 +11,30 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
-from training.config import EvaluateConfig
+from training.config import TEST_SPLIT, EvaluateConfig
 from training.launchers import RankJob, RankOutput, build_launcher
 from training.rundir import RunDir
 
 
 def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
-    """Fail early, with a clear message, on an unknown run, a split the dataset lacks or a missing
-    checkpoint. Returns ``{"dataset", "step", "warning"}``: the dataset and the checkpoint step to
-    use, and a warning when ``best`` fell back to ``latest`` (a run that never validated), else None."""
+    """Fail early, with a clear message, on an unknown run, a split the dataset lacks, a missing checkpoint or
+    the test split of a run that validated on it (its checkpoint was chosen on those rows). Returns ``{"dataset",
+    "step", "warning"}``: the dataset and the checkpoint step to use, and a warning when ``best`` fell back to
+    ``latest`` (a run that never validated) or the split is the one the run validated on, else None."""
     from feature_spec import load
     from training.checkpoint import checkpoint_of
 
-    return checkpoint_of(run, config.checkpoint, config.dataset, check=lambda dataset: config.check_split(
+    info = checkpoint_of(run, config.checkpoint, config.dataset, check=lambda dataset: config.check_split(
         load(dataset).splits, dataset))
+    if not config.dataset and config.split in {r["eval_split"] for r in run.metrics() if "eval_split" in r}:
+        chosen = (f"training validated on split '{config.split}' (its best checkpoint and early stopping were chosen "
+                  "on those rows), so its metrics there are not held out")
+        if config.split == TEST_SPLIT:   # a run of before the holdout, which fell back to 'test'
+            raise UserError(f"{run}: {chosen}. Fix: train the run again (a dataset without 'val' now validates on "
+                            "the last data.holdout_fraction of its train rows, never on 'test'), or evaluate "
+                            "another split.")
+        info["warning"] = "; ".join(w for w in (info["warning"], chosen) if w)
+    return info
 
 
 def evaluate_job(config: EvaluateConfig) -> RankJob:

@@ -40,9 +40,8 @@ def train(run: RunDir, resume: bool) -> None:
     from training.trainer import Trainer
 
     trainer = Trainer(cfg, env, run)
-    if trainer.eval_split != cfg.eval_split and env.is_main:  # every rank resolves the split here
-        print(f"the dataset has no split '{cfg.eval_split}': validating on '{trainer.eval_split}'", flush=True)
-    if env.is_main:
+    if env.is_main:   # the launcher saved the config resolved (training.config.TrainConfig.resolved)
+        print(f"validation: {validation(trainer)}", flush=True)
         run.write_text(trainer.plan_text + "\n", RunDir.PLAN)  # before the print: the train flow reads it then
         print(trainer.plan_text, flush=True)
         run.mark_incomplete()
@@ -55,7 +54,23 @@ def train(run: RunDir, resume: bool) -> None:
     if env.is_main:
         best = ckpt.pointer("best")
         print(f"done: {trainer.step} steps; best {best}" if best else f"done: {trainer.step} steps", flush=True)
+        print(f"validated on: {validation(trainer)}", flush=True)
         run.mark_complete({"latest_step": ckpt.step_of("latest"), "world_size": env.world_size})
+
+
+def validation(trainer) -> str:
+    """What the run validates on (the best checkpoint and early stopping), with the rows it reads."""
+    from training.config import HOLDOUT
+
+    split = trainer.eval_split
+    if split == HOLDOUT:
+        held, rest = trainer.dataset(HOLDOUT), trainer.train_data
+        return (f"holdout: the last {held.num_rows} rows of split '{rest.split}' (rows {held.start}.."
+                f"{held.start + held.num_rows - 1}, data.holdout_fraction {trainer.cfg.data.holdout_fraction:g}), "
+                f"set aside: training on its first {rest.num_rows}; never the test split")
+    if split is None:
+        return "none (eval_split null): the last checkpoint is kept, none is chosen"
+    return f"split '{split}' ({trainer.dataset(split).num_rows} rows)"
 
 
 def main(argv: list[str] | None = None) -> int:

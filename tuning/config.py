@@ -245,7 +245,10 @@ class TuneConfig(_Model):
         if self.name:
             return self.name
         settings = self.model_dump(mode="json", include={"seed", "evaluations_per_epoch", "early_stopping_patience"})
-        text = json.dumps([base.model_dump(mode="json"), space.text(), settings, dataset], sort_keys=True)
+        data = base.model_dump(mode="json")
+        if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
+            del data["data"]["holdout_rows"], data["data"]["holdout_fraction"]   # added later: names stay
+        text = json.dumps([data, space.text(), settings, dataset], sort_keys=True)
         folder = dataset.rstrip("/").rsplit("/", 1)[-1]
         return f"{folder}-tune-{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
 

@@ -93,6 +93,7 @@ def run(args) -> int:
     print(f"\ndlrmflow run finished in {time.monotonic() - start:.0f} s")
     for key, location in where.items():
         print(f"  {key:<11} {location}")
+    print(f"  {'validation':<11} {run_dir.load_config().validation_text()}")
     print(f"{config.evaluate.split} metrics (checkpoint step {out['metrics'].get('step')}):")
     print(format_table(out["metrics"]))
     if decision := out.get("decision"):

@@ -18,6 +18,10 @@ checkpoints/<step>/ with 'latest' and 'best' pointers, and _SUCCESS when trainin
 --resume continues from the latest complete checkpoint (on any number of ranks), reusing the
 run's config.yaml unless one is given.
 
+Validation (the best checkpoint, early stopping) reads eval_split (default 'val'), never 'test'; a dataset
+without 'val' validates on the last data.holdout_fraction (10%) of the train rows and trains on the rest
+(config.yaml: eval_split holdout, data.holdout_rows N). The log says which, first and last.
+
 examples:
   dlrmflow train --dataset data/criteo --run runs/r1 --preset criteo-sample
   dlrmflow train --dataset s3://b/ds --run s3://b/runs/r2 --config train.yaml --nproc 8

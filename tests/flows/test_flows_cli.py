@@ -180,10 +180,11 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 140   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
+        assert total == 143   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
         # gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
         # --train.init-from.store (issue 20 §3); --nproc is --launcher.nproc (the local launcher's, for all three
-        # stages), --evaluate.nproc gone (issue 20 §2)
+        # stages), --evaluate.nproc gone (issue 20 §2); --launcher.gpu-vendor (issue 32 §1);
+        # --data.holdout-fraction and --data.holdout-rows (issue 32 §6)
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))
@@ -243,6 +244,22 @@ def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(fla
     assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--eval-split", "test"], "eval_split 'test' would choose the checkpoint (best, early stopping) on the split that "
+                               "reports the run, whose metrics would then not be held out. Fix: leave eval_split at 'val'"),
+    (["--evaluate.split", "val"], "train.eval_split 'val' is evaluate.split, the split the run reports: its checkpoint "
+                                  "would be chosen (best, early stopping) on the rows that score it. Fix:"),
+    (["--split", "ordered:train=0.9,test=0.1", "--evaluate.split", "holdout"],
+     "split rule ordered:train=0.9,test=0.1: the dataset has no split 'holdout' (it has: train, test)"),
+])
+def test_run_never_reports_the_split_its_checkpoint_is_chosen_on(args, message, tmp_path, capsys):
+    """Refused in one line before any work: validating on the split the run reports. Without 'val' (train and test
+    only), the run validates on the end of train (checked in test_train_nvidia), which no evaluation can name."""
+    code, err = _main("run", *args, "--store", str(tmp_path / "store"), capsys=capsys)
+    assert code == 2 and f"error: {message}" in err and "Traceback" not in err, err[-2000:]
+    assert not (tmp_path / "store" / "synthetic").exists() and not (tmp_path / "store" / "datasets").exists()
+
+
 def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
     """The pipeline flow applies `preset` as `dlrmflow run --preset` does (PipelineConfig.with_preset), a form's
     changed fields counting as given; the result has no preset left, so applying it again changes nothing."""
@@ -266,6 +283,11 @@ def test_default_run_names_survive_the_arch_rename():
     # init_from.store (added later) unset: a warm-started config keeps the name it had before the field existed
     warm = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"), "init_from": "s3://b/p/runs/r1"})
     assert config_hash(warm) == "71992ea025"
+    # data.holdout_fraction (added later) at its default and no holdout resolved: names stay; a resolved holdout
+    # (a dataset without 'val') names a new run, never one that validated on 'test' before the holdout existed
+    held = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"), "eval_split": "holdout",
+                                  "data": {"holdout_rows": 700}})
+    assert config_hash(held) != config_hash(TrainConfig.preset("default"))
 
 
 def test_preprocess_imports_neither_training_nor_nightly_nor_prefect(tmp_path):

@@ -13,11 +13,15 @@ import signal
 import subprocess
 
 import optuna
+import pytest
 import yaml
 from optuna.storages.journal import JournalStorage
 from optuna.trial import TrialState
 
 from flows.config import PipelineConfig
+from common.errors import UserError
+from feature_spec import load, save
+from helpers.datasets import write_dataset
 from helpers.paths import BIN
 from helpers.processes import process_group, until
 from training.config import TrainConfig
@@ -111,6 +115,33 @@ def test_a_killed_tune_resumes_prunes_and_hands_its_best_config_to_the_pipeline(
         limit = client.read_global_concurrency_limit_by_name("tune-t")   # the tune's own, made anew: 2 slots
     assert keys == {"tune-trials", "tune-result", "tune-best-so-far", "tune-importances"}
     assert (limit.limit, limit.active_slots) == (2, 0)
+
+
+def test_without_val_every_trial_validates_on_one_holdout_of_train_never_on_the_tested_split(tmp_path):
+    """A dataset of train and test only: the trials validate on the last 10% of the train rows (the same rows for
+    all: resolved once, in the base), train on the rest, and are compared there; validating on the split the tune
+    reports its best trial on is refused before any trial."""
+    from flows.tune import setup
+    from training.launchers import LocalLauncherConfig
+    from tuning.config import TuneConfig
+
+    ds = write_dataset(tmp_path / "ds", {"train": 2000, "test": 500})
+    spec = load(str(ds))
+    spec.metadata["rows"] = {"train": 2000, "test": 500}
+    save(spec, str(ds))
+    config = TuneConfig(dataset=str(ds), store=str(tmp_path / "store"))
+    _, _, base, _, _, train_rows = setup(config, LocalLauncherConfig(nproc=1))
+    assert (base.eval_split, base.data.holdout_rows, train_rows) == ("holdout", 200, 1800)
+    with pytest.raises(UserError, match="eval_split 'test' would choose the checkpoint"):
+        setup(config.model_copy(update={"config": _yaml(tmp_path, {"eval_split": "test"})}), LocalLauncherConfig())
+    with pytest.raises(UserError, match="eval_split 'holdout' is the tune's evaluate_split"):
+        setup(config.model_copy(update={"evaluate_split": "holdout"}), LocalLauncherConfig())
+
+
+def _yaml(tmp_path, overrides: dict) -> str:
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(TrainConfig.preset("default").with_overrides(overrides).model_dump(mode="json")))
+    return str(path)
 
 
 def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from_scratch(tmp_path):

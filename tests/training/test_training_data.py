@@ -107,6 +107,31 @@ def test_ranks_cover_rows_exactly_once_and_match_files(dataset, world_size, batc
         assert [s[0] for s in seen] != sorted(s[0] for s in seen)
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_a_range_of_rows_batches_over_the_ranks_as_a_split_of_its_own(dataset, world_size):
+    """The holdout of eval_split 'holdout': rows [93, 103) of 'train' validate, rows [0, 93) train. Each range's rows
+    are read exactly once over the ranks, each rank a contiguous slice of every global batch, from the files' rows;
+    the two never share a row."""
+    whole = SplitBinaryDataset(str(dataset), "train")
+    train, held = whole.rows(0, 93), whole.rows(93, 103)
+    assert (train.num_rows, held.num_rows, held.start) == (93, 10, 93) and whole.num_rows == 103
+    seen = {}
+    for name, data, batch_size in (("train", train, 8), ("holdout", held, 4)):
+        per_rank = [list(data.batches(batch_size, rank=r, world_size=world_size, shuffle=name == "train", seed=3))
+                    for r in range(world_size)]
+        ids = []
+        for step in range(data.num_batches(batch_size, world_size)):
+            step_ids = [check_batch(dataset, "train", per_rank[r][step]) for r in range(world_size)]
+            assert len({len(per_rank[r][step].labels) for r in range(world_size)}) == 1
+            ids.append(np.concatenate(step_ids))   # rank order: consecutive rows
+            assert np.array_equal(ids[-1], np.arange(ids[-1][0], ids[-1][0] + len(ids[-1])))
+        seen[name] = np.sort(np.concatenate(ids))
+    np.testing.assert_array_equal(seen["train"], np.arange(93))
+    np.testing.assert_array_equal(seen["holdout"], np.arange(93, 103))
+    with pytest.raises(ValueError):
+        whole.rows(90, 104)
+
+
 def test_last_partial_batch_is_split_evenly_and_padded(dataset):
     ds = SplitBinaryDataset(str(dataset), "train")  # 103 rows, global batch 20: last has 3 rows
     last = [list(ds.batches(10, rank=r, world_size=2))[-1] for r in range(2)]

@@ -167,7 +167,9 @@ class Launcher(ABC):
         evaluation of the run folder."""
         run = RunDir(run)
         on_line = on_line or (lambda line: print(line, flush=True))
-        check_dataset(cfg)
+        cfg = check_dataset(cfg)
+        if resume:
+            check_resume(run, cfg)
         if cfg.init_from is not None:   # a warm start loads its checkpoint: from the run's store (or one named)
             cfg.init_from.check_store(run.uri)
         with self.lease(run, "training", wait_s, say=on_line) as held:
@@ -186,9 +188,10 @@ class Launcher(ABC):
         return self.kind
 
 
-def check_dataset(cfg: TrainConfig) -> None:
+def check_dataset(cfg: TrainConfig) -> TrainConfig:
     """Fail fast, before torchrun starts, when the dataset, its training or validation split or one of
-    the training split's files is missing: a one-line UserError here instead of every rank failing."""
+    the training split's files is missing: a one-line UserError here instead of every rank failing. Returns the
+    config resolved as the run keeps it (``TrainConfig.resolved``: the holdout's rows when it validates on one)."""
     from feature_spec import file_uri, load
 
     if not cfg.dataset:
@@ -206,3 +209,19 @@ def check_dataset(cfg: TrainConfig) -> None:
         raise UserError(f"{missing[0]}: data file of split '{split}' is missing"
                         f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}. "
                         "Fix: re-run preprocessing, or correct the path in the feature spec.")
+    return cfg.resolved(spec)
+
+
+def check_resume(run: RunDir, cfg: TrainConfig) -> None:
+    """UserError for a resume that would change the rows a run trains on: a run of before the holdout, which
+    trained on every row of a dataset without 'val' (and validated on 'test'), resumed now that ``cfg`` sets the
+    end of them aside (eval_split 'holdout')."""
+    from training.checkpoint import Checkpointer
+    from training.config import HOLDOUT
+
+    if cfg.eval_split != HOLDOUT or not run.has_config() or run.load_config().eval_split == HOLDOUT:
+        return
+    if Checkpointer(run).steps():
+        raise UserError(f"{run}: this run trained on all the rows of split '{cfg.data.train_split}' and validated on "
+                        "'test' (the dataset has no 'val'); resumed now, it would set the last "
+                        f"{cfg.data.holdout_rows} of them aside to validate on. Fix: train a new run (another --run).")
