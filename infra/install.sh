@@ -78,8 +78,9 @@ pick_python() {
         fi
     done
     [ -n "$best" ] || {
-        local IFS=";"
-        die "no $SUPPORTED on PATH (${found[*]:-no python3 found}): install one (e.g. apt install python3.11, or pyenv install 3.11) and run again, or set PYTHON=/path/to/python3.11"
+        local list="no python3 found"
+        [ ${#found[@]} = 0 ] || { printf -v list '%s; ' "${found[@]}"; list=${list%; }; }
+        die "no $SUPPORTED on PATH ($list): install one (e.g. apt install python3.11, or pyenv install 3.11) and run again, or set PYTHON=/path/to/python3.11"
     }
     echo "$best"
 }
