@@ -316,6 +316,8 @@ def config_hash(train: TrainConfig) -> str:
     if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
         data["data"].pop("holdout_rows")   # added later, used only without a val split (then resolved: set): names
         data["data"].pop("holdout_fraction")   # of runs that validate on a split stay
+    if data["sharding"]["profile"] == "auto":   # the default since 'cpu' was: it decides the plan, not the model
+        data["sharding"]["profile"] = "cpu"     # (DCP reshards a checkpoint between plans): runs keep their names
     for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
         if not optimizer["weight_decay"]:
             optimizer.pop("weight_decay")   # added later (0: none): unset, names stay

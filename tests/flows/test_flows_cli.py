@@ -280,6 +280,11 @@ def test_default_run_names_survive_the_arch_rename():
     from training.config import TrainConfig
 
     assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"
+    # sharding.profile auto (the default after 'cpu'): hashed as 'cpu', the plan is not the model
+    assert TrainConfig.preset("default").sharding.profile == "auto"
+    explicit = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"),
+                                      "sharding": {"profile": "cpu"}})
+    assert config_hash(explicit) == "03c92e09a0"
     # init_from.store (added later) unset: a warm-started config keeps the name it had before the field existed
     warm = TrainConfig.from_dict({**TrainConfig.preset("default").model_dump(mode="json"), "init_from": "s3://b/p/runs/r1"})
     assert config_hash(warm) == "71992ea025"
