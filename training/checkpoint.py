@@ -3,12 +3,15 @@
 ``<run>/checkpoints/<step>/`` holds one DCP checkpoint; ``_COMPLETE`` is written in it after
 every rank has finished writing, and only then the ``checkpoints/latest`` pointer (and
 ``checkpoints/best`` for a new best validation score). A checkpoint without ``_COMPLETE`` is
-never used. DCP reshards on load: a checkpoint saved by N ranks loads on M ranks and under
+never used. ``_COMPLETE`` records the size and sha256 of every file of the checkpoint (the ranks
+hash the files between them); every load checks them first (``Checkpointer.verify``) and names the
+file that differs, so a damaged checkpoint is never trained, evaluated or exported from. DCP reshards on load: a checkpoint saved by N ranks loads on M ranks and under
 another sharding plan. ``checkpoint_of`` finds a run's checkpoint by ``best`` (else latest), ``latest`` or step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Callable
 
@@ -73,17 +76,21 @@ class Checkpointer:
 
     # ---- saving and loading ----------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, best: dict[str, Any] | None = None) -> None:
-        """Save ``state`` (a dict of state dicts / Stateful objects) on all ranks, then mark it complete.
+        """Save ``state`` (a dict of state dicts / Stateful objects) on all ranks, then mark it complete with
+        its files' checksums.
 
         ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
+        files = None
         if step not in self.steps():
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
             dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
             _barrier()
+            files = _gather_dict(self._checksums(step, self._files(step)[_rank()::_world()]))
         if _rank() == 0:
-            self.run.write_text(json.dumps({"step": step}), DIR, str(step), COMPLETE)
+            if files is not None:
+                self.run.write_text(json.dumps({"step": step, "files": files}), DIR, str(step), COMPLETE)
             self.run.write_text(json.dumps({"step": step}), DIR, "latest")
             if best is not None:
                 self.run.write_text(json.dumps({"step": step, **best}), DIR, "best")
@@ -91,13 +98,62 @@ class Checkpointer:
         _barrier()
 
     def load(self, which: str | int, state: dict[str, Any]) -> int:
-        """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards); returns its step."""
+        """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards) once its files are
+        verified; returns its step. Call on every rank of the group (they share the verification)."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
         step, _ = self.step_for(which)
+        self.verify(step)
         dcp.load(state, storage_reader=FsspecReader(self.uri(step), **self.run.options), planner=_load_planner())
         return step
+
+    def verify(self, step: int, *, shared: bool = True) -> None:
+        """Check checkpoint ``step``'s files against the sizes and sha256 its ``_COMPLETE`` recorded; raises a
+        UserError naming the first file that differs or is missing. ``shared``: every rank of the process group
+        calls it and hashes its share (all raise the same error); else this process checks every file. A
+        checkpoint written before checksums were recorded is taken as it is."""
+        recorded = json.loads(self.run.read_text(DIR, str(step), COMPLETE)).get("files")
+        if recorded is None:
+            return
+        names = sorted(recorded)
+        mine = names[_rank()::_world()] if shared else names
+        problems = []
+        for name in mine:
+            try:
+                got = self._checksums(step, [name])[name]
+            except FileNotFoundError:
+                problems.append(f"{name} is missing")
+                continue
+            if got != recorded[name]:
+                problems.append(f"{name} differs from what was saved ({got['bytes']:,} bytes, sha256 "
+                                f"{got['sha256'][:12]}...; saved: {recorded[name]['bytes']:,} bytes, "
+                                f"{recorded[name]['sha256'][:12]}...)")
+        if shared:
+            problems = sorted(p for part in _gather_list(problems) for p in part)
+        if problems:
+            others = [s for s in self.steps() if s != step]
+            raise UserError(f"{self.uri(step)}: checkpoint file {problems[0]}"
+                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                            + ". The checkpoint is damaged and is not loaded. Fix: restore it from a backup, or use "
+                            + (f"another checkpoint (complete steps: {others})" if others else "another run")
+                            + ".")
+
+    def _files(self, step: int) -> list[str]:
+        """The names of the files DCP wrote for checkpoint ``step`` (its completion marker aside), sorted."""
+        names = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.run.fs.ls(self.run.path(DIR, str(step)), detail=False))
+        return sorted(n for n in names if n != COMPLETE)
+
+    def _checksums(self, step: int, names: list[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name in names:
+            digest, size = hashlib.sha256(), 0
+            with self.run.fs.open(self.run.path(DIR, str(step), name), "rb") as f:
+                while chunk := f.read(8 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+            out[name] = {"bytes": size, "sha256": digest.hexdigest()}
+        return out
 
     def _prune(self) -> None:
         keep = set(self.steps()[-self.keep:])
@@ -151,6 +207,27 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _gather_list(item: Any) -> list[Any]:
+    """Every rank's ``item``, in rank order, on every rank (``[item]`` without a process group)."""
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return [item]
+    out: list[Any] = [None] * _world()
+    dist.all_gather_object(out, item)
+    return out
+
+
+def _gather_dict(part: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for d in _gather_list(part) for k, v in d.items()}
 
 
 def _barrier() -> None:

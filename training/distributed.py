@@ -81,7 +81,9 @@ def run_rank(work: Callable[[], None]) -> int:
         work()
         return 0
     except UserError as e:
-        print(f"error (rank {os.environ.get('RANK', 0)}): {e}", file=sys.stderr)
+        # one write: the ranks share stderr, and a print's line and newline could interleave with another rank's
+        sys.stderr.write(f"error (rank {os.environ.get('RANK', 0)}): {e}\n")
+        sys.stderr.flush()
         return 2
     finally:
         destroy()

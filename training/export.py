@@ -51,7 +51,8 @@ MODEL_PREFIX = "model.model."   # the TorchRec DLRM's keys inside a checkpoint (
 
 def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
     """The TorchRec DLRM's weights of checkpoint ``step`` as whole tensors (keys of ``DLRM``), read with DCP in
-    this process (no process group): every shard of every rank's files lands in one tensor per key."""
+    this process (no process group) once its files are verified: every shard of every rank's files lands in one
+    tensor per key."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -59,7 +60,9 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
     from training.checkpoint import Checkpointer
 
     run = RunDir(run)
-    reader = FsspecReader(Checkpointer(run).uri(step), **run.options)
+    checkpointer = Checkpointer(run)
+    checkpointer.verify(step, shared=False)
+    reader = FsspecReader(checkpointer.uri(step), **run.options)
     metadata = reader.read_metadata()
     state = {k: torch.empty(m.size, dtype=m.properties.dtype)
              for k, m in metadata.state_dict_metadata.items()

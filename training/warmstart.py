@@ -57,6 +57,7 @@ def warm_start(trainer, init: InitFrom) -> dict[str, Any]:
     found = checkpoint_of(old_run, init.checkpoint)
     step, warnings = found["step"], [found["warning"]] if found["warning"] else []
     where = f"init_from {old_run}@{step}"
+    Checkpointer(old_run).verify(step)   # every rank calls warm_start: they share the hashing
     reader = _Reader(Checkpointer(old_run).uri(step), old_run.options, where)
     old_spec = _dataset_spec(found["dataset"], where)
 

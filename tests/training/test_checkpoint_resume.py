@@ -43,3 +43,46 @@ def test_loading_a_missing_checkpoint_is_a_user_error(tmp_path):
 
     with pytest.raises(UserError, match="no complete checkpoint 'best'"):
         Checkpointer(RunDir(str(tmp_path))).load("best", {})
+
+
+def test_a_damaged_checkpoint_is_named_and_never_loaded(two_rank_run, tmp_path):
+    """_COMPLETE records every file's size and sha256 at save (the 2 ranks hash them between them); 64 KiB
+    overwritten in one shard of a copy: evaluation (2 ranks), export and a warm start's check refuse it, in one
+    line naming the file; a missing file likewise; the untouched run still loads."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from common.errors import UserError
+    from helpers.fixtures import CHILD_ENV
+    from helpers.paths import REPO
+    from training.export import export_bundle
+
+    step = json.loads((two_rank_run / "checkpoints" / "latest").read_text())["step"]
+    marker = json.loads((two_rank_run / "checkpoints" / str(step) / COMPLETE).read_text())
+    folder = two_rank_run / "checkpoints" / str(step)
+    assert sorted(marker["files"]) == sorted(p.name for p in folder.iterdir() if p.name != COMPLETE)
+    assert all(len(f["sha256"]) == 64 and f["bytes"] > 0 for f in marker["files"].values())
+    Checkpointer(RunDir(str(two_rank_run))).verify(step, shared=False)
+
+    run = tmp_path / "run"
+    shutil.copytree(two_rank_run, run, ignore=shutil.ignore_patterns("eval"))
+    shard = max((run / "checkpoints" / str(step)).glob("*.distcp"), key=lambda p: p.stat().st_size)
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 3)
+        f.write(b"\xAB" * min(65536, shard.stat().st_size // 3))
+    named = rf"checkpoints/{step}: checkpoint file {shard.name} differs from what was saved"
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "evaluate", "--run", str(run), "--checkpoint",
+                           str(step), "--nproc", "2"], cwd=REPO, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True,
+                          timeout=200)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    summary = proc.stderr[proc.stderr.rindex("error: evaluation of"):].splitlines()
+    assert "Traceback" not in proc.stderr and len(summary) == 2   # both ranks found it: one line says so
+    assert summary[1].startswith("error (ranks 0, 1): ") and named in summary[1]
+    with pytest.raises(UserError, match=named + r".*is not loaded\. Fix: restore it from a backup"):
+        export_bundle(str(run), step, str(tmp_path / "bundle"))
+    assert not (tmp_path / "bundle").exists()
+    shard.unlink()
+    with pytest.raises(UserError, match=rf"checkpoint file {shard.name} is missing"):
+        Checkpointer(RunDir(str(run))).verify(step, shared=False)

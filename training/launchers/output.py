@@ -85,7 +85,8 @@ class RankOutput:
         reported."""
         order = list(self.node_exits)
         if not self.tails:
-            lines = [ln for ln in self.launcher if ln.startswith("error")] or list(self.launcher)[-20:]
+            lines = _merge_rank_errors([ln for ln in self.launcher if ln.startswith("error")]) \
+                or list(self.launcher)[-20:]
             return f"{what} failed (torchrun exit code {code}{self._srun(order[0] if order else None)}):\n" + \
                 "\n".join(lines)
         summaries = []   # (exit code >= 0, time, srun's order of the node, appearance, rank, exit code)
@@ -110,3 +111,24 @@ class RankOutput:
 
     def _srun(self, node: str | None) -> str:
         return f"; srun: node {node}: {self.node_exits[node]}" if node else ""
+
+
+_RANK_ERROR = re.compile(r"^error \(rank (\d+)\): (.*)$")
+
+
+def _merge_rank_errors(lines: list[str]) -> list[str]:
+    """``error (rank N): ...`` lines that say the same on several ranks as one ``error (ranks 0, 1): ...`` line
+    (a check that every rank makes fails on all of them alike)."""
+    ranks: dict[str, list[str]] = {}
+    out: list[str | None] = []
+    for line in lines:
+        if m := _RANK_ERROR.match(line):
+            if m.group(2) not in ranks:
+                ranks[m.group(2)] = []
+                out.append(m.group(2))
+            ranks[m.group(2)].append(m.group(1))
+        else:
+            out.append(line)
+    return [line if line not in ranks else
+            f"error (rank{'s' if len(ranks[line]) > 1 else ''} {', '.join(sorted(ranks[line], key=int))}): {line}"
+            for line in out]
