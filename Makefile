@@ -20,11 +20,12 @@ test-fast: .venv/.installed
 	bash infra/install.sh
 	touch $@
 
-# bring .venv back to the lock, whatever its state
+# bring .venv back to the lock, whatever its state (PYTHON=/path/to/python3.X picks the interpreter of a new .venv)
 install:
 	bash infra/install.sh
 	touch .venv/.installed
 
-# re-resolve pyproject.toml into infra/requirements.lock (keeps locked versions unless LOCK_ARGS=--upgrade)
+# re-resolve pyproject.toml into infra/requirements.lock, one lock for CPython 3.11-3.13 with torch's CPU wheel
+# hashes from infra/torch-cpu.lock (keeps locked versions unless LOCK_ARGS=--upgrade)
 lock:
 	bash infra/install.sh --lock $(LOCK_ARGS)
