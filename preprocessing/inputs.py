@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 
+from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel
 
 from common.store import filesystem
@@ -20,7 +21,7 @@ class InputFile(BaseModel):
     uri: str
     split: str | None = None
     size: int
-    version: str    # mtime or ETag
+    version: str    # local: mtime, inode and ctime; remote: ETag (else mtime)
 
 
 def split_mapping(item: str) -> tuple[str | None, str]:
@@ -64,9 +65,18 @@ def _list(target: str) -> list[tuple[str, int, str]]:
         raise InputError(f"input '{target}' matches no files. Fix: check the folder or glob.")
     out = []
     for p, info in zip(paths, infos):
-        version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+        version = _local_version(p) if isinstance(fs, LocalFileSystem) else \
+            info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
         out.append((fs.unstrip_protocol(p) if "://" in target else p, int(info.get("size") or 0), str(version).strip('"')))
     return out
+
+
+def _local_version(path: str) -> str:
+    """A local file's version: its mtime, inode and ctime (ns). A file rewritten in place keeps its size and can be
+    given back its mtime (``cp -p``, ``touch -d``, ``rsync -t``), but not its ctime, which the kernel sets on every
+    change; a file replaced by another (``mv``) has another inode. So two parses of one identity read one content."""
+    st = os.stat(path)
+    return f"mtime={st.st_mtime_ns};ino={st.st_ino};ctime={st.st_ctime_ns}"
 
 
 def file_type(uri: str) -> str:

@@ -87,6 +87,26 @@ def test_changed_file_is_parsed_again(days, tmp_path):
     assert_same_files(_window(local, 0, tmp_path / "fresh"), changed)
 
 
+def test_a_file_rewritten_with_the_same_size_and_mtime_is_parsed_again(days, tmp_path):
+    """Rewritten in place with other rows of the same length and its mtime set back (`cp -p`, `touch -d`): the
+    kernel's ctime still moved, so the file is parsed again and the dataset is the new content's."""
+    local = [tmp_path / f"day{d}.tsv" for d in range(1, 5)]
+    for src, dst in zip(days, local):
+        dst.write_bytes(src.read_bytes())
+    store = tmp_path / "store"
+    first = _window(local, 0, store)
+    before = _entries(store)
+    stat = local[1].stat()
+    rows = local[1].read_bytes().splitlines(keepends=True)
+    local[1].write_bytes(b"".join(rows[1:] + rows[:1]))   # the same bytes in another order: same size
+    os.utime(local[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (local[1].stat().st_size, local[1].stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    second = _window(local, 0, store)
+    after = _entries(store)
+    assert second.name != first.name and set(before) < set(after) and len(after) == 5
+    assert_same_files(_window(local, 0, tmp_path / "fresh"), second)
+
+
 def test_prune_removes_exactly_the_entries_it_is_told(days, tmp_path):
     store = tmp_path / "store"
     _window(days, 0, store)
