@@ -1,10 +1,15 @@
 """The house rules, read from the sources (ast): imports point only down (flows -> nightly -> {training,
 preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, and the store's
-top-level folders and the URI -> filesystem call spelled only in common/store.py."""
+top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
+config.py, common/, training/rundir.py, nightly/registry.py) imports neither torch, TorchRec nor Prefect."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +29,39 @@ ALLOWED = {
 PREFECT = {"prefect", "prefect_dask"}
 STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash"}
 STORE_MODULE = "common/store.py"
+# the light tier: what a command's options, a config file or a look at the store may import cheaply
+HEAVY = ("torch", "torchrec", "fbgemm_gpu", "prefect")
+LIGHT_NAMED = ("training/rundir.py", "nightly/registry.py")
 
 
 def modules() -> list[tuple[str, Path]]:
     return [(package, path) for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))]
+
+
+def light_modules() -> list[str]:
+    """The light tier's modules (dotted names): every config.py, common/*, and those named in LIGHT_NAMED."""
+    paths = {p for package in ALLOWED for p in (REPO / package).rglob("config.py")}
+    paths |= set((REPO / "common").glob("*.py")) | {REPO / rel for rel in LIGHT_NAMED}
+    names = [".".join(p.relative_to(REPO).with_suffix("").parts) for p in paths]
+    return sorted(name.removesuffix(".__init__") for name in names)
+
+
+def heavy_imports(names: list[str], path: str | None = None) -> dict[str, list[str]]:
+    """Module -> the HEAVY modules a fresh interpreter had imported after it (first seen there), importing
+    ``names`` in order (``path``: a folder put first on sys.path)."""
+    code = ("import importlib, json, sys\n"
+            f"heavy, found = {HEAVY!r}, {{}}\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    new = [m for m in heavy if m in sys.modules and m not in sum(found.values(), [])]\n"
+            "    if new:\n"
+            "        found[name] = new\n"
+            "print(json.dumps(found))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [path, str(REPO)])))
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def imported(tree: ast.AST, package: str) -> set[str]:
@@ -77,6 +111,19 @@ def test_the_house_rules_hold():
     sources = {path.relative_to(REPO).as_posix(): (package, path.read_text()) for package, path in modules()}
     assert len(sources) > 90   # every package was read
     assert check(sources) == []
+
+
+def test_the_light_tier_imports_no_torch_torchrec_or_prefect():
+    names = light_modules()
+    assert {"common.store", "training.config", "training.rundir", "nightly.registry", "flows.config",
+            "training.launchers.config"} <= set(names)
+    assert heavy_imports(names) == {}
+
+
+def test_a_heavy_import_is_found(tmp_path):
+    (tmp_path / "pulls_prefect.py").write_text("import sys, types\nsys.modules['prefect'] = types.ModuleType('prefect')\n")
+    assert heavy_imports(["common.errors", "pulls_prefect", "common.store"], str(tmp_path)) == {
+        "pulls_prefect": ["prefect"]}
 
 
 @pytest.mark.parametrize("rel, package, text, expected", [
