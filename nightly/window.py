@@ -128,6 +128,9 @@ def window(templates: list[str], date: dt.date, config: WindowConfig, check: boo
     templates = [t if "://" in t else os.path.abspath(t) for t in templates]   # runs may change directory
     for t in templates:
         check_template(t)
+    if date - dt.date.min < dt.timedelta(days=config.train_days):
+        raise UserError(f"the window for {date} would start {config.train_days} days before it, before the first "
+                        f"date there is ({dt.date.min}). Fix: pass a later --date YYYY-MM-DD.")
     before = [date - dt.timedelta(days=k) for k in range(config.train_days, 0, -1)]
     lacking = {day: uri for day in (*before, date) for uri in [_missing(templates, day) if check else None] if uri}
     if date in lacking:

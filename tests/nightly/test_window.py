@@ -62,6 +62,12 @@ def test_a_missing_day_fails_before_any_work_naming_the_date_and_uri_unless_min_
         window([template], D + dt.timedelta(days=1), WindowConfig(train_days=3, min_days=2))
 
 
+def test_a_date_whose_window_starts_before_year_one_is_one_line(tmp_path):
+    with pytest.raises(UserError, match=r"window for 0001-01-02 would start 3 days before it, before the first date "
+                                        r"there is \(0001-01-01\)\. Fix: pass a later --date"):
+        window([str(tmp_path / "{date}" / "part-*")], dt.date(1, 1, 2), WindowConfig(train_days=3))
+
+
 def test_day_of_reads_the_date_back_from_a_file_of_the_template():
     assert day_of(["s3://b/{date:%Y/%m/%d}/p-*.gz"], "s3://b/2026/11/05/p-1.gz") == dt.date(2026, 11, 5)
     assert day_of(["s3://b/{date:%Y/%m/%d}/p-*.gz"], "s3://b/2026/11/05/q-1.gz") is None
