@@ -194,6 +194,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
             return result
     preprocess_config, days = checked_preprocess_config(config, store, day)
     store.check()
+    if days and config.model:
+        registry.check_records(model_uri(store.uri, config.model))
     if days:
         log.info(days.describe())
     if not config.preprocess.inputs:

@@ -122,6 +122,13 @@ def champion_to_load(model: str) -> Champion | None:
     return champion
 
 
+def check_records(model: str) -> None:
+    """Read the model's champion.json and history.jsonl as a night will after training: a damaged one is a
+    UserError now, before the night spends its hours (each names the file, the line and the fix)."""
+    champion_to_load(model)
+    history(model)
+
+
 def save_tuned(model: str, text: str) -> str:
     """Write a tune's best training config (YAML ``text``) as the model's tuned config; returns its URI."""
     uri = posixpath.join(model, TUNED_FILE)

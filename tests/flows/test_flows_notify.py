@@ -142,3 +142,17 @@ def test_a_promotion_emits_the_decision_numbers(prefect_harness):
     assert promoted.payload["challenger"] == decision["challenger"] and promoted.payload["champion_run"] == "runs/a"
     [completed] = _events(events.NIGHT_COMPLETED, "promoted-model")
     assert completed.payload["metrics"]["step"] == 8 and completed.payload["decision"] == "promoted"
+
+
+def test_a_damaged_history_fails_the_night_at_setup_before_any_work(prefect_harness, tmp_path):
+    """history.jsonl is read after training to record the night: a damaged line is found at setup instead, so no
+    hours are spent on a night that could not be recorded (issue 34 §4)."""
+    store = tmp_path / "store"
+    (store / "models" / "damaged").mkdir(parents=True)
+    (store / "models" / "damaged" / registry.HISTORY_FILE).write_text('{"date": "2026-11-01", "decision": "kep\n')
+    config = small_pipeline(str(store), window={"train_days": 2}, model="damaged")
+    state = pipeline(config, date=dt.date.fromisoformat(DAY), return_state=True)
+    assert state.is_failed()
+    error = state.message.splitlines()[0]
+    assert "damaged/history.jsonl line 1 is not JSON" in error and error.endswith("Fix: repair or remove that line.")
+    assert not (store / "synthetic").exists() and not (store / "datasets").exists() and not (store / "runs").exists()
