@@ -13,7 +13,7 @@ from flows import artifacts
 from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S
 from training.config import EvaluateConfig
-from training.evaluate import check_inputs, evaluate_run
+from training.evaluate import check_inputs, completed, evaluate_run
 from training.launchers import LauncherConfig, LocalLauncherConfig
 from training.report import format_table
 from training.rundir import RunDir
@@ -23,7 +23,7 @@ from training.rundir import RunDir
 @user_errors
 def run_evaluation(run: RunDir, config: EvaluateConfig, launcher: LauncherConfig | None = None) -> None:
     log = get_run_logger()
-    evaluate_run(run, config, launcher=launcher, env=rank_env(launcher),
+    evaluate_run(run, config, launcher=launcher, env=rank_env(launcher), wait_s=OVERLAP_WAIT_S, reuse=True,
                  on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
 
 
@@ -49,11 +49,8 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig(),
     """
     log = get_run_logger()
     run = RunDir(run_uri)
-    run.wait_unleased(OVERLAP_WAIT_S, say=log.info)   # a training or evaluation of the run: wait, then reuse
-    previous, wanted = run.eval_metrics(config.split) or {}, check_inputs(run, config)
-    # a record without a log loss is of an evaluation before non-finite predictions were refused: done again
-    if (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"]) \
-            and previous.get("logloss") is not None:
+    wanted = check_inputs(run, config)
+    if completed(run, config, wanted) is not None:   # else evaluated, after any training or evaluation of the run
         log.info("evaluation of this checkpoint on '%s' already complete, reusing it", config.split)
         if wanted["warning"]:
             log.warning("warning: %s", wanted["warning"])

@@ -76,7 +76,9 @@ class _Stream(RankOutput):
 @user_errors
 def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: LauncherConfig | None = None) -> None:
     """Run the training's ranks (here, or on Slurm/Kubernetes per ``launcher``) and stream their output;
-    raises TrainingFailed on failure."""
+    raises TrainingFailed on failure. Another training of the run folder (a second run of the same night) is waited
+    for under the run's lease, taken in one step with the wait, and then reused or resumed
+    (``Launcher.launch(reuse=True)``)."""
     launcher = launcher or LocalLauncherConfig()
     runner = build_launcher(launcher)
     logger = get_run_logger()
@@ -87,7 +89,7 @@ def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: La
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) //
                                                                                 launcher.nproc))
-    code = runner.launch(run, config, resume=resume, env=env, on_line=stream)
+    code = runner.launch(run, config, resume=resume, env=env, on_line=stream, wait_s=OVERLAP_WAIT_S, reuse=True)
     stream.curve.update()  # the loss after the last evaluation
     if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
         artifacts.plan(run)
@@ -114,7 +116,6 @@ def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
     config = config.on(dataset)
     config = config.model_copy(update={"init_from": champion_init(config.init_from)})
     run = RunDir(run_uri)
-    run.wait_unleased(OVERLAP_WAIT_S, say=log.info)   # an overlapping run of the same folder: then reuse its result
     if run.is_complete():
         log.info("training already complete, skipping: %s", run_uri)
         artifacts.plan(run)

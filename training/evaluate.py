@@ -37,24 +37,40 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
     return info
 
 
+def completed(run: RunDir, config: EvaluateConfig, wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's evaluation on ``config.split`` when it is already the one ``wanted`` (``check_inputs``: the same
+    checkpoint step and dataset), else None. A record without a log loss is of an evaluation before non-finite
+    predictions were refused: it is done again."""
+    previous = run.eval_metrics(config.split) or {}
+    same = (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"])
+    return previous if same and previous.get("logloss") is not None else None
+
+
 def evaluate_job(config: EvaluateConfig) -> RankJob:
     """The evaluation's rank job: ``training.evaluate_worker RUN --config EVALUATE_CONFIG_JSON``."""
     return RankJob("evaluate", "training.evaluate_worker", ("--config", config.model_dump_json()))
 
 
 def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, launcher=None, env: dict[str, str] | None = None,
-                 on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_line: Callable[[str], None] | None = None, wait_s: float = 0.0,
+                 reuse: bool = False) -> dict[str, Any]:
     """Evaluate checkpoint ``config.checkpoint`` of a run on ``config.split`` on the ranks of ``launcher`` (a
     ``LauncherConfig`` or its dict; None: local torchrun, one rank). Returns the content of
     ``<run>/eval/<split>/metrics.json``; raises UserError on bad inputs or a failed evaluation (naming the failing
-    rank's error). Output goes to this process's stdout or to ``on_line``."""
+    rank's error). Output goes to this process's stdout or to ``on_line``. A training or another evaluation of the
+    run is waited for up to ``wait_s`` (default: fail at once, naming it); with ``reuse``, an evaluation of the same
+    checkpoint that one of them finished meanwhile is returned, checked under the lease taken with the wait."""
     run = RunDir(run)
     runner = build_launcher(launcher)
     output = RankOutput(on_line or (lambda line: print(line, flush=True)))
     if warning := check_inputs(run, config)["warning"]:
         output(f"warning: {warning}")
     # never while a training or another evaluation writes the run
-    with runner.lease(run, "evaluation", say=output):
+    with runner.lease(run, "evaluation", wait_s, say=output):
+        if reuse and (done := completed(run, config, check_inputs(run, config))) is not None:
+            output(f"evaluation of this checkpoint on '{config.split}' already complete (by another run while this "
+                   "one waited), reusing it")
+            return done
         rc = runner.run_ranks(evaluate_job(config), run, env=env, on_line=output)
     if rc != 0:
         raise UserError(output.failure(f"evaluation of {run} on '{config.split}'", rc))

@@ -62,11 +62,25 @@ def test_a_second_training_of_a_leased_run_folder_fails_clearly_or_waits(blockin
     assert not (tmp_path / "runs" / "r" / RunDir.LEASE).exists()
 
 
-def test_the_flows_wait_for_a_leased_run_then_reuse_it(tmp_path):
-    """What the train and evaluate flows do first: wait (one line saying for what) while the run is leased."""
-    run, said = RunDir(str(tmp_path / "r")), []
-    holding = run.lease("training")
-    holding.__enter__()
-    threading.Timer(0.5, lambda: holding.__exit__(None, None, None)).start()
-    run.wait_unleased(30, say=said.append)
-    assert len(said) == 1 and said[0].startswith(f"waiting for the run lease of run {run.uri}, held by pid")
+def test_two_runs_of_one_night_the_second_waits_then_reuses_what_the_first_trained(blocking_torchrun, tmp_path):
+    """The train flow's launch (reuse): the lease is taken in one step with the wait, and what the other run left
+    is looked at under it: a folder it completed meanwhile is reused, nothing trained again, no failure."""
+    cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))
+    run, codes, said = RunDir(str(tmp_path / "runs" / "r")), [], []
+    first = threading.Thread(target=lambda: codes.append(build_launcher(None).launch(run.uri, cfg, on_line=print,
+                                                                                     wait_s=30, reuse=True)))
+    first.start()
+    assert blocking_torchrun["started"].wait(30)
+    second = threading.Thread(target=lambda: codes.append(build_launcher(None).launch(
+        run.uri, cfg, on_line=said.append, wait_s=30, reuse=True)))
+    second.start()
+    deadline = time.time() + 30
+    while not any("waiting for the run lease (training)" in s for s in said) and time.time() < deadline:
+        time.sleep(0.05)
+    run.mark_complete({"latest_step": 4, "world_size": 1})   # what the first training's rank 0 writes at its end
+    blocking_torchrun["release"].set()
+    first.join(30)
+    second.join(30)
+    assert codes == [0, 0] and blocking_torchrun["runs"] == 1
+    assert any("already complete (another run of it finished while this one waited): reusing it" in s for s in said)
+    assert not (tmp_path / "runs" / "r" / RunDir.LEASE).exists()

@@ -162,17 +162,28 @@ class Launcher(ABC):
         return self.start(job, RunDir(run), env=env, on_line=on_line or (lambda line: print(line, flush=True)))
 
     def launch(self, run: RunDir | str, cfg: TrainConfig, *, resume: bool = False,
-               env: dict[str, str] | None = None, on_line: OnLine | None = None, wait_s: float = 0.0) -> int:
+               env: dict[str, str] | None = None, on_line: OnLine | None = None, wait_s: float = 0.0,
+               reuse: bool = False) -> int:
         """Train ``cfg`` into ``run`` (see the class doc); ``wait_s``: how long to wait for another training or
-        evaluation of the run folder."""
+        evaluation of the run folder. ``reuse`` (a flow's run of a night, which another run of the same night may
+        overlap): decided once the lease is held, in one step with the wait: a run folder that training completed
+        meanwhile is reused (0, nothing trained), and one with checkpoints is resumed."""
         run = RunDir(run)
         on_line = on_line or (lambda line: print(line, flush=True))
         cfg = check_dataset(cfg)
-        if resume:
-            check_resume(run, cfg)
         if cfg.init_from is not None:   # a warm start loads its checkpoint: from the run's store (or one named)
             cfg.init_from.check_store(run.uri)
         with self.lease(run, "training", wait_s, say=on_line) as held:
+            if reuse and run.is_complete():
+                on_line(f"training of {run} already complete (another run of it finished while this one waited): "
+                        "reusing it")
+                return 0
+            if reuse:
+                from training.checkpoint import Checkpointer
+
+                resume = Checkpointer(run).step_of("latest") is not None
+            if resume:
+                check_resume(run, cfg)
             run.save_config(cfg)
             code = self.run_ranks(train_job(resume), run, env=env, on_line=on_line)
             if code == 0 and held is not None:
