@@ -18,9 +18,7 @@ from typing import Any, Callable
 from common.errors import UserError
 from training.rundir import RunDir
 
-DIR = RunDir.CHECKPOINTS
-COMPLETE = "_COMPLETE"
-POINTERS = ("latest", "best")   # checkpoints/<name>: the step of the newest and of the best checkpoint
+DIR, COMPLETE = RunDir.CHECKPOINTS, RunDir.COMPLETE   # the run folder names them (training.rundir)
 
 
 class Checkpointer:

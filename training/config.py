@@ -17,12 +17,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from common.config import apply_overrides, validate
 from common.errors import UserError
-from common.store import read_text
+from common.store import RUNS, filesystem, inside, read_text, store_of
+from feature_spec import file_uri
+from feature_spec import load as load_spec
 from training.cache import DEFAULT_CACHE_DIR
 
 PRESET_DIR = Path(__file__).parent / "presets"
 HOLDOUT = "holdout"   # eval_split's name for the rows set aside at the end of the training split
 TEST_SPLIT = "test"   # the split that reports a run (EvaluateConfig.split's default): never validated on
+# what a table constraint may name: TorchRec's ShardingType values and the kernels training.sharding plans with
+# (written out so that a config is read without importing TorchRec; tests/training/test_sharding.py compares them)
+SHARDING_TYPES = ["data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise",
+                  "grid_shard"]
+COMPUTE_KERNELS = ["dense", "fused", "fused_uvm", "fused_uvm_caching"]
 
 
 def split_error(where: str | None, split: str, splits: list[str], fix: str) -> UserError:
@@ -45,15 +52,11 @@ class TableConstraint(BaseModel):
     @field_validator("sharding_types")
     @classmethod
     def _known_types(cls, v):
-        from training.sharding import SHARDING_TYPES  # torchrec: imported only when constraints are given
-
         return _check_names(v, SHARDING_TYPES, "sharding type")
 
     @field_validator("compute_kernels")
     @classmethod
     def _known_kernels(cls, v):
-        from training.sharding import COMPUTE_KERNELS
-
         return _check_names(v, COMPUTE_KERNELS, "compute kernel")
 
 
@@ -207,10 +210,7 @@ class InitFrom(_Section):
     def check_store(self, run_uri: str) -> None:
         """UserError unless ``run`` lies in ``store``, by default the store of the run being trained (``run_uri``:
         ``<store>/runs/<name>``; a run elsewhere: the folder it is in)."""
-        from common.store import inside
-        from training.rundir import run_store
-
-        store = self.store or run_store(run_uri)
+        store = self.store or store_of(run_uri, RUNS)
         if not inside(self.run, store):
             which = "init_from.store" if self.store else f"the store of the run being trained ({run_uri})"
             raise UserError(f"init_from {self.run} lies outside {store}, {which}. A checkpoint's metadata is a "
@@ -287,9 +287,7 @@ class TrainConfig(_Section):
         ``holdout`` and ``data.holdout_rows`` the rows set aside, from the training split's row count. ``spec``: the
         dataset's FeatureSpec (default: loaded). UserError as ``check_splits``, and when the holdout would leave no
         row to train on. The same config again gives itself."""
-        from feature_spec import load
-
-        spec = spec if spec is not None else load(self.dataset)
+        spec = spec if spec is not None else load_spec(self.dataset)
         if self.check_splits(spec.splits) != HOLDOUT:
             return self
         rows = split_rows(spec, self.dataset, self.data.train_split)
@@ -364,9 +362,6 @@ class EvaluateConfig(_Section):
 def split_rows(spec: Any, dataset: str, split: str) -> int:
     """Rows of ``split`` of a dataset: its metadata's count, else the size of its label file (one byte a row;
     NVIDIA's tools record no counts)."""
-    from common.store import filesystem
-    from feature_spec import file_uri
-
     rows = (spec.metadata.get("rows") or {}).get(split)
     if isinstance(rows, int):
         return rows

@@ -15,18 +15,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 from common.folder import Folder
 from common.lease import lease, wait_released
-from common.store import RUNS, store_of
+from training.config import TrainConfig
 
 
 def run_name(run_uri: str) -> str:
     """The name of a run folder given by its URI."""
     return run_uri.rstrip("/").rsplit("/", 1)[-1]
-
-
-def run_store(run_uri: str) -> str:
-    """The store a run folder lies in: ``<store>`` of ``<store>/runs/<name>``; for a run folder elsewhere, the
-    folder it is in."""
-    return store_of(run_uri, RUNS)
 
 
 class RunDir(Folder):
@@ -40,6 +34,8 @@ class RunDir(Folder):
     DONE = "_SUCCESS"             # written last by the worker: training finished
     STOP = "stop.request"         # asks the training to stop at its next validation, as an early stop would
     CHECKPOINTS = "checkpoints"   # <step>/ DCP folders and the latest/best pointers (training.checkpoint)
+    COMPLETE = "_COMPLETE"        # checkpoints/<step>/_COMPLETE: written last, the checkpoint's files and checksums
+    POINTERS = ("latest", "best")  # checkpoints/<name>: the step of the newest and of the best checkpoint
     EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
     ROC, CALIBRATION = "roc.png", "calibration.png"
@@ -65,25 +61,21 @@ class RunDir(Folder):
         """Whether the file at ``rel`` (a path inside a run folder) makes something in the run count as complete:
         the training's ``DONE``, an evaluation's metrics.json, a checkpoint's completion file or pointer. A removal
         deletes these first, so a run cut short by a kill never looks finished (``nightly.gc``)."""
-        from training.checkpoint import COMPLETE, POINTERS
-
         parts = rel.strip("/").split("/")
         return (parts == [cls.DONE] or (len(parts) == 3 and parts[0] == cls.EVAL and parts[2] == cls.EVAL_METRICS)
-                or (len(parts) == 2 and parts[0] == cls.CHECKPOINTS and parts[1] in POINTERS)
-                or (len(parts) == 3 and parts[0] == cls.CHECKPOINTS and parts[2] == COMPLETE))
+                or (len(parts) == 2 and parts[0] == cls.CHECKPOINTS and parts[1] in cls.POINTERS)
+                or (len(parts) == 3 and parts[0] == cls.CHECKPOINTS and parts[2] == cls.COMPLETE))
 
     # ---- the training config -------------------------------------------------------------
     def has_config(self) -> bool:
         return self.exists(self.CONFIG)
 
-    def save_config(self, cfg) -> None:
+    def save_config(self, cfg: TrainConfig) -> None:
         """Write the resolved TrainConfig (the ranks read it from here)."""
         self.write_text(cfg.to_yaml(), self.CONFIG)
 
-    def load_config(self):
+    def load_config(self) -> TrainConfig:
         """The run's TrainConfig."""
-        from training.config import TrainConfig
-
         return TrainConfig.from_yaml(self.join(self.CONFIG), **self.options)
 
     # ---- completion ---------------------------------------------------------------------

@@ -16,19 +16,17 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.types import PlannerError, Topology
-from torchrec.distributed.types import ModuleSharder, ShardingPlan, ShardingType
+from torchrec.distributed.types import ModuleSharder, ShardingPlan
 from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim import RowWiseAdagrad
 
 from common.errors import UserError
-from training.config import ShardingConfig
+from training.config import COMPUTE_KERNELS, SHARDING_TYPES, ShardingConfig
 from training.rundir import RunDir
 
 from .topology import GiB, HardwareProfile, build_topology, resolve_local_world_size, resolve_profile
 
-SHARDING_TYPES = [t.value for t in ShardingType]
-COMPUTE_KERNELS = ["dense", "fused", "fused_uvm", "fused_uvm_caching"]
 UVM_CACHING_RATIO = 0.2  # share of a fused_uvm_caching table kept in HBM (TorchRec's default)
 # embedding optimizer -> (torch optimizer class, optimizer-state floats per weight; None: one per row)
 OPTIMIZERS = {"rowwise_adagrad": (RowWiseAdagrad, None), "adam": (torch.optim.Adam, 2.0), "sgd": (torch.optim.SGD, 0.0)}

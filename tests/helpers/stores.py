@@ -17,7 +17,6 @@ from common.store import DATASETS, RUNS, filesystem
 from feature_spec import Chunk, Feature, FeatureSpec
 from nightly import registry
 from preprocessing import writer
-from training.checkpoint import COMPLETE
 from training.config import TrainConfig
 from training.rundir import RunDir
 
@@ -58,7 +57,7 @@ def run(store: str, name: str, dataset_uri: str, days_old: float = 0, complete: 
     r.save_config(TrainConfig(dataset=dataset_uri))
     r.write_text(json.dumps({"step": 4, "loss": 0.5}) + "\n", RunDir.METRICS)
     r.write_bytes(bytes(4096), RunDir.CHECKPOINTS, "4", "__0_0.distcp")
-    r.write_text("", RunDir.CHECKPOINTS, "4", COMPLETE)
+    r.write_text("", RunDir.CHECKPOINTS, "4", RunDir.COMPLETE)
     r.write_text(json.dumps({"step": 4}), RunDir.CHECKPOINTS, "latest")
     r.write_eval("test", {"auc": 0.7, "logloss": 0.5}, {RunDir.ROC: b"png"})
     if complete:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.checkpoint import COMPLETE, Checkpointer
+from training.checkpoint import Checkpointer
 from training.rundir import RunDir
 
 
@@ -25,7 +25,7 @@ def test_latest_skips_incomplete_checkpoints_and_pruning_keeps_best(tmp_path):
     run = RunDir(str(tmp_path))
     ck = Checkpointer(run, keep=2)
     for step in (2, 4, 6):
-        run.write_text("{}", "checkpoints", str(step), COMPLETE)
+        run.write_text("{}", RunDir.CHECKPOINTS, str(step), RunDir.COMPLETE)
     run.write_text("", "checkpoints", "8", ".metadata")  # a save that crashed before its marker
     run.write_text(json.dumps({"step": 8}), "checkpoints", "latest")
     run.write_text(json.dumps({"step": 2, "auc": 0.8}), "checkpoints", "best")
@@ -60,9 +60,9 @@ def test_a_damaged_checkpoint_is_named_and_never_loaded(two_rank_run, tmp_path):
     from training.export import export_bundle
 
     step = json.loads((two_rank_run / "checkpoints" / "latest").read_text())["step"]
-    marker = json.loads((two_rank_run / "checkpoints" / str(step) / COMPLETE).read_text())
+    marker = json.loads((two_rank_run / "checkpoints" / str(step) / RunDir.COMPLETE).read_text())
     folder = two_rank_run / "checkpoints" / str(step)
-    assert sorted(marker["files"]) == sorted(p.name for p in folder.iterdir() if p.name != COMPLETE)
+    assert sorted(marker["files"]) == sorted(p.name for p in folder.iterdir() if p.name != RunDir.COMPLETE)
     assert all(len(f["sha256"]) == 64 and f["bytes"] > 0 for f in marker["files"].values())
     Checkpointer(RunDir(str(two_rank_run))).verify(step, shared=False)
 

@@ -18,7 +18,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, save
-from training.config import ShardingConfig, TableConstraint
+from training.config import COMPUTE_KERNELS, SHARDING_TYPES, ShardingConfig, TableConstraint
 from training.sharding import (DoesNotFit, format_plan, plan_tables, rank_usage,
                                table_bytes)
 from training.topology import (ARCH_BANDWIDTHS, GiB, PROFILES, UNKNOWN_GPU, build_topology, host_memory,
@@ -70,6 +70,15 @@ def test_constraints_are_validated():
         ShardingConfig(constraints={"t": {"compute_kernels": ["gpu"]}})
     with pytest.raises(UserError, match=r"unknown tables \['t_nope'\]"):
         plan_tables(tables_of([10]), ShardingConfig(constraints={"t_nope": {}}), 1, 1, 8)
+
+
+def test_the_configs_names_are_torchrecs():
+    """training.config writes TorchRec's names out (a config is read without importing TorchRec): the same."""
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+    from torchrec.distributed.types import ShardingType
+
+    assert SHARDING_TYPES == [t.value for t in ShardingType]
+    assert set(COMPUTE_KERNELS) <= {k.value for k in EmbeddingComputeKernel}
 
 
 # ---- planning without the hardware ---------------------------------------------------------
