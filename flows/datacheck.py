@@ -18,7 +18,6 @@ from flows import artifacts, events
 from flows.config import PipelineConfig
 from flows.errors import user_errors
 from nightly import datacheck, registry
-from nightly.decision import finite
 from nightly.window import Window
 from preprocessing import PreprocessConfig
 from preprocessing.profile import StoredProfiles
@@ -85,8 +84,8 @@ def _unseen(config: PipelineConfig, store: Store, days: Window, stored: StoredPr
     by the champion's vocabulary; ({}, {}, None) without a champion older than the test day or such a day."""
     if not config.model:
         return {}, {}, None
-    champion = registry.load_champion(registry.model_uri(store.uri, config.model))
-    if champion is None or not finite(champion.metrics):
+    champion, _ = registry.usable_champion(registry.model_uri(store.uri, config.model), days.date.isoformat())
+    if champion is None:
         return {}, {}, None
     before = datacheck.unseen_reference([d.isoformat() for d in checked], champion.window, champion.date)
     if before is None:

@@ -30,8 +30,7 @@ from flows.gc import gc
 from flows.promote import compete
 from flows.train import train
 from nightly import registry
-from nightly.decision import finite
-from nightly.registry import champion_to_load, model_uri
+from nightly.registry import model_uri
 from nightly.window import Window, catchup_skip, run_date, window
 from preprocessing import PreprocessConfig
 from training.config import InitFrom
@@ -113,12 +112,10 @@ def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> Flo
     same run)."""
     if not (config.model and config.warm_start) or config.train.init_from:
         return config.train
-    champion = champion_to_load(model_uri(store.uri, config.model))
-    if champion is None or champion.date >= day.isoformat():
-        return config.train
-    if not finite(champion.metrics):   # a diverged model: its weights would make every challenger diverge too
-        log.warning("no warm start: the champion of model %s (%s) has non-finite recorded metrics %s, so it counts "
-                    "as absent; training from scratch", config.model, champion.run, champion.metrics)
+    champion, absent = registry.usable_champion(model_uri(store.uri, config.model), day.isoformat())
+    if absent:
+        log.warning("no warm start from model %s: %s; training from scratch", config.model, absent)
+    if champion is None or champion.date == day.isoformat():   # the same night's model: a re-run trains as the first
         return config.train
     arch = RunDir(champion.run).load_config().arch
     if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model

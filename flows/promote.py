@@ -19,7 +19,7 @@ from flows.config import PipelineConfig
 from flows.errors import user_errors
 from nightly import registry, scoring
 from nightly.config import ScoreConfig
-from nightly.decision import RowScores, finite, paired
+from nightly.decision import RowScores, paired
 from nightly.window import Window
 from training.rundir import RunDir
 
@@ -49,8 +49,8 @@ def compete(config: PipelineConfig, store: Store, days: Window, run: RunDir, dat
         return entry
     gates = config.gates
     champion = registry.load_champion(model)
-    compared = (champion is not None and champion.run != run.uri and champion.date <= days.date.isoformat()
-                and finite(champion.metrics))   # one with non-finite recorded metrics counts as absent (record)
+    compared = (champion is not None and champion.run != run.uri
+                and registry.ineligible(champion, days.date.isoformat()) is None)
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
         scored = {}
 

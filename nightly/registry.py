@@ -122,6 +122,28 @@ def champion_to_load(model: str) -> Champion | None:
     return champion
 
 
+def ineligible(champion: Champion, date: str) -> str | None:
+    """Why ``champion`` counts as absent for the night tested on ``date`` (None: it counts), the one rule every use
+    of a champion by a night follows (its warm start, its data gate's unseen check, the comparison, the record):
+    a champion with non-finite recorded metrics (a diverged model: its weights would make every challenger diverge
+    too) counts as absent, and an older day's model never replaces, nor is compared with, a newer day's champion."""
+    if not finite(champion.metrics):
+        return (f"the champion ({champion.run}) has non-finite recorded metrics (auc {champion.metrics.get('auc')}, "
+                f"logloss {champion.metrics.get('logloss')}) and counts as absent")
+    if champion.date > date:
+        return (f"the champion was tested on a later day ({champion.date}) than this run ({date}), and an older "
+                "day's model never replaces a newer one")
+    return None
+
+
+def usable_champion(model: str, date: str) -> tuple[Champion | None, str | None]:
+    """The champion of ``model`` as the night tested on ``date`` may use it (``champion_to_load``: only what the
+    store holds), and why not (``ineligible``) when it has one that counts as absent: ``(None, reason)``."""
+    champion = champion_to_load(model)
+    why = None if champion is None else ineligible(champion, date)
+    return (None, why) if why else (champion, None)
+
+
 def check_records(model: str) -> None:
     """Read the model's champion.json and history.jsonl as a night will after training: a damaged one is a
     UserError now, before the night spends its hours (each names the file, the line and the fix)."""
@@ -241,17 +263,10 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             _repair(model, challenger, done, lines, current, export, lock, say)
             return done
         reason_prefix = ""
-        if current is not None and not finite(current.metrics):   # e.g. a diverged model promoted before this check
+        absent = None if current is None else ineligible(current, challenger.date)
+        if current is None or absent:   # absent: e.g. a diverged model promoted before this check, or a backfill
             measured = None
-            reason_prefix = (f"the champion ({current.run}) has non-finite recorded metrics (auc "
-                             f"{current.metrics.get('auc')}, logloss {current.metrics.get('logloss')}) and counts as "
-                             "absent; ")
-        elif current is None:
-            measured = None
-        elif current.date > challenger.date:   # a backfill, or runs that started out of order
-            measured = None
-            reason_prefix = (f"the champion was tested on a later day ({current.date}) than this run "
-                             f"({challenger.date}), and an older day's model never replaces a newer one: ")
+            reason_prefix = f"{absent}: " if absent else ""
         elif champion_metrics is not None and champion_run == current.run:
             measured = champion_metrics
         elif score_champion is not None:
@@ -260,7 +275,7 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             measured = None
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
-        if current is not None and measured is None and finite(current.metrics):
+        if current is not None and measured is None and finite(current.metrics):   # kept: a newer day's, or unmeasured
             data = "".join(f"; {r}" for r in data_refusals(refusals(data_checks)))
             decision, reason = "kept", reason_prefix + "champion kept" + data
         else:
@@ -436,9 +451,8 @@ def champion_init(init):
     checkpoint step (``champion_to_load``: a run of the model's store): ``init_from: STORE/models/NAME`` starts
     from the model in use. Anything else unchanged."""
     champion = champion_to_load(init.run) if init is not None else None
-    if champion is not None and not finite(champion.metrics):
-        raise UserError(f"init_from {init.run}: its champion ({champion.run}, step {champion.step}) has non-finite "
-                        f"recorded metrics {champion.metrics}, so it counts as absent and its weights are not used. "
+    if champion is not None and (why := ineligible(champion, champion.date)):
+        raise UserError(f"init_from {init.run}: {why}, so its weights are not used (step {champion.step}). "
                         "Fix: train from scratch (no init_from), or name a run's checkpoint to start from.")
     return init if champion is None else init.model_copy(update={"run": champion.run, "checkpoint": str(champion.step)})
 
