@@ -136,11 +136,7 @@ class Bench:
             root = self.work / "criteo-like"
             shutil.rmtree(root, ignore_errors=True)
             rows = max(self.sizes.batches) * (self.total_steps + 1)
-            old, bt.ROWS_PER_TABLE = bt.ROWS_PER_TABLE, self.sizes.table_rows   # write_dataset's table size
-            try:
-                self._dataset = bt.write_dataset(root, rows)
-            finally:
-                bt.ROWS_PER_TABLE = old
+            self._dataset = bt.write_dataset(root, rows, self.sizes.table_rows)
         return self._dataset
 
     def trainer_runs(self) -> dict:

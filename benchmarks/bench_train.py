@@ -109,8 +109,8 @@ def matmul_flops(threads: int = 2, repeat: int = 7, dtype: str = "float32") -> d
 
 
 # ---- dataset -------------------------------------------------------------------------------------
-def write_dataset(root: Path, rows: int) -> Path:
-    """A 'train' split: 26 int32 categoricals of cardinality 100k, 13 float16 numericals."""
+def write_dataset(root: Path, rows: int, rows_per_table: int = ROWS_PER_TABLE) -> Path:
+    """A 'train' split: 26 int32 categoricals of cardinality ``rows_per_table`` (100k), 13 float16 numericals."""
     from feature_spec import Chunk, Feature, FeatureSpec, save
 
     rng = np.random.default_rng(0)
@@ -123,8 +123,8 @@ def write_dataset(root: Path, rows: int) -> Path:
     chunks = [Chunk(type="split_binary", features=["label"], files=["train/label.bin"]),
               Chunk(type="split_binary", features=num, files=["train/numerical.bin"])]
     for name in cats:
-        rng.integers(0, ROWS_PER_TABLE, rows, dtype=np.int32).tofile(split / f"{name}.bin")
-        features[name] = Feature(dtype="int32", cardinality=ROWS_PER_TABLE)
+        rng.integers(0, rows_per_table, rows, dtype=np.int32).tofile(split / f"{name}.bin")
+        features[name] = Feature(dtype="int32", cardinality=rows_per_table)
         chunks.append(Chunk(type="split_binary", features=[name], files=[f"train/{name}.bin"]))
     save(FeatureSpec(feature_spec=features, source_spec={"train": chunks},
                      channel_spec={"label": ["label"], "numerical": num, "categorical": cats}), str(root))
