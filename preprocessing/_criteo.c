@@ -74,21 +74,7 @@ static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t 
         if (!p)
             return -1;
         for (int j = 0; j < N_CAT; j++) {
-            const unsigned char end_of_field = j == N_CAT - 1 ? '\n' : '\t';
-            /* the usual field, 8 hex digits: eight independent lookups, one check (p[8] is in the block) */
-            if (end - p > 8 && p[8] == end_of_field) {
-                int d0 = hexval[p[0]], d1 = hexval[p[1]], d2 = hexval[p[2]], d3 = hexval[p[3]];
-                int d4 = hexval[p[4]], d5 = hexval[p[5]], d6 = hexval[p[6]], d7 = hexval[p[7]];
-                if ((d0 | d1 | d2 | d3 | d4 | d5 | d6 | d7) >= 0) {
-                    cat[(Py_ssize_t)j * n + r] = (uint32_t)d0 << 28 | (uint32_t)d1 << 24 | (uint32_t)d2 << 20 |
-                                                 (uint32_t)d3 << 16 | (uint32_t)d4 << 12 | (uint32_t)d5 << 8 |
-                                                 (uint32_t)d6 << 4 | (uint32_t)d7;
-                    valid[(Py_ssize_t)j * n + r] = 1;
-                    p += 9;
-                    continue;
-                }
-            }
-            p = parse_hex_field(p, end_of_field, cat, valid, (Py_ssize_t)j * n + r);
+            p = parse_hex_field_fast(p, end, j == N_CAT - 1 ? '\n' : '\t', cat, valid, (Py_ssize_t)j * n + r);
             if (!p)
                 return -1;
         }

@@ -96,4 +96,23 @@ static const unsigned char *parse_hex_field(const unsigned char *p, unsigned cha
     return p + 1;
 }
 
+/* parse_hex_field, first trying the usual field, 8 hex digits: eight independent lookups, one check (p[8] is in
+ * the block, which ends at `end`). Used by _criteo.c; _lists.c calls parse_hex_field (this shortcut made its
+ * one-hot-only rows ~5% slower, the plain loop keeps its code as it was). */
+static inline const unsigned char *parse_hex_field_fast(const unsigned char *p, const unsigned char *end,
+                                                        unsigned char end_of_field, uint32_t *cat, uint8_t *valid,
+                                                        Py_ssize_t at) {
+    if (end - p > 8 && p[8] == end_of_field) {
+        int d0 = hexval[p[0]], d1 = hexval[p[1]], d2 = hexval[p[2]], d3 = hexval[p[3]];
+        int d4 = hexval[p[4]], d5 = hexval[p[5]], d6 = hexval[p[6]], d7 = hexval[p[7]];
+        if ((d0 | d1 | d2 | d3 | d4 | d5 | d6 | d7) >= 0) {
+            cat[at] = (uint32_t)d0 << 28 | (uint32_t)d1 << 24 | (uint32_t)d2 << 20 | (uint32_t)d3 << 16 |
+                      (uint32_t)d4 << 12 | (uint32_t)d5 << 8 | (uint32_t)d6 << 4 | (uint32_t)d7;
+            valid[at] = 1;
+            return p + 9;
+        }
+    }
+    return parse_hex_field(p, end_of_field, cat, valid, at);
+}
+
 #endif
