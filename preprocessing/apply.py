@@ -32,7 +32,7 @@ from . import lists, readers, stages, vocab, writer
 from .config import PreprocessConfig
 from .errors import BadRows
 from .job import Job
-from .pipeline import _dataset_spec
+from .pipeline import dataset_spec
 from .transforms import numerical_max, to_intermediate
 
 SCORE_SPLIT = "score"
@@ -105,7 +105,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
     t = job.transforms
     cards = {c.name: model.cardinality(c.name) for c in t.categorical}
     dtypes = t.categorical_dtypes(cards)
-    vocabs = {f: read_vocab(dataset, model, f) for f in t.vocab_features}
+    vocabs = {f: vocab.read_vocab(dataset, model, f) for f in t.vocab_features}
     encode = vocab.Encoder(vocabs)
     id_column = job.spec.metadata.get(ID_KEY)
     out = folder / "dataset"
@@ -158,7 +158,7 @@ def encode_inputs(dataset: str, inputs: list[str], folder: str | Path, *, on_bad
         if c.multi_valued and c.hotness is None:
             _offsets(out / SCORE_SPLIT, c.name)
     placement = stages.Placement((SCORE_SPLIT,), rows, (0,))
-    spec = _dataset_spec(job, placement, cards, {SCORE_SPLIT: rows}, {SCORE_SPLIT: index0}, {}, bad_rows,
+    spec = dataset_spec(job, placement, cards, {SCORE_SPLIT: rows}, {SCORE_SPLIT: index0}, {}, bad_rows,
                          {SCORE_SPLIT: list_stats})
     writer.finish(str(out), spec)
     return Encoded(str(out), str(folder / POSITIONS), rows, bad_rows, has_label, id_column)
@@ -171,18 +171,6 @@ def _offsets(folder: Path, feature: str) -> None:
         for chunk in lists.offsets_chunks([lengths] if lengths.exists() else []):
             f.write(chunk)
     lengths.unlink(missing_ok=True)
-
-
-def read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
-    """The vocabulary (value, count, index) of ``feature`` in ``dataset`` (whose feature spec is ``spec``)."""
-    rel = (spec.metadata.get("vocab") or {}).get(feature) or writer.vocab_file(feature)
-    uri = fspec.join_uri(dataset, rel)
-    try:
-        with fsspec.open(uri, "rb") as f:
-            return pl.read_parquet(f)
-    except FileNotFoundError:
-        raise UserError(f"{uri}: the vocabulary of feature '{feature}' is missing. Fix: re-run preprocessing "
-                        "for the model's dataset (its folder is incomplete).") from None
 
 
 def _types(job: Job, vocabs: dict[str, pl.DataFrame], id_column: str | None, has_label: bool) -> dict:

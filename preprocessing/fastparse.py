@@ -80,7 +80,7 @@ def block_parser(fmt, t: Transforms, types: dict,
             or types != {label: pl.Float64, **dict.fromkeys(ints, pl.Float64), **dict.fromkeys(cats, pl.String)}):
         return None
     hashed = [(c.name, c.hash_buckets) for c in t.categorical if c.hash_buckets is not None]
-    to_code = t.vocab_features if coded and vocab._vocab is not None else []
+    to_code = t.vocab_features if coded and vocab.native() else []
 
     distinct: dict[str, int] = {}   # each coded feature's distinct values in the last block: the next one's table
 
@@ -168,7 +168,7 @@ def _list_parser(fmt, t: Transforms, types: dict, coded: bool):
         keep=np.array([c.max_hotness or 0 for c in t.categorical], np.int64),
         lists=tuple(c for c in t.categorical if c.multi_valued))
     hashed = [c for c in t.categorical if c.hash_buckets is not None]
-    to_code = t.vocab_features if coded and vocab._vocab is not None else []
+    to_code = t.vocab_features if coded and vocab.native() else []
 
     distinct: dict[str, int] = {}   # as in block_parser
 

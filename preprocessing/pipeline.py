@@ -144,7 +144,7 @@ def write_dataset(job: Job, placement: Placement, metas: list[dict], stats: list
     index0 = {s: {c.name: sum(st[s]["index0"][c.name] for st in stats) for c in t.categorical} for s in names}
     list_lengths = {s: {f: lists.merge_stats(st[s]["lists"][f] for st in stats) for f in _listed(job)}
                     for s in names}
-    spec = _dataset_spec(job, placement, cards, rows, index0, {}, sum(m["bad_rows"] for m in metas), list_lengths)
+    spec = dataset_spec(job, placement, cards, rows, index0, {}, sum(m["bad_rows"] for m in metas), list_lengths)
     sizes = {rel: n for s in names for rel, n in spec.file_sizes(s).items()}   # the planned rows' bytes
     try:
         checksums = writer.write_splits(job.dataset, parts, names, files, offsets, sizes)
@@ -160,8 +160,11 @@ def _listed(job: Job) -> list[str]:
     return [c.name for c in job.transforms.categorical if c.multi_valued]
 
 
-def _dataset_spec(job: Job, placement: Placement, cards, rows, index0, checksums, bad_rows,
-                  list_lengths: dict | None = None) -> FeatureSpec:
+def dataset_spec(job: Job, placement: Placement, cards, rows, index0, checksums, bad_rows,
+                 list_lengths: dict | None = None) -> FeatureSpec:
+    """The feature spec of ``job``'s dataset: its features (``cards``: cardinality per categorical), the files of
+    each split of ``placement``, and the metadata (rows, bad rows, index-0 rows, vocabularies, list lengths per
+    split). Also the spec of a scoring's dataset (``apply.encode_inputs``)."""
     t, inputs = job.transforms, job.spec.feature_spec
     dtypes = t.categorical_dtypes(cards)
     features = {t.label: Feature(dtype="bool")}

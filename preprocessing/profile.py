@@ -134,8 +134,6 @@ class StoredProfiles:
         """Per group of input files (name -> their URIs) and vocabulary feature: the share of the files' values (their
         stored all-rows counts) that the vocabulary of ``dataset`` holds no index for. A feature is left out where
         that dataset has no vocabulary of it, a group where a file of it has no stored counts."""
-        from .apply import read_vocab
-
         parts = {name: [p for f, p in zip(self.job.inputs, self.job.parts) if f.uri in set(uris)]
                  for name, uris in groups.items()}
         parts = {name: found for name, found in parts.items()
@@ -147,7 +145,7 @@ class StoredProfiles:
         for feature in self.job.transforms.vocab_features:
             if feature not in (spec.metadata.get("vocab") or {}):
                 continue
-            known = read_vocab(dataset, spec, feature)["value"]
+            known = vocab.read_vocab(dataset, spec, feature)["value"]
             for name, found in parts.items():
                 counts = pl.concat([vocab.read_counts(p.counts, feature) for p in found])
                 values = known.cast(counts["value"].dtype, strict=False).drop_nulls()

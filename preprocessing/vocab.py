@@ -17,11 +17,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import polars as pl
 
-from feature_spec import path_segment
+from common.errors import UserError
+from feature_spec import join_uri, path_segment
 
+from . import writer
 from .lists import Flat, flat_codes, flatten
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,12 @@ try:
 except ImportError as e:
     _vocab = None
     log.debug("preprocessing._vocab is not available (%s); vocabulary hashing runs in numpy", e)
+
+
+def native() -> bool:
+    """Whether the C extension ``preprocessing._vocab`` is built (else numpy does its work)."""
+    return _vocab is not None
+
 
 def _native_codes(codes: np.ndarray) -> bool:
     """Whether ``_vocab``'s gather and bincount take these codes as they are (uint32; uint8/uint16 from VERSION 3)."""
@@ -419,3 +428,15 @@ class Encoder:
         else:
             idx = pl.DataFrame({f: flat.values}).select(self.exprs[f])[f].fill_null(0).to_numpy()
         return Flat(idx, flat.lengths)
+
+
+def read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
+    """The vocabulary (value, count, index) of ``feature`` in ``dataset`` (whose feature spec is ``spec``)."""
+    rel = (spec.metadata.get("vocab") or {}).get(feature) or writer.vocab_file(feature)
+    uri = join_uri(dataset, rel)
+    try:
+        with fsspec.open(uri, "rb") as f:
+            return pl.read_parquet(f)
+    except FileNotFoundError:
+        raise UserError(f"{uri}: the vocabulary of feature '{feature}' is missing. Fix: re-run preprocessing "
+                        "for the model's dataset (its folder is incomplete).") from None
