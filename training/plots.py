@@ -11,7 +11,6 @@ recorded).
 
 from __future__ import annotations
 
-import io
 from datetime import date as Date
 
 import matplotlib
@@ -19,16 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
 
+from common.png import png  # noqa: E402
 from training import metrics  # noqa: E402
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def _subtitle(m: dict) -> str:
@@ -49,7 +41,7 @@ def roc_png(probs: np.ndarray, labels: np.ndarray, title: str, m: dict | None = 
     ax.set_title(f"ROC curve - {title}\n{_subtitle(m)}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    return _png(fig)
+    return png(fig)
 
 
 def calibration_png(probs: np.ndarray, labels: np.ndarray, title: str, m: dict | None = None,
@@ -78,7 +70,7 @@ def calibration_png(probs: np.ndarray, labels: np.ndarray, title: str, m: dict |
     hist.set_xlabel("Predicted click probability (bin)")
     hist.set_ylabel("Rows")
     hist.grid(alpha=0.3)
-    return _png(fig)
+    return png(fig)
 
 
 def training_curve_png(records: list[dict], best_metric: str, title: str) -> bytes:
@@ -111,7 +103,7 @@ def training_curve_png(records: list[dict], best_metric: str, title: str) -> byt
     rate_ax.set_xlabel("step")
     for ax in (loss_ax, eval_ax, rate_ax):
         ax.grid(alpha=0.3)
-    return _png(fig)
+    return png(fig)
 
 
 def model_history_png(history: list[dict], title: str = "") -> bytes:
@@ -142,7 +134,7 @@ def model_history_png(history: list[dict], title: str = "") -> bytes:
     auc_ax.legend(loc="best", fontsize=8)
     loss_ax.set_xlabel("test day")
     fig.autofmt_xdate()
-    return _png(fig)
+    return png(fig)
 
 
 def data_drift_png(history: list[dict], title: str = "") -> bytes:
@@ -175,5 +167,5 @@ def data_drift_png(history: list[dict], title: str = "") -> bytes:
     axes[0].set_title(f"Drift of each feature on each test day{' - ' + title if title else ''}", fontsize=10)
     axes[1].set_xlabel("test day")
     fig.autofmt_xdate()
-    return _png(fig)
+    return png(fig)
 

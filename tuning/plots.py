@@ -3,8 +3,6 @@ importances (Optuna's PED-ANOVA evaluator, which handles the fields sampled only
 
 from __future__ import annotations
 
-import io
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,12 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import optuna  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+from common.png import png  # noqa: E402
 
 
 def best_so_far_png(points: list[tuple[int, float, float]], baseline: float | None, title: str) -> bytes:
@@ -35,7 +28,7 @@ def best_so_far_png(points: list[tuple[int, float, float]], baseline: float | No
     ax.set_title(f"Tune {title}: best validation AUC so far", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    return _png(fig)
+    return png(fig)
 
 
 def importances(study: optuna.Study) -> dict[str, float]:
@@ -59,4 +52,4 @@ def importances_png(values: dict[str, float], title: str) -> bytes:
     ax.set_xlabel("importance for validation AUC (PED-ANOVA)")
     ax.set_title(f"Tune {title}: parameter importances", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
+    return png(fig)
