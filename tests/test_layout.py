@@ -1,13 +1,15 @@
 """The house rules, read from the sources (ast): imports point only down (flows -> nightly -> {training,
 preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, and the store's
 top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
-config.py, common/, training/rundir.py, nightly/registry.py) imports neither torch, TorchRec nor Prefect."""
+config.py, common/, training/rundir.py, nightly/registry.py) imports neither torch, TorchRec nor Prefect; and
+common/errors.py's docstring lists every UserError subclass."""
 
 from __future__ import annotations
 
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +142,50 @@ def test_a_heavy_import_is_found(tmp_path):
 def test_a_violation_is_found(rel, package, text, expected):
     problems = check({rel: (package, text)})
     assert len(problems) == 1 and expected in problems[0], problems
+
+
+def user_errors(sources: dict[str, str]) -> set[str]:
+    """The dotted names (``package.module.Class``) of the subclasses of UserError, at any depth, defined in
+    ``sources`` (relative path -> text); a base is known by its last name (``UserError``, ``errors.UserError``)."""
+    classes = []
+    for rel, text in sources.items():
+        module = ".".join(Path(rel).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(text, rel)):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases}
+                classes.append((node.name, bases, module))
+    found, names = set(), {"UserError"}
+    while True:
+        new = {(name, module) for name, bases, module in classes if bases & names} - found
+        if not new:
+            return {f"{module}.{name}" for name, module in found}
+        found |= new
+        names |= {name for name, _ in new}
+
+
+def listed_user_errors(docstring: str) -> set[str]:
+    """The subclasses common/errors.py's docstring lists: its lines ``- ``package.module.Class``: ...``."""
+    return set(re.findall(r"^- ``([\w.]+)``", docstring, re.M))
+
+
+def test_common_errors_lists_every_user_error():
+    sources = {path.relative_to(REPO).as_posix(): path.read_text() for _, path in modules()}
+    found = user_errors(sources)
+    assert {"feature_spec.errors.SpecError", "training.launchers.base.LaunchError"} <= found   # the walk works
+    listed = listed_user_errors(ast.get_docstring(ast.parse(sources["common/errors.py"])))
+    assert found - listed == set(), "UserError subclasses that common/errors.py's docstring does not list"
+    assert listed - found == set(), "common/errors.py's docstring lists classes that are not UserError subclasses"
+
+
+def test_user_errors_are_found_at_any_depth():
+    sources = {"common/errors.py": "class UserError(Exception):\n    pass\n",
+               "preprocessing/errors.py": "from common.errors import UserError\n"
+                                          "class InputError(UserError):\n    pass\n",
+               "nightly/__init__.py": "from preprocessing import errors\nclass Late(errors.InputError):\n    pass\n"
+                                      "class Other(ValueError):\n    pass\n"}
+    assert user_errors(sources) == {"preprocessing.errors.InputError", "nightly.Late"}
+    assert listed_user_errors("Subclasses:\n\n- ``preprocessing.errors.InputError``: x\n  ``nightly.Late``\n") == {
+        "preprocessing.errors.InputError"}
 
 
 def test_docstrings_and_messages_may_name_the_folders():
