@@ -29,10 +29,11 @@ class PreprocessConfig(BaseModel):
                                               "only (no test leakage) or over all splits.")
     numerical_dtype: Literal["float16", "float32"] = Field(default="float16", description="dtype of numerical.bin.")
     on_bad_row: Literal["error", "skip"] = Field(default="error", description="A malformed row stops the run with "
-                                                 "its file, line and column (error) or is skipped and counted (skip).")
+                                                 "its file, line and column (error) or is skipped and counted, "
+                                                 "once however many of its fields are bad (skip).")
     max_bad_fraction: float = Field(default=0.001, ge=0, le=1, description="With on_bad_row=skip: fail when more "
                                     "than this fraction of the rows of any input file (so of any day), or of all "
-                                    "rows, is bad.")
+                                    "rows, is bad (a row counts once, however many of its fields are bad).")
     workers: int | None = Field(default=None, ge=1, description="Worker threads: input files processed at once, "
                                 "and blocks of one file processed at once. Default: the machine's cores (where "
                                 "it runs). Does not change the output.")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from common.errors import UserError
 
@@ -15,9 +18,13 @@ class BadRowError(UserError):
     """A malformed row under ``--on-bad-row error``."""
 
 
+_NAMED = 8   # other bad fields of a row named in its report
+
+
 class BadRows:
     """Applies the bad-row policy for one input file: raise on the first, or count them (blocks of a file may
-    report from several threads)."""
+    report from several threads). A row is one bad row however many of its fields are bad: ``report`` is called
+    once per row (``report_rows`` does so for per-field checks)."""
 
     def __init__(self, uri: str, policy: str):
         self.uri, self.policy, self.count = uri, policy, 0
@@ -31,3 +38,24 @@ class BadRows:
                               "--on-bad-row skip to skip and count malformed rows (up to --max-bad-fraction).")
         with self._lock:
             self.count += 1
+
+    def report_rows(self, lines: np.ndarray,
+                    checks: Sequence[tuple[str, np.ndarray, Callable[[int], str]]]) -> np.ndarray | None:
+        """Report the rows that fail per-field ``checks`` (column, bad mask over the rows, problem of row i), one
+        report per row: with its first failing column's problem, the row's other failing columns named after it.
+        Returns the mask of the bad rows (None without checks). Python work per bad row only."""
+        if not checks:
+            return None
+        masks = np.vstack([np.asarray(mask, dtype=bool) for _, mask, _ in checks])
+        failed = masks.any(axis=0)
+        for i in np.flatnonzero(failed):
+            which = np.flatnonzero(masks[:, i])
+            column, _, problem = checks[which[0]]
+            others = [name for name in dict.fromkeys(checks[j][0] for j in which[1:]) if name != column]
+            text = problem(int(i))
+            if others:
+                named = ", ".join(others[:_NAMED]) + (f" and {len(others) - _NAMED} more" if len(others) > _NAMED
+                                                       else "")
+                text += f" Also bad in this row: {named}."
+            self.report(int(lines[i]), column, text)
+        return failed

@@ -2,7 +2,8 @@
 
 Text (CSV/TSV, plain or compressed) is read in blocks cut at line ends and parsed once by
 polars with an explicit schema; a block that fails the fast path (wrong field count, a value
-that is not a number) is re-checked line by line so the error names the line and column.
+that is not a number, a byte that is not UTF-8) is re-checked line by line so the error names the
+line and column, and its other rows are still read.
 Parquet is read in row batches with pyarrow. Memory is bounded by the block size.
 """
 
@@ -207,7 +208,13 @@ def _read_lines(uri, blocks: Iterator[bytes | memoryview], fmt: Format, types, b
     if fmt.header:
         first = bytes(next(blocks, b""))
         head, _, body = first.partition(b"\n")
-        columns = next(csv.reader([head.decode()], delimiter=fmt.separator))
+        try:
+            text = head.decode()
+        except UnicodeDecodeError as e:
+            raise InputError(f"{uri}: line 1, the header, holds a byte that is not UTF-8 ({head[e.start:e.end]!r} at "
+                             f"byte {e.start + 1}). Fix: write the header in UTF-8 (iconv -f LATIN1 -t UTF-8 converts "
+                             "a Latin-1 file).") from None
+        columns = next(csv.reader([text], delimiter=fmt.separator))
         blocks = _chain(body, blocks)
         line = 2
     missing = [c for c in types if c not in columns]
@@ -284,8 +291,11 @@ def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:
 
 
 def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tuple[pl.DataFrame, np.ndarray, int]:
-    """Line-by-line check of a block that failed the fast path; bad rows go to the policy."""
+    """Line-by-line check of a block that failed the fast path; bad rows go to the policy, one report a row: a line
+    holding a byte that is not UTF-8 (polars reads no block with one), a line with another number of fields, a
+    value that does not convert (``cast_checked``)."""
     raw_lines = block.split(b"\n")[:-1]
+    not_utf8 = _not_utf8(block, raw_lines, columns, fmt)
     if fmt.kind == "csv":
         counts = [len(r) for r in csv.reader(io.StringIO(block.decode(errors="replace")))]
     else:
@@ -293,7 +303,9 @@ def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tu
         counts = [ln.count(sep) + 1 for ln in raw_lines]
     keep = []
     for i, n in enumerate(counts):
-        if n != len(columns):
+        if i in not_utf8:
+            bad.report(line + i, *not_utf8[i])
+        elif n != len(columns):
             bad.report(line + i, None, f"has {n} fields, expected {len(columns)}.")
         else:
             keep.append(i)
@@ -305,9 +317,41 @@ def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tu
     return df, lines, len(raw_lines)
 
 
+def _not_utf8(block: bytes, raw_lines: list[bytes], columns, fmt: Format) -> dict[int, tuple[str | None, str]]:
+    """The lines (index in the block) holding a byte that is not UTF-8 -> (column, problem): one decode of the
+    block, line by line only where that fails (no UTF-8 sequence spans a line end)."""
+    try:
+        block.decode()
+        return {}
+    except UnicodeDecodeError:
+        pass
+    found = {}
+    for i, raw in enumerate(raw_lines):
+        try:
+            raw.decode()
+        except UnicodeDecodeError:
+            found[i] = _utf8_problem(raw, columns, fmt)
+    return found
+
+
+def _utf8_problem(raw: bytes, columns, fmt: Format) -> tuple[str | None, str]:
+    """(column, problem) of a line holding a byte that is not UTF-8: its first such field."""
+    text = raw.decode(errors="surrogateescape")   # the bad bytes as lone surrogates, the fields found as usual
+    fields = next(csv.reader([text], delimiter=fmt.separator)) if fmt.kind == "csv" else text.split(fmt.separator)
+    for k, field in enumerate(fields):
+        if any("\udc80" <= ch <= "\udcff" for ch in field):
+            value = field.encode(errors="surrogateescape")
+            shown = repr(value if len(value) <= 40 else value[:40] + b"...")
+            return (columns[k] if k < len(columns) else None,
+                    f"value {shown} holds a byte that is not UTF-8 (text inputs are read as UTF-8; "
+                    "iconv -f LATIN1 -t UTF-8 converts a Latin-1 file).")
+    return None, "holds a byte that is not UTF-8 (text inputs are read as UTF-8)."
+
+
 def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tuple[pl.DataFrame, np.ndarray]:
-    """Cast columns to ``types``; a value that does not convert is a bad row (named by line and column)."""
-    keep = None
+    """Cast columns to ``types``; a value that does not convert makes a bad row (named by line and column; one
+    report a row, whatever number of its values fail)."""
+    failures = []
     casts = {}
     for name, dtype in types.items():
         col = df[name]
@@ -316,13 +360,14 @@ def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tu
         src = col.str.strip_chars() if col.dtype == pl.String else col
         cast = src.cast(dtype, strict=False)
         failed = (col.is_not_null() & cast.is_null()).to_numpy()
-        for i in np.flatnonzero(failed):
-            bad.report(int(lines[i]), name, f"value {col[int(i)]!r} is not {'an integer' if dtype.is_integer() else 'a number'}.")
-        keep = ~failed if keep is None else keep & ~failed
+        if failed.any():
+            what = "an integer" if dtype.is_integer() else "a number"
+            failures.append((name, failed, lambda i, col=col, what=what: f"value {col[i]!r} is not {what}."))
         casts[name] = cast
     df = df.with_columns(**casts) if casts else df
-    if keep is not None and not keep.all():
-        df, lines = df.filter(pl.Series(keep)), lines[keep]
+    failed = bad.report_rows(lines, failures)
+    if failed is not None:
+        df, lines = df.filter(pl.Series(~failed)), lines[~failed]
     return df, lines
 
 

@@ -182,7 +182,8 @@ def _numerical(name: str, transform: str) -> pl.Expr:
 
 
 def _check(raw: pl.DataFrame, out: pl.DataFrame, transforms: Transforms, lines: np.ndarray, bad: BadRows):
-    """Report rows whose values fail a check; returns the keep mask (None when all rows are fine).
+    """Report rows whose values fail a check (one bad row each, however many of its fields fail); returns the keep
+    mask (None when all rows are fine).
     A check fails only where the output has more nulls than the raw column, so null counts (kept by polars
     with each column) rule out most checks without a pass over the rows."""
     checks = []
@@ -197,13 +198,15 @@ def _check(raw: pl.DataFrame, out: pl.DataFrame, transforms: Transforms, lines: 
                            "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
     if transforms.split_column and out[SPLIT_COLUMN].null_count():
         checks.append((transforms.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
-    keep = None
-    for name, mask, problem in checks:
-        for i in np.flatnonzero(mask.to_numpy()):
-            value = raw[name][int(i)]
-            bad.report(int(lines[i]), name, f"value {value!r} {problem}" if value is not None else problem)
-        keep = ~mask if keep is None else keep & ~mask
-    return keep
+
+    def problem(name: str, text: str):
+        def at(i: int) -> str:
+            value = raw[name][i]
+            return f"value {value!r} {text}" if value is not None else text
+        return at
+
+    failed = bad.report_rows(lines, [(name, mask.to_numpy(), problem(name, text)) for name, mask, text in checks])
+    return None if failed is None else pl.Series(~failed)   # one report a row, however many of its fields fail
 
 
 def hashed_index(values: pl.Series, buckets: int) -> pl.Series:
