@@ -75,6 +75,9 @@ def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
             yield from _read_text(uri, fmt, types, bad, block_bytes or BLOCK_BYTES, fast, then, workers)
     except FileNotFoundError:
         raise InputError(f"{uri}: the file does not exist (any more). Fix: check the input path.") from None
+    except TrailingData as e:
+        raise InputError(f"{uri}: {e} (another file appended, or a copy that wrote past the end?). Fix: re-create "
+                         "the file, or cut it at that byte if what comes before is complete.") from None
     except (EOFError, zlib.error, INFLATE.error, OSError) as e:
         raise InputError(f"{uri}: cannot be read ({type(e).__name__}: {e}); a compressed file may be truncated. "
                          "Fix: re-download or re-create the file.") from None
@@ -157,24 +160,55 @@ def _blocks(f, size: int) -> Iterator[bytes]:
         rest = data[cut + 1:]
 
 
+class TrailingData(ValueError):
+    """Bytes after a gzip stream's last complete member that begin no other member."""
+
+
 class _Gunzip:
     """``read(size)`` of a gzip stream (one or more members) decompressed by ``inflate`` (``INFLATE``: ISA-L's
     zlib-compatible module, else zlib) directly, not through ``gzip.GzipFile`` (1.4x zlib's throughput that way,
-    224 vs 156 MB/s); a truncated stream raises EOFError, a corrupt one ``inflate.error``."""
+    224 vs 156 MB/s); a truncated stream raises EOFError, a corrupt one ``inflate.error``, bytes after the last
+    member that are not another member ``TrailingData`` (zero padding, as tar and some tools leave it, is ignored,
+    as gzip itself does)."""
 
     _IN = 1 << 22
+    _MAGIC = b"\x1f\x8b"
 
     def __init__(self, f, inflate=None):
         self.inflate = inflate or INFLATE
-        self.f, self.d, self.tail, self.fed = f, self.inflate.decompressobj(31), b"", False
+        self.f, self.d, self.tail, self.fed, self.ended = f, self.inflate.decompressobj(31), b"", False, False
+        self.read_in = 0   # compressed bytes read so far
+
+    def _more(self) -> bytes:
+        data = self.f.read(self._IN)
+        self.read_in += len(data)
+        return data
+
+    def _next_member(self) -> bool:
+        """After a member's end: whether another member follows (else the stream ended, maybe after zeros)."""
+        while len(self.tail) < len(self._MAGIC) and (more := self._more()):
+            self.tail += more
+        if not self.tail or self.tail.startswith(self._MAGIC):
+            return bool(self.tail)
+        at = self.read_in - len(self.tail)
+        rest = self.tail
+        while not rest.strip(b"\0"):
+            if not (rest := self._more()):
+                self.tail = b""
+                return False
+        raise TrailingData(f"after the end of its last complete gzip member (byte {at:,} of the file) come bytes that "
+                           "are not gzip data")
 
     def read(self, size: int) -> bytes:
         out, n = [], 0
-        while n < size:
+        while n < size and not self.ended:
             if self.d.eof:   # the next member, if any
                 self.tail, self.d, self.fed = self.d.unused_data, self.inflate.decompressobj(31), False
+                if not self._next_member():
+                    self.ended = True
+                    break
             if not self.tail:
-                self.tail = self.f.read(self._IN)
+                self.tail = self._more()
                 if not self.tail:
                     if self.fed:
                         raise EOFError("compressed file ended before the end-of-stream marker was reached")

@@ -71,6 +71,17 @@ def test_truncated_gz_and_missing_file(criteo_10k, tmp_path):
         _run(tmp_path / "nope.tsv", tmp_path)
 
 
+def test_a_gz_with_trailing_garbage_is_named_so_not_truncated(criteo_10k, tmp_path):
+    import gzip
+
+    whole = gzip.compress(criteo_10k.read_bytes())
+    appended = tmp_path / "appended.txt.gz"
+    appended.write_bytes(whole + b"label\tI1\n")
+    with pytest.raises(UserError, match=rf"after the end of its last complete gzip member \(byte {len(whole):,} of "
+                                        r"the file\) come bytes that are not gzip data.*Fix: re-create the file"):
+        _run(appended, tmp_path / "a")
+
+
 def test_cli_prints_error_without_traceback(tmp_path):
     import subprocess
     import sys

@@ -225,8 +225,12 @@ def test_gunzip_reads_every_member_and_rejects_a_truncated_stream(inflate):
     assert readers._Gunzip(io.BytesIO(b""), inflate).read(10) == b""
     with pytest.raises(EOFError):
         readers._Gunzip(io.BytesIO(data[:-6]), inflate).read(10 ** 6)
-    with pytest.raises(inflate.error):
+    with pytest.raises(readers.TrailingData, match=rf"byte {len(data):,} of the file"):
         readers._Gunzip(io.BytesIO(data + b"not gzip, and longer than a header"), inflate).read(10 ** 6)
+    padded = readers._Gunzip(io.BytesIO(data + b"\0" * 5000), inflate)   # zero padding (tar) is no data
+    assert padded.read(10 ** 6) == b"a\nb\n" + b"c\n" * 1000 and padded.read(5) == b""
+    with pytest.raises(inflate.error):   # a member that starts but is corrupt is no trailing garbage
+        readers._Gunzip(io.BytesIO(data + data[:10] + b"\xff" * 40), inflate).read(10 ** 6)
 
 
 def test_gzip_inputs_read_the_same_with_isal_and_without(criteo_10k):
