@@ -209,7 +209,10 @@ def counts_path(job: Job, placement: Placement, i: int) -> Path | None:
 
 
 def _write_dictionaries(path: Path, dictionaries: dict[str, np.ndarray]) -> None:
-    pl.DataFrame({f: [v] for f, v in dictionaries.items()}).write_ipc(path, compression="uncompressed")
+    # list columns: a fixed-size array column of width 0 (a feature empty in every row of a block) is written but
+    # cannot be read back ("Cannot read zero sized arrays from IPC")
+    columns = [pl.Series(f, [v]) for f, v in dictionaries.items()]
+    pl.DataFrame([c.cast(pl.List(c.dtype.inner)) for c in columns]).write_ipc(path, compression="uncompressed")
 
 
 def _read_dictionaries(path: Path) -> dict[str, np.ndarray]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import feature_spec as fspec
 
 from common.errors import UserError
 from preprocessing import PreprocessConfig, readers, run
@@ -72,9 +75,7 @@ def test_truncated_gz_and_missing_file(criteo_10k, tmp_path):
 
 
 def test_a_gz_with_trailing_garbage_is_named_so_not_truncated(criteo_10k, tmp_path):
-    import gzip
-
-    whole = gzip.compress(criteo_10k.read_bytes())
+    whole = criteo_10k.read_bytes()   # a .gz
     appended = tmp_path / "appended.txt.gz"
     appended.write_bytes(whole + b"label\tI1\n")
     with pytest.raises(UserError, match=rf"after the end of its last complete gzip member \(byte {len(whole):,} of "
@@ -241,3 +242,16 @@ def test_invalid_utf8_in_a_csv_string_column(tmp_path):
                                   progress=False)))
     assert fspec.load(str(a)).metadata["bad_rows"] == 1 and sum(fspec.load(str(a)).metadata["rows"].values()) == 299
     _assert_same_data(a, b)
+
+
+def test_a_categorical_empty_in_every_row_of_a_block_is_all_missing(criteo_10k, tmp_path):
+    """A feature absent from a whole block (a day's logs without C22) is missing there, not a failed parse."""
+    lines = gzip.decompress(criteo_10k.read_bytes()).decode().splitlines(keepends=True)[:200]
+    column = 1 + 13 + 21   # C22
+    blank = tmp_path / "no_c22.tsv"
+    blank.write_text("".join("\t".join("" if k == column else v for k, v in enumerate(line.split("\t")))
+                             for line in lines))
+    ds = Path(_run(blank, tmp_path, split="ordered:train=1"))
+    spec = fspec.load(str(ds))
+    c22 = np.fromfile(ds / "train" / fspec.categorical_file_name("C22"), dtype=spec.feature_spec["C22"].dtype)
+    assert len(c22) == 200 and not c22.any()   # index 0: missing
