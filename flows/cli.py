@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv[:argv.index(command)] if command in argv else "--debug" in argv
     if command in PREFECT_COMMANDS:
         _prefect_logging(debug)
+        from flows.ephemeral import server_dies_with_this_process
+
+        server_dies_with_this_process()  # an ephemeral server this command starts ends with it, even on kill -9
     parser = build_parser(only=command if command in COMMANDS else None, help_all="--help-all" in argv)
     args = parser.parse_args(["--help" if a == "--help-all" else a for a in argv])
     if not getattr(args, "_run", None):

@@ -8,28 +8,11 @@ complete (rank 0), and always leaves the process group.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
 
+from common.process import die_with_parent
 from training import distributed
 from training.checkpoint import Checkpointer
 from training.rundir import RunDir
-
-
-def die_with_parent() -> None:
-    """Linux: get SIGKILLed when torchrun (our parent) dies. torchrun starts each rank in a session of
-    its own, so a SIGKILL of torchrun or of its process group would otherwise leave the ranks training
-    on as orphans, still writing checkpoints into the run folder that a ``--resume`` then uses."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    parent = os.getppid()
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def train(run: RunDir, resume: bool) -> None:
@@ -74,6 +57,8 @@ def validation(trainer) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # torchrun starts each rank in a session of its own: a SIGKILL of torchrun or of its process group would
+    # otherwise leave the ranks training on as orphans, still writing checkpoints that a --resume then uses
     die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m training.train_worker", description=__doc__)
     parser.add_argument("run", help="run folder or URI holding the config")

@@ -1,0 +1,51 @@
+"""Child processes that end with their parent, whatever ended it (``kill -9`` included): Linux's
+``prctl(PR_SET_PDEATHSIG)``, a promise of the kernel that no cleanup handler of the parent can give.
+
+``die_with_parent()`` is called by a child itself (a rank that torchrun starts). ``dying_with_this_process(cmd)``
+is the command line that runs ``cmd`` so from a parent that does not control ``cmd``'s code (the ephemeral
+Prefect server, ``flows/ephemeral.py``): ``python -P -m common.process PID CMD...`` sets the signal, checks that
+PID is still its parent, then execs CMD, which keeps the signal (execve clears it only for set-user-ID programs).
+
+The kernel sends the signal when the *thread* that started the child exits, not when the process does: start
+such a child from a thread that lives as long as the process. Elsewhere than Linux, nothing of this applies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+LINUX = sys.platform.startswith("linux")
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: get SIGKILLed when our parent dies (``parent``: its pid, default the parent we have now). A parent
+    that already died before the signal was set (we were adopted) kills us at once."""
+    if not LINUX:
+        return
+    import ctypes
+
+    parent = os.getppid() if parent is None else parent
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def dying_with_this_process(cmd: list[str]) -> list[str]:
+    """``cmd`` as a command that dies with this process (Linux; elsewhere ``cmd`` itself). ``-P``: not the
+    ``common`` package of whatever folder the command runs in."""
+    if not LINUX:
+        return list(cmd)
+    return [sys.executable, "-P", "-m", "common.process", str(os.getpid()), *map(os.fspath, cmd)]
+
+
+def _exec(argv: list[str]) -> None:
+    parent, *cmd = argv
+    die_with_parent(int(parent))
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    _exec(sys.argv[1:])
