@@ -4,7 +4,7 @@ module that names its top-level folders (the constants below; ``RunDir`` names w
 S3 settings come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), which s3fs/botocore read in every process,
 torchrun's ranks included (or a Prefect Secret block: ``flows.pipeline``). No secret is ever stored in a config.
-``filesystem`` is the one way from a URI to an fsspec filesystem and path.
+``filesystem`` is the one way from a URI to an fsspec filesystem and path, ``open_uri`` to an open file.
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ def storage_options(uri: str) -> dict[str, Any]:
 def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
     """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``)."""
     return fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
+
+
+def open_uri(uri: str, mode: str = "rb", compression: str | None = None, **options: Any) -> fsspec.core.OpenFile:
+    """The file ``uri`` to open with ``with`` (``compression``: fsspec's, e.g. "infer"); ``options``: ``filesystem``'s.
+    With ``filesystem``, the one way from a URI to its bytes."""
+    return fsspec.open(uri, mode, compression=compression, **(options or storage_options(uri)))
 
 
 def read_text(uri: str, **options: Any) -> str:

@@ -19,13 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
 import numpy as np
 import polars as pl
 
 import feature_spec as fspec
 from common.errors import UserError
-from common.store import filesystem
+from common.store import filesystem, open_uri
 from feature_spec import categorical_file_name
 
 from . import lists, readers, stages, vocab, writer
@@ -206,7 +205,7 @@ def _has_column(uri: str, job: Job, column: str) -> bool:
         return True
     import csv
 
-    with fsspec.open(uri, "rt", compression="infer") as f:
+    with open_uri(uri, "rt", compression="infer") as f:
         header = f.readline().rstrip("\r\n")
     return column in next(csv.reader([header], delimiter=job.fmt.separator), [])
 

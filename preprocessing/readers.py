@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import fsspec
 import numpy as np
 import polars as pl
 
 from common.prefetch import Prefetcher
+from common.store import open_uri
 
 from .errors import BadRows, InputError
 from .parallel import ordered
@@ -227,7 +227,7 @@ def _read_text(uri, fmt: Format, types, bad, block_bytes, fast=None, then=None, 
         yield from _read_lines(uri, _local_blocks(local, block_bytes), fmt, types, bad, fast, then, workers)
         return
     gz = re.search(r"\.gz$", uri, re.IGNORECASE) is not None
-    with fsspec.open(uri, "rb", compression=None if gz else "infer") as f:   # decompressed ahead of the parse
+    with open_uri(uri, compression=None if gz else "infer") as f:   # decompressed ahead of the parse
         blocks = Prefetcher(_blocks(_Gunzip(f) if gz else f, block_bytes))
         try:
             yield from _read_lines(uri, blocks, fmt, types, bad, fast, then, workers)
@@ -407,7 +407,7 @@ def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tu
 
 def _read_parquet(uri, types, bad):
     import pyarrow.parquet as pq   # only for Parquet inputs (importing pyarrow costs ~0.2 s)
-    with fsspec.open(uri, "rb") as f:
+    with open_uri(uri) as f:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
         missing = [c for c in types if c not in names]
@@ -427,5 +427,5 @@ def _read_parquet(uri, types, bad):
 def parquet_types(uri: str) -> dict[str, pl.DataType]:
     """A Parquet file's own column types (to keep integer categoricals as integers)."""
     import pyarrow.parquet as pq
-    with fsspec.open(uri, "rb") as f:
+    with open_uri(uri) as f:
         return dict(pl.from_arrow(pq.ParquetFile(f).schema_arrow.empty_table()).schema)

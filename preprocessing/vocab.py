@@ -17,11 +17,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
 import numpy as np
 import polars as pl
 
 from common.errors import UserError
+from common.store import open_uri
 from feature_spec import join_uri, path_segment
 
 from . import writer
@@ -435,7 +435,7 @@ def read_vocab(dataset: str, spec, feature: str) -> pl.DataFrame:
     rel = (spec.metadata.get("vocab") or {}).get(feature) or writer.vocab_file(feature)
     uri = join_uri(dataset, rel)
     try:
-        with fsspec.open(uri, "rb") as f:
+        with open_uri(uri) as f:
             return pl.read_parquet(f)
     except FileNotFoundError:
         raise UserError(f"{uri}: the vocabulary of feature '{feature}' is missing. Fix: re-run preprocessing "

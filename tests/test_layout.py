@@ -106,6 +106,9 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
                          for line, text in folder_literals(tree)]
             problems += [f"{rel}:{node.lineno}: url_to_fs (use common.store.filesystem)" for node in ast.walk(tree)
                          if isinstance(node, ast.Attribute) and node.attr == "url_to_fs"]
+            problems += [f"{rel}:{node.lineno}: fsspec.open (use common.store.open_uri)" for node in ast.walk(tree)
+                         if isinstance(node, ast.Attribute) and node.attr in ("open", "open_files")
+                         and isinstance(node.value, ast.Name) and node.value.id == "fsspec"]
     return problems
 
 
@@ -138,6 +141,7 @@ def test_a_heavy_import_is_found(tmp_path):
     ("flows/x.py", "flows", 'RUNS = "runs"\n', "store folder literal 'runs'"),
     ("preprocessing/x.py", "preprocessing", 'def f(root):\n    return f"{root}/_work/{key}"\n', "'/_work/'"),
     ("training/x.py", "training", "import fsspec\nfs = fsspec.core.url_to_fs('x')\n", "url_to_fs"),
+    ("preprocessing/x.py", "preprocessing", "import fsspec\nf = fsspec.open('s3://b/x', 'rb')\n", "fsspec.open"),
 ])
 def test_a_violation_is_found(rel, package, text, expected):
     problems = check({rel: (package, text)})
