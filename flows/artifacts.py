@@ -28,6 +28,7 @@ import feature_spec as fspec
 from common.errors import UserError
 from common.store import RUNS, filesystem, storage_options
 from flows.config import config_hash
+from nightly import registry
 from nightly.decision import interval_text
 from training import metrics as tm
 from training.report import TABLE
@@ -345,7 +346,6 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     """A named model's whole history as a table (fixed key, so each night adds a version showing every night),
     a markdown summary of ``entry``'s decision (default: the last line) and a picture of champion and
     challenger AUC by date."""
-    from nightly import registry
     from training import plots
 
     lines = registry.history(model_uri)
@@ -389,7 +389,6 @@ def data_checks(checks: list, date: str) -> None:
 
 def data_drift(model_uri: str, name: str) -> None:
     """A picture of each feature's drift on each night's test day, from the model's history."""
-    from nightly import registry
     from training import plots
 
     png = plots.data_drift_png(registry.history(model_uri), name)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.store import Store
+from nightly import registry
 from nightly.decision import PROMOTING
 
 HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promotion lock to record the failed night
@@ -97,9 +99,6 @@ def night_failed(flow, flow_run, state) -> None:
     error = ((state.message or "").strip().splitlines() or [f"the run ended {state.type.value.lower()}"])[0]
     if model and night.get("date") and stage_name != "data check":   # the data gate recorded its own line
         try:
-            from common.store import Store
-            from nightly import registry
-
             uri = registry.model_uri(Store(config.get("store")).uri, model)
             if registry.record_failed(uri, date, stage_name, error, owner=f"flow run {flow_run.name} (failed)",
                                       timeout_s=HISTORY_LOCK_S):

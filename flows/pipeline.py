@@ -33,6 +33,7 @@ from nightly import registry
 from nightly.registry import model_uri
 from nightly.window import Window, catchup_skip, run_date, window
 from preprocessing import PreprocessConfig
+from synthetic.generator import METADATA_FILE, SynthConfig, generate, write_days
 from training.config import InitFrom
 from training.rundir import RunDir
 
@@ -59,7 +60,6 @@ def synthesize(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.da
     if days:
         _synthesize_days(store, options, days)
         return
-    from synthetic.generator import METADATA_FILE, generate
 
     folder = store.synthetic_uri(options.rows, options.seed)
     fs, path = filesystem(folder)
@@ -75,8 +75,6 @@ def synthesize(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.da
 
 
 def _synthesize_days(store: Store, options: PipelineSyntheticConfig, days: tuple[dt.date, ...]) -> None:
-    from synthetic.generator import SynthConfig, write_days
-
     folder = store.synthetic_days_uri(options.rows, options.seed)
     write_days(SynthConfig(out=folder, days=(days[-1] - days[0]).days + 1, start=days[0],
                                      rows_per_day=options.rows, files=options.files, seed=options.seed))

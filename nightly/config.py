@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.store import default_store
+from training.config import checkpoint_name
 
 
 class WindowConfig(BaseModel):
@@ -95,9 +96,7 @@ class _Checkpoint(BaseModel):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _checkpoint(cls, v: Any) -> str:
-        from training.config import EvaluateConfig
-
-        return EvaluateConfig._best_latest_or_step(v)   # the same rule as evaluation's
+        return checkpoint_name(v)   # the same rule as evaluation's
 
 
 class ScoreConfig(_Checkpoint):

@@ -35,6 +35,7 @@ from common.lease import lease
 from common.store import MODELS, filesystem, inside, read_text, store_of
 from nightly.datacheck import refusals
 from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
+from training.config import TrainConfig
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
@@ -160,8 +161,6 @@ def save_tuned(model: str, text: str) -> str:
 
 def load_tuned(model: str):
     """The model's tuned training config (``save_tuned``), None when no tune wrote one."""
-    from training.config import TrainConfig
-
     uri = posixpath.join(model, TUNED_FILE)
     fs, path = filesystem(uri)
     return TrainConfig.from_yaml(uri) if fs.exists(path) else None

@@ -21,9 +21,14 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from common.atomic import COMPLETE, completed
 from common.errors import UserError
+from common.store import filesystem
 from nightly.config import ExportConfig, ScoreConfig
 from nightly.decision import RowScores, fingerprint
+from nightly.registry import CHAMPION_FILE, champion_to_load
+from training.checkpoint import checkpoint_of
+from training.rundir import RunDir
 
 
 def export(config: ExportConfig) -> dict[str, Any]:
@@ -38,10 +43,6 @@ def export(config: ExportConfig) -> dict[str, Any]:
 def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
     """``{"run", "step", "dataset", "warning"}``: the model's champion, or the run's checkpoint. UserError for
     neither or both given, a folder that is no model or has no champion, or a run without that checkpoint."""
-    from nightly.registry import CHAMPION_FILE, champion_to_load
-    from training.checkpoint import checkpoint_of
-    from training.rundir import RunDir
-
     given = [name for name in ("model", "run", "bundle") if getattr(config, name, None)]
     if len(given) != 1:
         raise UserError("score needs one of a model, a run or a bundle, not " +
@@ -80,9 +81,6 @@ def score(config: ScoreConfig, *, launcher=None, env: dict[str, str] | None = No
 def check_scores(out: str) -> dict[str, Any]:
     """The completion marker of the scores output ``out`` (``rows``, ``bytes``); UserError when it is missing or
     does not match the file (a write cut short, a scoring still running)."""
-    from common.atomic import COMPLETE, completed
-    from common.store import filesystem
-
     fs, path = filesystem(out)
     marker = completed(path, fs)
     if marker is None:
@@ -95,8 +93,6 @@ def read_scores(out: str, columns: list[str] | None = None):
     """The scores output ``out`` (those ``columns``, else all) as a pyarrow Table, once ``check_scores`` finds
     it complete."""
     import pyarrow.parquet as pq
-
-    from common.store import filesystem
 
     check_scores(out)
     fs, path = filesystem(out)
@@ -148,8 +144,6 @@ def _with_champion_bundle(config: ScoreConfig) -> tuple[ScoreConfig, str | None]
     """A model's champion scores with its serving bundle when champion.json pins one (the sha256 of its manifest;
     one process, no torchrun); else with its run's checkpoint. Returns the config and the pinned sha256 (None: a
     bundle the user named, or none)."""
-    from nightly.registry import champion_to_load
-
     if not config.model or config.run or config.bundle:
         return config, None
     champion = champion_to_load(config.model)

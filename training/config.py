@@ -205,7 +205,7 @@ class InitFrom(_Section):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _best_latest_or_step(cls, v: Any) -> str:
-        return _checkpoint_name(v)
+        return checkpoint_name(v)
 
     def check_store(self, run_uri: str) -> None:
         """UserError unless ``run`` lies in ``store``, by default the store of the run being trained (``run_uri``:
@@ -356,7 +356,7 @@ class EvaluateConfig(_Section):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _best_latest_or_step(cls, v: Any) -> str:
-        return _checkpoint_name(v)
+        return checkpoint_name(v)
 
 
 def split_rows(spec: Any, dataset: str, split: str) -> int:
@@ -374,7 +374,7 @@ def split_rows(spec: Any, dataset: str, split: str) -> int:
                         "correct the path in the feature spec.") from None
 
 
-def _checkpoint_name(v: Any) -> str:
+def checkpoint_name(v: Any) -> str:
     """``best``, ``latest`` or a step number (as text), else ValueError."""
     v = str(v).strip()
     if v not in ("best", "latest") and not v.isdigit():

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.errors import UserError
+from feature_spec import load as load_spec
+from training.checkpoint import checkpoint_of
 from training.config import TEST_SPLIT, EvaluateConfig
 from training.launchers import RankJob, RankOutput, build_launcher
 from training.rundir import RunDir
@@ -21,11 +23,8 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
     the test split of a run that validated on it (its checkpoint was chosen on those rows). Returns ``{"dataset",
     "step", "warning"}``: the dataset and the checkpoint step to use, and a warning when ``best`` fell back to
     ``latest`` (a run that never validated) or the split is the one the run validated on, else None."""
-    from feature_spec import load
-    from training.checkpoint import checkpoint_of
-
     info = checkpoint_of(run, config.checkpoint, config.dataset, check=lambda dataset: config.check_split(
-        load(dataset).splits, dataset))
+        load_spec(dataset).splits, dataset))
     if not config.dataset and config.split in {r["eval_split"] for r in run.metrics() if "eval_split" in r}:
         chosen = (f"training validated on split '{config.split}' (its best checkpoint and early stopping were chosen "
                   "on those rows), so its metrics there are not held out")

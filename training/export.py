@@ -36,9 +36,11 @@ import numpy as np
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from common.atomic import atomic_dir, write_uri
+import feature_spec as fspec
+from common.atomic import atomic_dir, write_atomic, write_uri
 from common.errors import UserError
 from common.store import filesystem, read_text
+from training.checkpoint import Checkpointer
 from training.inference import DLRMInference, plain_state
 from training.rundir import RunDir
 
@@ -57,8 +59,6 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from training.checkpoint import Checkpointer
-
     run = RunDir(run)
     checkpointer = Checkpointer(run)
     checkpointer.verify(step, shared=False)
@@ -74,7 +74,6 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
 def model_config(run: RunDir, step: int) -> dict[str, Any]:
     """What ``DLRMInference`` and the scorer need: the run's arch config, its dataset's feature order and
     table sizes (``max_table_size`` applied), and where the model came from."""
-    import feature_spec as fspec
     from training.model import table_name
 
     cfg = run.load_config()
@@ -104,7 +103,6 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
     existing = _read_manifest(out)
     if existing and existing.get("source", {}).get("run") == run.uri and existing["source"].get("step") == step:
         return existing
-    from training.checkpoint import Checkpointer
 
     Checkpointer(run).step_for(step)   # UserError when the run has no such complete checkpoint
     config = model_config(run, step)
@@ -281,7 +279,6 @@ def _relative(name: Any) -> bool:
 def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, batch_rows: int = 65536) -> int:
     """Probabilities of every row of an encoded ``split`` with the bundle's module, streamed batch by batch
     into a parts folder of one rank (``training.score.write_scores`` reads it). Returns the row count."""
-    from common.atomic import write_atomic
     from training.data import SplitBinaryDataset
     from training.score import META, part_name
 

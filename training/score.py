@@ -24,6 +24,7 @@ from common.errors import UserError
 from common.store import filesystem
 from training.data import rank_slice
 from training.launchers import Launcher, RankJob, RankOutput, build_launcher
+from training.metrics import compute_metrics
 from training.rundir import RunDir
 
 META = "meta.json"
@@ -148,7 +149,5 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
     mark_complete(path, fs, rows=rows)
     summary: dict[str, Any] = {"rows": rows, "out": out}
     if labels and rows:
-        from training.metrics import compute_metrics
-
         summary |= compute_metrics(np.concatenate(probs), np.concatenate(labels).astype(np.float32))
     return summary

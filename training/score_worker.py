@@ -15,18 +15,17 @@ import argparse
 import json
 import posixpath
 
+from common.atomic import write_atomic
 from common.store import filesystem
 from training import distributed
 from training.rundir import RunDir
 from training.score import META, part_name
+from training.trainer import Trainer
 
 
 def score(run: RunDir, step: int, dataset: str, split: str, parts: str) -> None:
     """Predict this rank's rows of ``split`` of ``dataset`` with checkpoint ``step`` of ``run``."""
     from tqdm import tqdm
-
-    from common.atomic import write_atomic
-    from training.trainer import Trainer
 
     trainer = Trainer.from_run(run, step, overrides={"dataset": dataset, "data.train_split": split})
     env, data = trainer.env, trainer.dataset(split)

@@ -31,7 +31,7 @@ from training import metrics
 from training.checkpoint import Checkpointer
 from training.config import HOLDOUT, DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
-from training.distributed import DistEnv, all_gather_cat, all_reduce_sum
+from training.distributed import DistEnv, all_gather_cat, all_reduce_sum, init
 from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
 from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
@@ -181,8 +181,6 @@ class Trainer(Stateful):
         Call on every rank (it joins the process group if needed). ``overrides`` change the run's
         config, e.g. ``{"dataset": ..., "sharding.constraints": ...}`` (DCP reshards on load). The plan is for
         this rank's device (``topology.profile_to_load_on``), whatever the device the run trained on."""
-        from training.distributed import init
-
         run = RunDir(run)
         cfg = run.load_config().with_overrides(overrides or {})
         env = env or init(cfg.pg_timeout_s)

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from common.errors import UserError
 from common.store import filesystem
 from feature_spec import FeatureSpec, join_uri, load as load_spec
-from training.checkpoint import Checkpointer
+from training.checkpoint import Checkpointer, checkpoint_of
 from training.config import InitFrom
 from training.rundir import RunDir
 
@@ -47,8 +47,6 @@ def warm_start(trainer, init: InitFrom) -> dict[str, Any]:
     """Initialise ``trainer``'s model (and optimizer state) from checkpoint ``init.checkpoint`` of run
     ``init.run``; call on every rank. Returns a summary: ``{"run", "step", "tables": {table: rows
     copied}, "warnings", "seconds"}`` (also printed by rank 0)."""
-    from training.checkpoint import checkpoint_of
-
     start = time.perf_counter()
     old_run = RunDir(init.run)
     if not old_run.has_config():

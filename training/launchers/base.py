@@ -10,14 +10,16 @@ from abc import ABC, abstractmethod
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from common.errors import UserError
 from common.store import filesystem
+from feature_spec import file_uri
+from feature_spec import load as load_spec
+from training.checkpoint import Checkpointer
+from training.config import HOLDOUT, TrainConfig
+from training.launchers.config import KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig
 from training.rundir import RunDir, run_name
-
-if TYPE_CHECKING:  # importing training.config imports torchrec (seconds): only where a launch happens
-    from training.config import TrainConfig
 
 OnLine = Callable[[str], None]
 ENV_INFRA_DIR = "DLRMFLOW_INFRA_DIR"
@@ -123,8 +125,6 @@ class Launcher(ABC):
     kind: str
 
     def __init__(self, settings=None):
-        from training.launchers.config import KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig
-
         default = {"local": LocalLauncherConfig, "slurm": SlurmLauncherConfig,
                    "kubernetes": KubernetesLauncherConfig}[self.kind]
         self.settings = settings or default()
@@ -179,8 +179,6 @@ class Launcher(ABC):
                         "reusing it")
                 return 0
             if reuse:
-                from training.checkpoint import Checkpointer
-
                 resume = Checkpointer(run).step_of("latest") is not None
             if resume:
                 check_resume(run, cfg)
@@ -203,11 +201,9 @@ def check_dataset(cfg: TrainConfig) -> TrainConfig:
     """Fail fast, before torchrun starts, when the dataset, its training or validation split or one of
     the training split's files is missing: a one-line UserError here instead of every rank failing. Returns the
     config resolved as the run keeps it (``TrainConfig.resolved``: the holdout's rows when it validates on one)."""
-    from feature_spec import file_uri, load
-
     if not cfg.dataset:
         raise UserError("no dataset given. Fix: set dataset (--dataset) to a folder written by preprocessing.")
-    spec = load(cfg.dataset)
+    spec = load_spec(cfg.dataset)
     cfg.check_splits(spec.splits)
     split = cfg.data.train_split
     if not spec.is_dataset:
@@ -227,9 +223,6 @@ def check_resume(run: RunDir, cfg: TrainConfig) -> None:
     """UserError for a resume that would change the rows a run trains on: a run of before the holdout, which
     trained on every row of a dataset without 'val' (and validated on 'test'), resumed now that ``cfg`` sets the
     end of them aside (eval_split 'holdout')."""
-    from training.checkpoint import Checkpointer
-    from training.config import HOLDOUT
-
     if cfg.eval_split != HOLDOUT or not run.has_config() or run.load_config().eval_split == HOLDOUT:
         return
     if Checkpointer(run).steps():

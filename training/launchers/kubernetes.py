@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,10 +24,7 @@ from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infr
 from training.launchers.gpus import (RESOURCE_VENDORS, EnvChoice, Hint, choose_env, environments, gpu_vendor,
                                      hardware_hint, job_hardware)
 from training.launchers.nodes import node_command
-from training.rundir import run_name
-
-if TYPE_CHECKING:
-    from training.rundir import RunDir
+from training.rundir import RunDir, run_name
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|No resources found|is pending|not found")

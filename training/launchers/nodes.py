@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 
 from training.launchers.base import RankJob
+from training.launchers.local import TORCHRUN, torchrun_command
 
 
 class Shell(str):
@@ -21,8 +22,6 @@ def node_command(job: RankJob, run_uri: str, *, python: str, nproc: int, nnodes:
                  rdzv_timeout_s: int) -> str:
     """``exec PYTHON -u -m training.launchers.torchrun ... -m MODULE RUN ARGS``; ``is_host`` is a shell
     expression that is 1 on the node hosting the rendezvous and 0 elsewhere."""
-    from training.launchers.local import TORCHRUN, torchrun_command
-
     cmd = torchrun_command(job, run_uri, nproc=nproc, nnodes=max(nnodes, 2), rdzv_endpoint="@ENDPOINT@")
     tokens: list[str] = [python, *cmd[1:]]
     if nnodes == 1:  # one node: the same c10d rendezvous as many (the store on this node)

@@ -19,16 +19,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from common.atomic import write_atomic
-
 from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
 from training.launchers.gpus import EnvChoice, choose_env, comment, environments, hardware_hint, job_hardware
 from training.launchers.nodes import node_command
-
-if TYPE_CHECKING:
-    from training.rundir import RunDir
+from training.rundir import RunDir
 
 _JOB_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")   # an sbatch argument that needs no quoting
