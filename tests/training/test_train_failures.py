@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -111,6 +112,35 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(data
         assert torch.equal(a[k], b[k]), k
     loss = lambda run: [(m["step"], m["loss"]) for m in metrics(run) if "loss" in m]
     assert loss(full) == loss(parts) and len(loss(full)) == STEPS // 10
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_command_alone_ends_torchrun_and_its_ranks(dataset, tmp_path):
+    """`kill -9` of `dlrmflow train` only (the OOM killer, a scheduler): torchrun dies with it (PR_SET_PDEATHSIG, set
+    before the exec) and its ranks with torchrun; nothing goes on writing the run. The ranks are quiet (no progress
+    bar, log or evaluation lines) and the output goes to a file: no write to a dead reader's pipe ends them."""
+    run = tmp_path / "orphan"
+    quiet = ["--set", "data.batch_size=32", "--set", "epochs=500", "--set", "log_every=100000",
+             "--set", "eval_split=null"]
+    env = child_env(TQDM_MININTERVAL="100000", TQDM_MAXINTERVAL="100000")
+    with open(tmp_path / "train.log", "w") as log:
+        proc = subprocess.Popen(cli("--dataset", str(dataset), "--run", str(run), *quiet, "--nproc", "2"), cwd=REPO,
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: sum(p["_name"].startswith("dlrmflow-rank") for p in processes_of(run).values()) == 2,
+                 proc, 90, "both ranks")
+        time.sleep(2)   # past the start-up lines
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while processes_of(run) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [p["_cmd"][:120] for p in processes_of(run).values()]
+        assert not left, f"outlived `dlrmflow train`: {left}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Callable
 
+from common.process import dying_with_this_process
 from training.launchers.base import Launcher, OnLine, RankJob
 from training.rundir import RunDir, run_name
 
@@ -68,8 +69,11 @@ class LocalLauncher(Launcher):
 
 def run_command(cmd: list[str], *, env: dict[str, str] | None = None,
                 on_line: Callable[[str], None] | None = None) -> int:
-    """Run a torchrun command; output is inherited or handed line by line to ``on_line``."""
+    """Run a torchrun command; output is inherited or handed line by line to ``on_line``. torchrun dies with this
+    process whatever ends it (``common.process.dying_with_this_process``; its ranks die with torchrun), so no rank
+    goes on writing a run that a re-run takes over. Call it from a thread that waits for it (this one does)."""
     child_env = {**os.environ, **(env or {})}
+    cmd = dying_with_this_process(cmd)
     if on_line is None:
         return subprocess.run(cmd, env=child_env).returncode
     with subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
