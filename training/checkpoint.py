@@ -79,7 +79,7 @@ class Checkpointer:
 
         ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
         files = None
-        if step not in self.steps():
+        if _from_rank0(step not in self.steps()):   # one answer for all: a rank's listing may be stale (s3fs caches)
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -139,7 +139,10 @@ class Checkpointer:
 
     def _files(self, step: int) -> list[str]:
         """The names of the files DCP wrote for checkpoint ``step`` (its completion marker aside), sorted."""
-        names = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.run.fs.ls(self.run.path(DIR, str(step)), detail=False))
+        folder = self.run.path(DIR, str(step))
+        self.run.fs.invalidate_cache(folder)   # written by every rank: a listing cached before would miss files
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.run.fs.ls(folder, detail=False)]
+        self.run.fs.invalidate_cache(folder)   # nor may this one, without the marker rank 0 writes next, stay cached
         return sorted(n for n in names if n != COMPLETE)
 
     def _checksums(self, step: int, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -222,6 +225,17 @@ def _gather_list(item: Any) -> list[Any]:
     out: list[Any] = [None] * _world()
     dist.all_gather_object(out, item)
     return out
+
+
+def _from_rank0(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (``value`` without a process group)."""
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _gather_dict(part: dict[str, Any]) -> dict[str, Any]:
