@@ -13,6 +13,7 @@ import time
 import httpx
 from prefect.runner import Runner
 from prefect.settings import PREFECT_API_URL
+from websockets.exceptions import WebSocketException
 
 from common.errors import UserError
 
@@ -59,11 +60,22 @@ def _gone(api: str, how: str) -> str:
         "(prefect server start), then serve."
 
 
-def _unreachable(error: BaseException) -> bool:
-    """Whether ``error`` is (or, as an exception group, holds) a failed connection to the server."""
-    if isinstance(error, BaseExceptionGroup):
-        return error.subgroup(httpx.TransportError) is not None
-    return isinstance(error, httpx.TransportError)
+_CONNECTION_ERRORS = (httpx.TransportError, ConnectionError, WebSocketException)
+
+
+def _unreachable(error: BaseException | None) -> bool:
+    """Whether ``error`` is, holds (an exception group) or was caused by a failed connection to the server (HTTP or
+    the events websocket: Prefect's Runner raises "Runner failed to start: event_emitter" from one)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, BaseExceptionGroup):
+            if error.subgroup(lambda e: isinstance(e, _CONNECTION_ERRORS)) is not None:
+                return True
+        elif isinstance(error, _CONNECTION_ERRORS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def serve_until_stopped(deployments: list) -> None:

@@ -40,8 +40,23 @@ def runner_ending_with(monkeypatch):
     return install
 
 
+def _failed_to_start() -> RuntimeError:
+    """What Prefect's Runner raises when the server goes before its events websocket connects."""
+    from websockets.exceptions import InvalidMessage
+
+    try:
+        try:
+            raise InvalidMessage("did not receive a valid HTTP response")
+        except InvalidMessage as cause:
+            raise RuntimeError("Runner failed to start: event_emitter — did not receive a valid HTTP response") \
+                from cause
+    except RuntimeError as error:
+        return error
+
+
 @pytest.mark.parametrize("error", [httpx.ConnectError("All connection attempts failed"),
-                                   ExceptionGroup("runner", [httpx.ConnectError("refused"), RuntimeError("x")])])
+                                   ExceptionGroup("runner", [httpx.ConnectError("refused"), RuntimeError("x")]),
+                                   _failed_to_start()])
 def test_a_server_gone_under_the_runner_ends_serve_with_a_user_error(runner_ending_with, error):
     runner_ending_with(error)
     with pytest.raises(UserError, match="has not answered .*serve stopped. Fix: start the server again"):
