@@ -14,7 +14,7 @@ from typing import Any, Callable
 from fsspec.implementations.local import LocalFileSystem
 
 from common.folder import Folder
-from common.lease import lease, wait_released
+from common.lease import lease
 from training.config import TrainConfig
 
 
@@ -51,10 +51,6 @@ class RunDir(Folder):
         time. Another holder: wait up to ``wait_s`` (default: fail at once, naming it: LeaseHeld)."""
         return lease(self.join(self.LEASE), owner, f"run lease ({what})", f"run {self.uri}", wait_s,
                      self.LEASE_STALE_S, say=say, heartbeat_s=self.LEASE_STALE_S / 5)
-
-    def wait_unleased(self, timeout_s: float, say: Callable[[str], None] | None = None) -> None:
-        """Wait (saying once what for) while a training or evaluation holds the run folder's lease."""
-        wait_released(self.join(self.LEASE), "run lease", f"run {self.uri}", timeout_s, say=say)
 
     @classmethod
     def is_marker(cls, rel: str) -> bool:

@@ -22,7 +22,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim import RowWiseAdagrad
 
 from common.errors import UserError
-from training.config import COMPUTE_KERNELS, SHARDING_TYPES, ShardingConfig
+from training.config import SHARDING_TYPES, ShardingConfig
 from training.rundir import RunDir
 
 from .topology import GiB, HardwareProfile, build_topology, resolve_local_world_size, resolve_profile
