@@ -5,7 +5,7 @@ Phases (``--phases``, all by default; each guarded: a failure is its line's ``er
 - env: versions (python, torch, fbgemm_gpu, torchrec, CUDA/HIP, driver), the device (name, memory,
   capability or gcnArchName) and one fused row-wise Adagrad TBE forward/backward on it.
 - quality: the real Criteo sample (10,000 rows) trained the shipped way: ``dlrmflow preprocess`` with the
-  ``criteo-sample`` preset's preprocessing (flows/presets.yaml), ``dlrmflow train --preset criteo-sample``,
+  ``criteo-sample`` preset's preprocessing (nightly/presets.yaml), ``dlrmflow train --preset criteo-sample``,
   ``dlrmflow evaluate``; test AUC beside the CPU's 0.7414. Skipped where the sample is absent.
 - bare: TorchRec's DLRM + DistributedModelParallel in a bare loop (fused row-wise Adagrad tables via
   apply_optimizer_in_backward, dense Adagrad, 4 pre-made device batches, no data loading, losses read once at the
@@ -230,7 +230,7 @@ def phase_quality(b: Bench) -> dict:
     if (b.criteo / "feature_spec.yaml").exists():
         ds = b.criteo   # preprocessed already (the GPU kit's, by `dlrmflow run --preset criteo-sample`)
     else:
-        from flows.config import PipelinePreset
+        from nightly.config import PipelinePreset
 
         hint = PipelinePreset.named(PRESET).preprocess.model_dump(exclude_unset=True)
         flags = [x for k, v in hint.items() for x in (f"--{k.replace('_', '-')}", str(v))]

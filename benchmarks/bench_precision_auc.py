@@ -33,7 +33,7 @@ CRITEO_10K = REPO.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_h
 
 
 def preprocess(inputs: list[str], preset: str, out: Path) -> str:
-    from flows.config import PipelinePreset
+    from nightly.config import PipelinePreset
     from preprocessing import PreprocessConfig, run
 
     hint = PipelinePreset.named(preset).preprocess.model_dump(exclude_unset=True)

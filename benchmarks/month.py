@@ -4,7 +4,7 @@ Writes ``nights + 6`` drifting synthetic Criteo days (``synthetic.generator.writ
 runs each night ``dlrmflow run --date D`` (a subprocess reporting to a Prefect server this script starts, so a
 kill -9 is real) for two models that share the inputs and one store: ``long`` (--train-days 6), then ``short``
 (--train-days 3). The longer window runs first: on the first night a model without history is unknown to the
-store's clean-up, which would remove the parts of the days only the other's first window reads (nightly.gc keeps
+store's clean-up, which would remove the parts of the days only the other's first window reads (models.gc keeps
 what every model's recorded window needs). The input spec is Criteo's with ``I10`` passed through as is
 (``transform: identity``), so that a float16 overflow can happen at all (log1p of any 15-digit count fits float16).
 
@@ -16,7 +16,7 @@ Injected (night numbers for 30 nights; a shorter ``--nights`` run keeps those th
   window down to --min-days"; --min-days is train_days - 1);
 - kill -9 of the run's process group during preprocessing (long, night 3: once its dataset lease is taken and
   the new day's parse is stored), during training (short, night 4: after its first checkpoint), and after each
-  promotion write (``$DLRMFLOW_CRASH_AFTER``, nightly.registry's hook: bundle from night 2 on short, champion from
+  promotion write (``$DLRMFLOW_CRASH_AFTER``, models.registry's hook: bundle from night 2 on short, champion from
   night 8 on long, history from night 15 on short, prune from night 22 on long; re-armed each night until it
   fires in a promotion). Each killed night is run again; the re-run must end as a night does;
 - an outage on night 10 (nothing runs), then on night 11 short's backfill of night 10 and its nightly run of night
@@ -280,8 +280,8 @@ class Month:
     def check_champion(self, model: str, date: dt.date) -> dict | None:
         """The champion's bundle verified (manifest, run and step) and scored on ``date``'s raw rows (once per
         champion; a bundle that changed since is verified again)."""
-        from nightly.config import ScoreConfig
-        from nightly.scoring import score
+        from models.config import ScoreConfig
+        from models.scoring import score
         from training.export import verify_bundle
 
         c = self.champion(model)

@@ -22,13 +22,13 @@ from common.errors import UserError
 
 DATASETS = "datasets"     # <name>-<fingerprint>/: preprocessed datasets (preprocessing.job)
 RUNS = "runs"             # <run-id>/: training runs (training.rundir.RunDir)
-MODELS = "models"         # <name>/: named models, their champion and history (nightly.registry)
+MODELS = "models"         # <name>/: named models, their champion and history (models.registry)
 TUNES = "tunes"           # <name>/: a tune's study, best config and results (tuning.study.TuneDir)
 FILES = "_files"          # <key>/: each input file's parse and counts, shared by datasets (preprocessing.work)
 WORK = "_work"            # <dataset key>/: one preprocessing job's work folder (preprocessing.work)
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
-TRASH = "_trash"          # <what>-<token>/: a folder gc (nightly.gc) renamed away and is deleting (local stores)
+TRASH = "_trash"          # <what>-<token>/: a folder gc (models.gc) renamed away and is deleting (local stores)
 
 RUN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"   # a folder of runs/: one path segment, never "." or ".."
 

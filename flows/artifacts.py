@@ -27,9 +27,9 @@ from prefect.context import FlowRunContext
 import feature_spec as fspec
 from common.errors import UserError
 from common.store import RUNS, filesystem, storage_options
-from flows.config import config_hash
-from nightly import registry
-from nightly.decision import interval_text
+from nightly.config import config_hash
+from models import registry
+from models.decision import interval_text
 from training import metrics as tm
 from training.report import TABLE
 from training.rundir import RunDir
@@ -302,7 +302,7 @@ def runs(store_uri: str) -> list[str]:
 
 
 def gc_table(report) -> None:
-    """What a gc (``nightly.gc.Report``) removed, with sizes and reasons (a dry run: would remove)."""
+    """What a gc (``models.gc.Report``) removed, with sizes and reasons (a dry run: would remove)."""
     verb = "would remove" if report.dry_run else "removed"
     create_table_artifact(report.rows(), key=gc_key(report.store), description=f"What the clean-up of {report.store} "
                           f"{verb}: {len(report.removals)} item(s), {report.bytes} bytes.")
@@ -346,7 +346,7 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
     """A named model's whole history as a table (fixed key, so each night adds a version showing every night),
     a markdown summary of ``entry``'s decision (default: the last line) and a picture of champion and
     challenger AUC by date."""
-    from training import plots
+    from models import plots
 
     lines = registry.history(model_uri)
     create_table_artifact([_history_row(e) for e in lines], key=model_key(name, MODEL_HISTORY),
@@ -389,7 +389,7 @@ def data_checks(checks: list, date: str) -> None:
 
 def data_drift(model_uri: str, name: str) -> None:
     """A picture of each feature's drift on each night's test day, from the model's history."""
-    from training import plots
+    from models import plots
 
     png = plots.data_drift_png(registry.history(model_uri), name)
     create_markdown_artifact(_picture(png, model_key(name, MODEL_DRIFT)), key=model_key(name, MODEL_DRIFT),

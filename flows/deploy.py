@@ -9,7 +9,9 @@ from __future__ import annotations
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.client.schemas.schedules import CronSchedule
 
-from flows.config import EvaluateConfig, ServeConfig, default_train
+from training.config import EvaluateConfig
+from nightly.config import default_train
+from flows.config import ServeConfig
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess

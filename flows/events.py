@@ -6,9 +6,9 @@ model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics 
 ``dlrmflow.data.check_failed`` (date, on_data_check, the failed checks; emitted by the data gate, ``flows.datacheck``).
 
 ``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
-model's history (a ``failed`` line naming the stage and the error, ``nightly.registry.record_failed``; the data gate
-records its own), emits ``dlrmflow.night.failed`` and sends the message to the notification block ``notify_block`` of
-the run's config. A hook that fails logs why and never changes the run's own state. The pipeline says which stage
+model's history (a ``failed`` line naming the stage and the error, ``models.registry.record_failed``; the data gate
+records its own), emits ``dlrmflow.night.failed`` and sends the message to the notification block ``night.notify_block``
+of the run's config. A hook that fails logs why and never changes the run's own state. The pipeline says which stage
 it is in through ``stage``.
 """
 
@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from common.store import Store
-from nightly import registry
-from nightly.decision import PROMOTING
+from models import registry
+from models.decision import PROMOTING
+from nightly.config import grouped
 
 HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promotion lock to record the failed night
 
@@ -28,6 +29,14 @@ MODEL_PROMOTED = "dlrmflow.model.promoted"
 DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck)
 
 _NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
+
+
+def flow_run_owner() -> str | None:
+    """Who writes in a model's records from this flow run: ``flow run NAME (ID)``; None outside a flow run."""
+    from prefect.context import FlowRunContext
+
+    fr = FlowRunContext.get()
+    return f"flow run {fr.flow_run.name} ({fr.flow_run.id})" if fr and fr.flow_run else None
 
 
 def resource(model: str | None) -> dict[str, str]:
@@ -93,6 +102,7 @@ def night_failed(flow, flow_run, state) -> None:
     config = (flow_run.parameters or {}).get("config") or {}
     if not isinstance(config, dict):   # the in-process call's parameters may hold the model itself
         config = config.model_dump(mode="json")
+    config = grouped(config)   # a deployment's parameters from before the groups
     model = config.get("model")
     date = night.get("date") or str((flow_run.parameters or {}).get("date") or "(undated)")
     stage_name = night.get("stage", "setup")
@@ -111,7 +121,7 @@ def night_failed(flow, flow_run, state) -> None:
                                    "flow_run": str(flow_run.id)})
     except Exception as e:  # noqa: BLE001 - the run's own failure is what counts
         log.warning("could not emit %s: %s: %s", NIGHT_FAILED, type(e).__name__, e)
-    block = config.get("notify_block")
+    block = (config.get("night") or {}).get("notify_block")
     if not block:
         return
     subject, body = message(date, model, stage_name, error, flow_run.name)

@@ -1,4 +1,4 @@
-"""The store's clean-up as a task of the pipeline: after a dated night's decision, ``nightly.gc.collect`` removes
+"""The store's clean-up as a task of the pipeline: after a dated night's decision, ``models.gc.collect`` removes
 what no champion, recent night, lease or window needs (the rule that once only pruned parsed parts), logs the
 table of what went and publishes it as an artifact. `dlrmflow gc` runs the same without Prefect."""
 
@@ -12,8 +12,8 @@ from prefect.context import FlowRunContext
 
 from common.errors import UserError
 from flows import artifacts
-from flows.config import PipelineConfig
-from nightly import gc as cleanup
+from nightly.config import PipelineConfig
+from models import gc as cleanup
 from nightly.window import Window
 
 

@@ -1,12 +1,13 @@
-"""The pipeline flow: [synthetic data] -> preprocess -> train -> evaluate [-> champion vs challenger], as
-subflows and tasks, all under one store.
+"""The pipeline flow: a straight line of tasks and subflows under one store: plan -> [synthesize] -> preprocess ->
+[check the days] -> plan the run -> train -> evaluate [-> compete -> gc]. What each decides is
+``nightly.night``'s (Prefect-free); the flow adds the schedule, logs, artifacts and events.
 
-A run may be for a date (inputs with ``{date}``, or a window of synthetic days): its days pass the data checks
-after preprocessing (``flows.datacheck``), it trains on the window of days before the date, tests on the date, and
-with a model name competes with that model's champion (``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a
-completed training run (or its checkpoints, to resume) are reused, and the log says so. A failed or crashed run
-emits an event and notifies (``flows.events``); ``catchup: latest`` skips a scheduled night made stale by a newer
-one (``nightly.window.catchup_skip``)."""
+A run may be for a date (inputs with ``{date}``, or a window of synthetic days): its days pass the data gate after
+preprocessing (``flows.datacheck``), it trains on the window of days before the date, tests on the date, and with
+a model name competes with that model's champion (``flows.promote``). A re-run finds finished work: the synthetic
+data, the dataset (by fingerprint), a completed training run (or its checkpoints, to resume) are reused, and the
+log says so. A failed or crashed run emits an event and notifies (``flows.events``); ``night.catchup: latest``
+skips a scheduled night made stale by a newer one (``nightly.night.skip_reason``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ import datetime as dt
 import os
 import tempfile
 
-import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from common.store import BLOCK_KEYS, Store, filesystem
 from flows import artifacts, events
-from flows.config import FlowTrainConfig, PipelineConfig, PipelineSyntheticConfig
 from flows.datacheck import check_data
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
@@ -29,13 +28,12 @@ from flows.preprocess import preprocess
 from flows.gc import gc
 from flows.promote import compete
 from flows.train import train
-from nightly import registry
-from nightly.registry import model_uri
-from nightly.window import Window, catchup_skip, run_date, window
-from preprocessing import PreprocessConfig
+from models import registry
+from nightly import night
+from nightly.config import PipelineConfig, PipelineSyntheticConfig
+from nightly.night import NightPlan, RunPlan
+from nightly.window import run_date
 from synthetic.generator import METADATA_FILE, SynthConfig, generate, write_days
-from training.config import InitFrom
-from training.rundir import RunDir
 
 
 def use_credentials_block(name: str) -> None:
@@ -81,55 +79,9 @@ def _synthesize_days(store: Store, options: PipelineSyntheticConfig, days: tuple
     get_run_logger().info("synthetic days %s..%s in %s (%d rows a day)", days[0], days[-1], folder, options.rows)
 
 
-def synthetic_inputs(store: Store, options: PipelineSyntheticConfig, dated: bool = False) -> list[str]:
-    """The input glob of the synthetic logs (written by ``synthesize``); a template with {date} for dated runs."""
-    if dated:
-        return [f"{store.synthetic_days_uri(options.rows, options.seed)}/{{date}}/part-*"]
-    return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
-
-
-def checked_preprocess_config(config: PipelineConfig, store: Store,
-                              date: dt.date | None = None) -> tuple[PreprocessConfig, Window | None]:
-    """The run's preprocessing config (synthetic inputs unless inputs are given; for a dated run the window's
-    days as the `files` split rule) and the window, its split names checked against what training and
-    evaluation use: a wrong split name, a bad template or a missing day fails before any work."""
-    config.check_dated()
-    inputs = config.preprocess.inputs or synthetic_inputs(store, config.synthetic, config.dated)
-    days = None
-    if config.dated:
-        days = window(inputs, date, config.window, check=bool(config.preprocess.inputs))
-        inputs = days.inputs()
-    preprocess_config = config.preprocess_config(inputs, store.uri)
-    config.check_splits(preprocess_config)
-    return preprocess_config, days
-
-
-def warm_started(config: PipelineConfig, store: Store, day: dt.date, log) -> FlowTrainConfig:
-    """The training settings of a dated run: with a model and ``warm_start``, initialised from the champion (of an
-    earlier day, of the same architecture; the run's name does not depend on it, so a re-run of the date finds the
-    same run)."""
-    if not (config.model and config.warm_start) or config.train.init_from:
-        return config.train
-    champion, absent = registry.usable_champion(model_uri(store.uri, config.model), day.isoformat())
-    if absent:
-        log.warning("no warm start from model %s: %s; training from scratch", config.model, absent)
-    if champion is None or champion.date == day.isoformat():   # the same night's model: a re-run trains as the first
-        return config.train
-    arch = RunDir(champion.run).load_config().arch
-    if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model
-        log.warning("no warm start: the champion of model %s (%s) has another architecture than this night's "
-                    "(%s vs %s; a tuned config may have changed it); training from scratch", config.model,
-                    champion.run, arch.model_dump(exclude_defaults=True),
-                    config.train.arch.model_dump(exclude_defaults=True))
-        return config.train
-    log.info("warm start from the champion of model %s: %s step %d (tested on %s)", config.model, champion.run,
-             champion.step, champion.date)
-    return config.train.model_copy(update={"init_from": InitFrom(run=champion.run, checkpoint=str(champion.step))})
-
-
-def skip_reason(config: PipelineConfig, store: Store, day: dt.date, log) -> str | None:
-    """Why this scheduled night is skipped under ``config.catchup`` (None: it runs), recorded in the model's
-    history: the due nights are those of the deployment's other unfinished scheduled runs whose time has come."""
+def due_nights(config: PipelineConfig) -> list[dt.date]:
+    """The days of this deployment's other unfinished scheduled runs whose time has come (none outside a
+    deployment): what ``catchup: latest`` weighs a scheduled night against."""
     from prefect import get_client
     from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterDeploymentId,
                                                 FlowRunFilterExpectedStartTime, FlowRunFilterState,
@@ -137,26 +89,43 @@ def skip_reason(config: PipelineConfig, store: Store, day: dt.date, log) -> str 
     from prefect.client.schemas.objects import StateType
     from prefect.runtime import deployment, flow_run
 
-    if config.catchup == "all":
-        return None
-    due = []
-    if deployment.id:
-        with get_client(sync_client=True) as client:
-            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
-                state=FlowRunFilterState(type=FlowRunFilterStateType(
-                    any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING])),
-                expected_start_time=FlowRunFilterExpectedStartTime(before_=dt.datetime.now(dt.timezone.utc))))
-        due = [run_date(None, r.expected_start_time, config.window) for r in runs
-               if str(r.id) != flow_run.id and not (r.parameters or {}).get("date")]
-    model = model_uri(store.uri, config.model) if config.model else None
-    decided = [dt.date.fromisoformat(d) for d in registry.decided_dates(model)] if model else []
-    reason = catchup_skip(day, config.catchup, due, decided)
-    if reason:
-        log.info("night %s skipped (%s)", day, reason)
-        if model:
-            registry.record_skipped(model, day.isoformat(), reason, owner=f"flow run {flow_run.name}", say=log.info)
-    return reason
+    if config.night.catchup == "all" or not deployment.id:
+        return []
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(
+                any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING])),
+            expected_start_time=FlowRunFilterExpectedStartTime(before_=dt.datetime.now(dt.timezone.utc))))
+    return [run_date(None, r.expected_start_time, config.window) for r in runs
+            if str(r.id) != flow_run.id and not (r.parameters or {}).get("date")]
+
+
+@task(cache_policy=NONE)
+@user_errors
+def plan(config: PipelineConfig, store: Store, day: dt.date | None) -> NightPlan:
+    """The night's plan (``nightly.night.plan_night``), the model's records checked before any work."""
+    planned = night.plan_night(config, store, day)
+    log = get_run_logger()
+    for note in planned.notes:
+        log.info(note)
+    store.check()
+    if planned.model:
+        registry.check_records(planned.model)
+    if planned.window:
+        log.info(planned.window.describe())
+    return planned
+
+
+@task(cache_policy=NONE)
+@user_errors
+def plan_run(planned: NightPlan, dataset: str) -> RunPlan:
+    """The run on the night's dataset (``NightPlan.training``), its pipeline.yaml written."""
+    log = get_run_logger()
+    run = planned.training(dataset, say=log.info)
+    log.info("validation: %s", run.validation)
+    run.write()
+    return run
 
 
 @flow(name="pipeline", log_prints=True, on_failure=[events.night_failed], on_crashed=[events.night_failed])
@@ -174,66 +143,48 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
 
     log = get_run_logger()
     events.stage("setup")
-    config, notes = config.with_preset()
-    for note in notes:
-        log.info(note)
     if config.credentials_block:
         use_credentials_block(config.credentials_block)
     store = Store(config.store)
     day = run_date(date, flow_run.scheduled_start_time, config.window) if config.dated else None
     if day:
         events.stage("setup", day.isoformat())
-        if date is None and (reason := skip_reason(config, store, day, log)):
+        if date is None and (reason := night.skip_reason(config, store, day, due_nights(config), events.flow_run_owner(),
+                                                         say=log.info)):
             result = {"store": store.uri, "date": day.isoformat(), "skipped": reason}
             events.completed(config.model, result)
             return result
-    preprocess_config, days = checked_preprocess_config(config, store, day)
-    store.check()
-    if days and config.model:
-        registry.check_records(model_uri(store.uri, config.model))
-    if days:
-        log.info(days.describe())
-    if not config.preprocess.inputs:
+    planned = plan(config, store, day, return_state=True).result()   # raises its error
+    days = planned.window
+    if planned.synthetic_inputs():
         events.stage("synthesize")
-        synthesize(store, config.synthetic, days.days if days else None, return_state=True).result()  # raises its error
+        synthesize(store, planned.config.synthetic, days.days if days else None, return_state=True).result()
     events.stage("preprocess")
-    dataset = preprocess(preprocess_config)
-    data_checks = None
-    if days and config.on_data_check != "off":
+    dataset = preprocess(planned.preprocess)
+    gate = None
+    if days and planned.config.night.on_data_check != "off":
         events.stage("data check")
-        data_checks = check_data(config, store, days, preprocess_config, dataset, return_state=True).result()
-    # validation made explicit (a dataset without 'val': the holdout's rows), so the run's name says it too
-    trained = config.train.on(dataset).resolved()
-    config.check_held_out(trained.eval_split)
-    run = RunDir(store.run_uri(config.run_id(dataset, trained, day)))
-    train_settings = warm_started(config, store, day, log) if days else config.train
-    train_settings = FlowTrainConfig.model_validate(train_settings.on(dataset).resolved().model_dump())
-    log.info("validation: %s", trained.validation_text())
-    preprocessing = config.preprocess.model_copy(update={"inputs": preprocess_config.inputs})
-    resolved = config.model_copy(update={"store": store.uri, "train": train_settings, "preprocess": preprocessing})
-    resolved = resolved.model_dump(mode="json")
-    # the dataset the flow filled in is no dumped field: it follows the training settings
-    resolved |= {"train": resolved["train"] | {"dataset": dataset}, "date": day.isoformat() if day else None}
-    run.write_text(yaml.safe_dump(resolved, sort_keys=False), RunDir.PIPELINE)
+        gate = check_data(planned, dataset, return_state=True).result()
+    run_plan = plan_run(planned, dataset, return_state=True).result()
+    run = run_plan.run
     events.stage("train")
-    train(run.uri, dataset, train_settings, config.launcher)
+    train(run.uri, dataset, run_plan.train, planned.config.launcher)
     events.stage("evaluate")
-    metrics = evaluate(run.uri, config.evaluate, config.launcher)
+    metrics = evaluate(run.uri, planned.config.evaluate, planned.config.launcher)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
-              "evaluation": run.eval_dir(config.evaluate.split), "metrics": metrics}
+              "evaluation": run.eval_dir(planned.config.evaluate.split), "metrics": metrics}
     if days:
         result["date"] = day.isoformat()
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
-    if data_checks:
-        result["data_checks"] = {"checks": data_checks["checks"], "failed": len(data_checks["failed"])}
-    if config.model and days:
+    if gate:
+        result["data_checks"] = {"checks": gate.summary["checks"], "failed": len(gate.summary["failed"])}
+    if planned.model:
         events.stage("promote")
-        result["decision"] = compete(config, store, days, run, dataset, metrics, data_checks,
-                                     return_state=True).result()
+        result["decision"] = compete(planned, run, dataset, metrics, gate, return_state=True).result()
     if days:
         events.stage("gc")
-        result["gc"] = gc(config, store.uri, days)
+        result["gc"] = gc(planned.config, store.uri, days)
     if unreadable := artifacts.runs(store.uri):   # after promotion and gc: a malformed run never blocks a model
         log.warning("runs table: %d run(s) of %s could not be read, listed as such: %s", len(unreadable),
                     store.uri, ", ".join(unreadable))

@@ -11,7 +11,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import artifacts
-from flows.preprocess_config import FlowPreprocessConfig
+from preprocessing.config import FlowPreprocessConfig
 from flows.errors import transient, user_errors
 from preprocessing import Preprocessing
 

@@ -1,4 +1,4 @@
-"""The score flow: raw rows -> click probabilities with a model's own vocabulary (``nightly.scoring.score``; the
+"""The score flow: raw rows -> click probabilities with a model's own vocabulary (``models.scoring.score``; the
 ranks start through the launcher the flow is given, as training's do), written as Parquet; a summary artifact
 (rows, output, metrics when the rows had labels)."""
 
@@ -11,8 +11,8 @@ from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
 from flows.evaluate import rank_env
-from nightly.config import ScoreConfig
-from nightly.scoring import score as score_rows
+from models.config import ScoreConfig
+from models.scoring import score as score_rows
 from training.launchers import LauncherConfig, LocalLauncherConfig
 
 

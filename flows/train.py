@@ -15,9 +15,9 @@ from prefect.cache_policies import NONE
 from common.errors import UserError
 from common.store import redact
 from flows import artifacts
-from flows.config import FlowTrainConfig, default_train
+from nightly.config import FlowTrainConfig, default_train
 from flows.errors import user_errors
-from nightly.registry import champion_init
+from models.registry import champion_init
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.launchers import LauncherConfig, LocalLauncherConfig, RankOutput, build_launcher

@@ -26,11 +26,11 @@ import feature_spec as fspec
 from common.errors import UserError
 from common.store import Store
 from flows import artifacts
-from flows.config import FlowTrainConfig, config_hash
+from nightly.config import FlowTrainConfig, config_hash
 from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.train import train
-from nightly import registry
+from models import registry
 from training.config import HOLDOUT, EvaluateConfig, TrainConfig
 from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
 from training.rundir import RunDir

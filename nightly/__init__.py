@@ -1,2 +1,2 @@
-"""The recurring (nightly) runs without Prefect: dated windows, the model registry, the promotion rule and
-batch scoring with a model's own vocabulary. The flows in ``flows/`` call these."""
+"""The nightly runs without Prefect: dated windows (``window``), the data gate (``datacheck``) and their configs
+(``config``). The flows in ``flows/`` call these; the models they compete for are ``models``'."""

@@ -1,16 +1,33 @@
-"""The config models of the recurring runs: the dated window, the data gate, batch scoring, export and the store's
-clean-up."""
+"""The config models of the pipeline and its dated (nightly) runs: the dated window, the data gate, the night's
+policies (``NightConfig``) and the pipeline's config (``PipelineConfig``: the stage configs composed into one model,
+one nested model per group; the flows' parameters, so the Prefect UI renders a form with defaults and
+descriptions). Settings that were once flat keep working: ``RENAMED`` maps each old name to its group."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from datetime import date
+from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from common.store import default_store
-from training.config import checkpoint_name
+from common.config import apply_overrides, validate
+from common.errors import UserError
+from common.store import check_run_name, default_store
+from models.config import GcConfig, PromoteConfig
+from models.registry import NAME_PATTERN as MODEL_NAME, TUNED_FILE, load_tuned, model_uri
+from preprocessing.config import FlowPreprocessConfig, PreprocessConfig
+from preprocessing.dated import is_dated
+from preprocessing.inputs import split_mapping
+from preprocessing.job import split_rule
+from training.config import EvaluateConfig, TrainConfig, preset_names
+from training.launchers import LauncherConfig, LocalLauncherConfig
 
 
 class WindowConfig(BaseModel):
@@ -81,59 +98,357 @@ class DataCheckConfig(BaseModel):
         return band
 
 
-class _Checkpoint(BaseModel):
-    """Which checkpoint: a named model's champion, or a run's checkpoint."""
+class NightConfig(BaseModel):
+    """A dated night's policies: catch-up after an outage, what a failed data check does, who is told of a failure."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(None, description="A named model's folder, STORE/models/NAME: its champion "
-                              "(run, checkpoint step, dataset).")
-    run: str | None = Field(None, description="A training run folder instead of a model, with the run's own "
-                            "dataset.")
-    checkpoint: str = Field("best", description="With `run`: `best` (the latest if the run never validated), "
-                            "`latest` or a step number.")
+    catchup: Literal["all", "latest"] = Field("all", description="After an outage, for the scheduled nights of a "
+                                              "dated run: `all` runs every missed night in order; `latest` records a "
+                                              "night as skipped (in the model's history) when a newer night is due "
+                                              "too or the model already decided a later one. A run with `date` set "
+                                              "(a backfill) always runs.")
+    on_data_check: Literal["fail", "warn", "off"] = Field("fail", description="Dated runs: after preprocessing, "
+                                                          "each day of the window is checked against the days before "
+                                                          "it (`data_check`). `fail`: a failing check fails the night "
+                                                          "before training; `warn`: it trains, but nothing is "
+                                                          "promoted; `off`: no checks.")
+    notify_block: str | None = Field(None, pattern=r"^[a-z0-9-]+/.+$", description="A Prefect notification block "
+                                     "told when a run fails or crashes (date, model, failed stage, the error's first "
+                                     "line), as `<block type slug>/<name>`, e.g. `custom-webhook/ml-alerts` or "
+                                     "`slack-webhook/ml-team`. Default: nobody is told (the events are still emitted).")
 
-    @field_validator("checkpoint", mode="before")
+
+# the pipeline's settings that were once flat: old name -> (group, field); old YAML keys, flow parameters and
+# command-line flags (--promote-margin...) keep working
+RENAMED = {"promote_margin": ("promote", "margin"), "min_auc_lift": ("promote", "min_auc_lift"),
+           "min_test_rows": ("promote", "min_test_rows"), "min_test_positives": ("promote", "min_test_positives"),
+           "promote_confidence": ("promote", "confidence"), "calibration_band": ("promote", "calibration_band"),
+           "warm_start": ("promote", "warm_start"), "catchup": ("night", "catchup"),
+           "on_data_check": ("night", "on_data_check"), "notify_block": ("night", "notify_block")}
+
+
+def grouped(data: Any) -> Any:
+    """A pipeline config's data (a YAML file's, a flow run's parameters) with its once-flat settings moved into
+    their groups (``RENAMED``); given both ways, the old name's value wins (a base dump holds every group's default,
+    an old ``--set promote_margin=...`` or YAML key is what was meant)."""
+    if not isinstance(data, dict) or not RENAMED.keys() & data.keys():
+        return data
+    data = dict(data)
+    for old, (group, name) in RENAMED.items():
+        if old in data:
+            value = data.pop(old)
+            section = dict(data.get(group) or {})
+            section[name] = value
+            data[group] = section
+    return data
+
+
+def cli_aliases(prefix: str = "") -> dict[str, str]:
+    """The old flags of the once-flat settings, as ``flows.options`` aliases of their fields (``prefix``: the
+    pipeline's path in the command's model, e.g. ``pipeline.``)."""
+    return {f"{prefix}{group}.{name}": "--" + old.replace("_", "-") for old, (group, name) in RENAMED.items()}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _store_field():
+    return Field(default_factory=default_store, description="Artifact store root: a local folder or "
+                 "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
+
+
+class PipelineSyntheticConfig(_Model):
+    """The synthetic Criteo logs used when no inputs are given (generated once per store, then reused)."""
+
+    rows: int = Field(60_000, ge=1000, description="Rows of synthetic Criteo-format logs.")
+    files: int = Field(2, ge=1, description="Files the rows are split into (preprocessed in parallel).")
+    seed: int = Field(0, ge=0, description="Seed; the same rows and seed give the same bytes.")
+
+
+def _filled_in(default):
+    """A field the flow fills in itself: no form field (SkipJsonSchema), no option (flows/options.py), not dumped."""
+    return Field(default, exclude=True)
+
+
+class PipelinePreprocessConfig(FlowPreprocessConfig):
+    """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
+
+    inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
+                              "Empty: synthetic Criteo logs (see `synthetic`).")
+    out: SkipJsonSchema[str] = _filled_in("")
+    progress: SkipJsonSchema[bool] = _filled_in(False)
+
+
+class FlowTrainConfig(TrainConfig):
+    """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
+
+    dataset: SkipJsonSchema[str | None] = _filled_in(None)
+
+    def on(self, dataset: str) -> TrainConfig:
+        """The TrainConfig of these settings on ``dataset``."""
+        return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
+
+
+def default_train() -> FlowTrainConfig:
+    """The default preset's training settings."""
+    return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
+
+
+class PipelineGcConfig(GcConfig):
+    """GcConfig whose store, dated inputs and retain_days the pipeline fills in (its store, its window's templates,
+    `window.retain_days`)."""
+
+    store: SkipJsonSchema[str] = _filled_in("")
+    inputs: SkipJsonSchema[list[str]] = _filled_in([])
+    retain_days: SkipJsonSchema[int] = _filled_in(0)
+
+
+PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+TUNED_OF_MODEL = "model"   # tuned_config: the pipeline's model's tuned config
+DATE_PLACEHOLDER = "{date}"  # in a dated run's run_name: filled with the run's date (ISO)
+PresetName = Literal[tuple(preset_names())]
+
+
+class PipelineConfig(_Model):
+    """preprocess -> train -> evaluate, with everything stored under one root URI."""
+
+    preset: PresetName | None = Field(None, description="A preset shipped with dlrmflow: its training settings "
+                                      "(training/presets/NAME.yaml) and the preprocessing they were tuned with "
+                                      "(nightly/presets.yaml), applied under the settings you give (in a form: those "
+                                      "changed from their defaults).")
+    store: str = _store_field()
+    credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
+                                          "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                                          "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
+    run_name: str | None = Field(None, description="Run folder name in the store's runs/ folder (letters, digits, "
+                                 "'_', '.', '-'). Default: "
+                                 "derived from the dataset and the training config, so a re-run resumes the same run. "
+                                 "A dated run's name must hold {date} (filled with the run's date).")
+    tuned_config: str | None = Field(None, description="Training settings a tune found (`dlrmflow tune`): a "
+                                     "training YAML (a tune's best.yaml, local or s3://), or `model`: the latest "
+                                     "tuned config of this pipeline's model (STORE/models/NAME/tuned.yaml, rewritten by "
+                                     "each `dlrmflow tune --model NAME`, e.g. a weekly tune deployment; until one "
+                                     "exists the train settings are used). Applied like a preset's training settings, "
+                                     "under the train fields you give.")
+    synthetic: PipelineSyntheticConfig = Field(default_factory=PipelineSyntheticConfig,
+                                               description="Synthetic data settings.")
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig, description="Preprocessing.")
+    train: FlowTrainConfig = Field(default_factory=default_train, description="Training (on the preprocessed dataset).")
+    launcher: LauncherConfig = Field(default_factory=lambda: LocalLauncherConfig(nproc=2), description="Where the "
+                                     "ranks of training, evaluation and a challenger's scoring run: local torchrun "
+                                     "(default, 2 ranks), a Slurm allocation or a Kubernetes Job.")
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation.")
+    window: WindowConfig = Field(default_factory=WindowConfig, description="Dated runs: the days a run for a date "
+                                 "trains, validates and tests on (inputs with {date}, or synthetic days).")
+    model: str | None = Field(None, pattern=MODEL_NAME, description="Name of the model this run competes for "
+                              "(store/models/NAME): the new model is promoted when it beats the champion on the "
+                              "test day. Default: no comparison.")
+    promote: PromoteConfig = Field(default_factory=PromoteConfig, description="With a model: when the new model "
+                                   "replaces the champion (the gates), and the warm start from it.")
+    gc: PipelineGcConfig = Field(default_factory=PipelineGcConfig, description="After each dated night's decision: "
+                                 "the store's clean-up (`dlrmflow gc`): what no champion, recent night, lease or "
+                                 "window needs is removed.")
+    data_check: DataCheckConfig = Field(default_factory=DataCheckConfig, description="The data checks' thresholds.")
+    night: NightConfig = Field(default_factory=NightConfig, description="Dated runs: the night's policies (catch-up "
+                               "after an outage, the data gate's verdict, who is told of a failure).")
+
+    @field_validator("run_name")
     @classmethod
-    def _checkpoint(cls, v: Any) -> str:
-        return checkpoint_name(v)   # the same rule as evaluation's
+    def _run_name(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                check_run_name(name.replace(DATE_PLACEHOLDER, "2026-01-01"), name)   # as a night fills it
+            except UserError as e:
+                raise ValueError(str(e).rstrip(".")) from None
+        return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        return grouped(data)
+
+    @model_validator(mode="after")
+    def _check_tuned(self) -> "PipelineConfig":
+        if self.tuned_config == TUNED_OF_MODEL and not self.model:
+            raise ValueError("tuned_config 'model' reads the tuned config of the pipeline's model, but no model is "
+                             "named; fix: set model, or give the tuned config's YAML")
+        return self
+
+    @property
+    def dated(self) -> bool:
+        """Whether runs are for a date: a window is set or the inputs hold {date}."""
+        return bool(self.window.train_days) or any(is_dated(uri) for uri in self.preprocess.inputs)
+
+    def gc_config(self, store: str, templates: list[str]) -> GcConfig:
+        """The clean-up after a dated night of these settings in ``store`` whose inputs are ``templates``."""
+        return GcConfig(store=store, keep_nights=self.gc.keep_nights, dry_run=self.gc.dry_run, inputs=list(templates),
+                        retain_days=self.window.retain_days)
+
+    def preprocess_config(self, inputs: list[str], store: str) -> FlowPreprocessConfig:
+        """The preprocessing config of this run (inputs and store filled in)."""
+        return FlowPreprocessConfig(**{**self.preprocess.model_dump(), "inputs": inputs, "out": store})
+
+    def check_dated(self) -> None:
+        """Fail on settings a dated run cannot combine: a split rule or split-mapped inputs (the window is the
+        split), inputs without {date} (every day would read the same files), a model without a window, a fixed
+        ``run_name`` (every night would find the first night's run complete and compare different days)."""
+        if self.run_name and (DATE_PLACEHOLDER in self.run_name) != self.dated:
+            if self.dated:
+                raise UserError(f"run_name '{self.run_name}' is fixed, but the run is dated: every night would reuse "
+                                "the first night's run and never retrain. Fix: leave run_name out (the default "
+                                f"depends on the date) or put {DATE_PLACEHOLDER} in it, e.g. "
+                                f"'{self.run_name}-{DATE_PLACEHOLDER}'.")
+            raise UserError(f"run_name '{self.run_name}' holds {DATE_PLACEHOLDER}, but the run is not dated. Fix: "
+                            f"remove {DATE_PLACEHOLDER}, or pass --train-days N with inputs holding {{date}}.")
+        if not self.dated:
+            if self.model:
+                raise UserError(f"model '{self.model}' competes on a test day, but the run is not dated. Fix: pass "
+                                "--train-days N (and inputs with {date}, e.g. 'logs/{date}/*.gz').")
+            return
+        if self.preprocess.split:
+            raise UserError(f"--split {self.preprocess.split} cannot be combined with a dated run: the window's "
+                            "days are the splits (train, val, test). Fix: leave --split out.")
+        for uri in self.preprocess.inputs:
+            split, _ = split_mapping(uri)
+            if split:
+                raise UserError(f"input '{uri}' maps files to a split in a dated run, whose window's days are the "
+                                "splits. Fix: give the template without the 'split=' prefix.")
+            if not is_dated(uri):
+                raise UserError(f"input '{uri}' holds no {{date}} placeholder, so every day of the window would "
+                                "read it. Fix: use a template such as 'logs/{date}/part-*' or "
+                                "'s3://logs/{date:%Y/%m/%d}/*.gz'.")
+
+    def check_splits(self, preprocess: PreprocessConfig) -> None:
+        """Fail before any work when training or evaluation names a split that ``preprocess`` will not
+        write, naming the splits it will."""
+        rule = split_rule(preprocess)
+        if not rule.splits:  # the data decides (column:COL): checked on the dataset before training
+            return
+        where = f"split rule {rule.text()}"
+        eval_split = self.train.check_splits(rule.splits, where)
+        if not self.evaluate.dataset:
+            self.evaluate.check_split(rule.splits, where, "evaluate.split")
+        self.check_held_out(eval_split)
+
+    def check_held_out(self, eval_split: str | None) -> None:
+        """Fail when training validates (``eval_split``, as ``TrainConfig.check_splits`` resolves it) on the split
+        the run reports (``evaluate.split`` of its own dataset): its checkpoint would be chosen on the rows that
+        score it."""
+        if eval_split is not None and eval_split == self.evaluate.split and not self.evaluate.dataset:
+            raise UserError(f"train.eval_split '{eval_split}' is evaluate.split, the split the run reports: its "
+                            "checkpoint would be chosen (best, early stopping) on the rows that score it. Fix: "
+                            "validate on another split (the default 'val'; a dataset without one validates on the "
+                            "last train.data.holdout_fraction of its train rows), or evaluate another split.")
+
+    def with_preset(self, given: dict[str, Any] | None = None) -> tuple["PipelineConfig", list[str]]:
+        """This config with its preset and its tuned config applied, and both cleared (applying again changes
+        nothing): the training settings of the tuned config, else of the preset, under the ``given`` train fields;
+        the preset's preprocessing where ``given`` sets nothing that conflicts. ``given``: the dotted fields the user
+        set (default: those that differ from the defaults). Returns the config and notes on what was (not) applied."""
+        if not self.preset and not self.tuned_config:
+            return self, []
+        data = self.model_dump(mode="json")
+        given = _changed(data, PipelineConfig().model_dump(mode="json")) if given is None else given
+        train = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("train.")}
+        base, notes = None, []
+        if self.preset:
+            preset = PipelinePreset.named(self.preset)
+            base = TrainConfig.preset(self.preset)
+            applied, skipped = preset.hints({k: data["preprocess"].get(k) for k in (k.split(".", 1)[1] for k in given
+                                                                                    if k.startswith("preprocess."))})
+            data["preprocess"].update(applied)
+            notes = [f"preset {self.preset}: training settings of training/presets/{self.preset}.yaml"]
+            notes += [f"preset {self.preset}: preprocess.{k} = {v!r}" for k, v in applied.items()]
+            notes += [f"preset {self.preset}: preprocess.{k} not applied ({why})" for k, why in skipped.items()]
+        if self.tuned_config:
+            tuned, where = self.tuned_train()
+            if tuned is not None:
+                base = tuned
+                notes.append(f"tuned config: training settings of {where}" + (" (not the preset's)" if self.preset
+                                                                               else ""))
+            else:
+                notes.append(f"tuned config: {where} does not exist yet (no tune of model {self.model} finished); "
+                             "training with the settings given")
+        if base is not None:
+            data["train"] = apply_overrides(base.model_dump(mode="json"), train, strict=False)
+        return validate(PipelineConfig, {**data, "preset": None, "tuned_config": None},
+                        f"preset {self.preset}" if self.preset else f"tuned config {self.tuned_config}"), notes
+
+    def tuned_train(self) -> tuple[TrainConfig | None, str]:
+        """The training settings ``tuned_config`` names (None for a model no tune has written yet), and where."""
+        if self.tuned_config == TUNED_OF_MODEL:
+            uri = model_uri(self.store, self.model)
+            return load_tuned(uri), f"{uri}/{TUNED_FILE}"
+        return TrainConfig.from_yaml(self.tuned_config), self.tuned_config
+
+    def run_id(self, dataset: str, train: TrainConfig, date: date | None = None) -> str:
+        """``run_name``, else ``<dataset folder>-<hash of the training config>``; for a dated run
+        ``<model or dataset name>-<date>-<hash>`` (a dated ``run_name`` has ``{date}`` filled with the date)."""
+        if self.run_name:
+            return self.run_name.replace(DATE_PLACEHOLDER, date.isoformat()) if date else self.run_name
+        folder = dataset.rstrip('/').rsplit('/', 1)[-1]
+        if date:
+            return f"{self.model or folder.rsplit('-', 1)[0]}-{date.isoformat()}-{config_hash(train)}"
+        return f"{folder}-{config_hash(train)}"
 
 
-class ScoreConfig(_Checkpoint):
-    """What to score with which model, and where the scores go."""
-
-    bundle: str | None = Field(None, description="A serving bundle (`dlrmflow export`'s folder, local or s3://) "
-                               "instead of a model or run: scores in this process with its TorchScript module.")
-    inputs: list[str] = Field(description="Raw input files, folders or globs in the format of the model's "
-                              "dataset's input spec (Criteo TSV, or the CSV/Parquet its spec describes).")
-    out: str = Field(description="The output Parquet file (local path or s3://...): file, row, [id], "
-                     "probability, [label].")
-    on_bad_row: Literal["error", "skip"] | None = Field(None, description="Bad-row policy; default: the one the "
-                                                        "model's dataset was preprocessed with.")
-    max_bad_fraction: float | None = Field(None, ge=0, le=1, description="With on_bad_row=skip: fail above "
-                                           "this fraction of bad rows; default: the dataset's.")
-    progress: bool = Field(True, description="Show progress bars on stderr (only when it is a terminal).")
-
-
-class ExportConfig(_Checkpoint):
-    """Which model's checkpoint to export as a serving bundle, and where."""
-
-    out: str = Field(description="The bundle folder to write (local path or s3://...).")
+def config_hash(train: TrainConfig) -> str:
+    """A short hash of a training config (dataset included): the suffix of the default run names."""
+    data = train.model_dump(mode="json")
+    data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
+    data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
+    if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
+        data["data"].pop("holdout_rows")   # added later, used only without a val split (then resolved: set): names
+        data["data"].pop("holdout_fraction")   # of runs that validate on a split stay
+    if data["sharding"]["profile"] == "auto":   # the default since 'cpu' was: it decides the plan, not the model
+        data["sharding"]["profile"] = "cpu"     # (DCP reshards a checkpoint between plans): runs keep their names
+    for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
+        if not optimizer["weight_decay"]:
+            optimizer.pop("weight_decay")   # added later (0: none): unset, names stay
+    if data.get("init_from") and data["init_from"].get("store") is None:
+        data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 
 
-class GcConfig(BaseModel):
-    """What `dlrmflow gc` (``nightly.gc``) removes from a store: everything no model, lease or window needs."""
+class PipelinePreset(_Model):
+    """The preprocessing half of a preset (nightly/presets.yaml); its training half is training/presets/NAME.yaml."""
 
-    model_config = ConfigDict(extra="forbid")
+    preprocess: PipelinePreprocessConfig = Field(default_factory=PipelinePreprocessConfig,
+                                                 description="Preprocessing settings the preset was tuned with.")
 
-    store: str = Field(default_factory=default_store, description="Artifact store root: a local folder or "
-                       "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
-    keep_nights: int = Field(14, ge=1, description="Keep the runs (and their datasets) of each model's last this "
-                             "many decided nights, besides its champion's; a run or dataset that no model's history "
-                             "names is kept this many days after its last write.")
-    dry_run: bool = Field(False, description="List what would be removed, and its size; remove nothing.")
-    inputs: list[str] = Field(default_factory=list, description="The dated input templates ({date}) of the nightly "
-                              "runs: the parsed parts of their days before every model's window (less "
-                              "retain_days) are removed. Empty: no parsed parts are removed.")
-    retain_days: int = Field(0, ge=0, description="Keep the parsed parts of this many days before the oldest "
-                             "window too (the pipeline's window.retain_days).")
+    @classmethod
+    def named(cls, name: str) -> "PipelinePreset":
+        """The preprocessing of the preset called ``name`` (none listed: no preprocessing settings)."""
+        if name not in preset_names():
+            raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
+        return validate(cls, yaml.safe_load(PRESETS_FILE.read_text()).get(name) or {}, f"{PRESETS_FILE}: {name}")
+
+    def hints(self, given: dict) -> tuple[dict, dict]:
+        """(applied, skipped): the preset's preprocessing settings that apply where ``given`` (the
+        user's PreprocessConfig fields) sets nothing that conflicts, and those that do not, with why.
+        Files mapped to splits (``split=PATH`` inputs) keep their splits, so a split rule is skipped."""
+        applied, skipped = {}, {}
+        mapped = any(split_mapping(uri)[0] for uri in given.get("inputs") or [])
+        for key, value in self.preprocess.model_dump(exclude_unset=True).items():
+            if key in given:
+                skipped[key] = f"given: {given[key]!r}"
+            elif key == "split" and mapped:
+                skipped[key] = "the inputs map files to splits"
+            else:
+                applied[key] = value
+        return applied, skipped
+
+
+def _changed(data: dict, default: dict, prefix: str = "") -> dict[str, Any]:
+    """The dotted fields of ``data`` whose values differ from ``default``'s."""
+    out = {}
+    for key, value in data.items():
+        other = default.get(key)
+        if isinstance(value, dict) and isinstance(other, dict):
+            out |= _changed(value, other, f"{prefix}{key}.")
+        elif value != other:
+            out[prefix + key] = value
+    return out

@@ -53,3 +53,17 @@ class PreprocessConfig(BaseModel):
     def output_settings(self) -> dict:
         """The settings that determine the output bytes (part of the fingerprint)."""
         return self.model_dump(include={"frequency_threshold", "count_on", "numerical_dtype", "on_bad_row"})
+
+
+class FlowPreprocessConfig(PreprocessConfig):
+    """PreprocessConfig plus where the preprocess flow runs its per-file tasks (parse, count, encode): the preprocess
+    command's, the flow's and the pipeline's preprocessing."""
+
+    model_config = ConfigDict(from_attributes=True)   # a plain PreprocessConfig is one too (threads)
+
+    task_runner: Literal["threads", "dask"] = Field("threads", description="Run the per-file tasks in threads "
+                                                    "of the flow's process, or on a Dask cluster (prefect-dask); "
+                                                    "with dask and a remote store the workers share the "
+                                                    "intermediate parts through the store.")
+    dask_address: str | None = Field(None, description="The Dask scheduler's address (tcp://HOST:8786) for "
+                                     "task_runner=dask. Default: a temporary local Dask cluster.")

@@ -2,7 +2,7 @@
 
 - ``FileParts``: the parse and the all-rows counts of one input file, ``_files/<key>/``, keyed by the
   file's identity and the settings that change them, shared by every dataset (window) that uses the file and
-  kept after the dataset is written (``removable_parts`` and ``remove_parts`` remove them, as ``nightly.gc``
+  kept after the dataset is written (``removable_parts`` and ``remove_parts`` remove them, as ``models.gc``
   decides; ``prune_file_parts`` does both under the store lease);
 - ``WorkFolder``: one job's counts of partly counted files, vocabularies and encoded parts,
   ``_work/<dataset key>/`` (``<work_dir>/<dataset key>`` with ``--work-dir`` and a local store), deleted when

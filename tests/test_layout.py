@@ -1,7 +1,7 @@
-"""The house rules, read from the sources (ast): imports point only down (flows -> nightly -> {training,
+"""The house rules, read from the sources (ast): imports point only down (flows -> nightly -> models -> {training,
 preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, and the store's
 top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
-config.py, common/, training/rundir.py, nightly/registry.py) imports neither torch, TorchRec nor Prefect; and
+config.py, common/, training/rundir.py, models/registry.py) imports neither torch, TorchRec nor Prefect; and
 common/errors.py's docstring lists every UserError subclass."""
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ ALLOWED = {
     "preprocessing": {"feature_spec", "common"},
     "training": {"feature_spec", "common"},
     "synthetic": {"feature_spec", "common"},
-    "nightly": {"training", "preprocessing", "feature_spec", "common"},
+    "models": {"training", "preprocessing", "feature_spec", "common"},
+    "nightly": {"models", "training", "preprocessing", "feature_spec", "common"},
     "tuning": {"training", "feature_spec", "common"},
-    "flows": {"nightly", "tuning", "training", "preprocessing", "synthetic", "feature_spec", "common"},
+    "flows": {"nightly", "models", "tuning", "training", "preprocessing", "synthetic", "feature_spec", "common"},
 }
 PREFECT = {"prefect", "prefect_dask"}
 STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash"}
 STORE_MODULE = "common/store.py"
 # the light tier: what a command's options, a config file or a look at the store may import cheaply
 HEAVY = ("torch", "torchrec", "fbgemm_gpu", "prefect")
-LIGHT_NAMED = ("training/rundir.py", "nightly/registry.py")
+LIGHT_NAMED = ("training/rundir.py", "models/registry.py")
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -120,7 +121,7 @@ def test_the_house_rules_hold():
 
 def test_the_light_tier_imports_no_torch_torchrec_or_prefect():
     names = light_modules()
-    assert {"common.store", "training.config", "training.rundir", "nightly.registry", "flows.config",
+    assert {"common.store", "training.config", "training.rundir", "models.registry", "flows.config",
             "training.launchers.config"} <= set(names)
     assert heavy_imports(names) == {}
 
@@ -134,7 +135,8 @@ def test_a_heavy_import_is_found(tmp_path):
 @pytest.mark.parametrize("rel, package, text, expected", [
     ("training/x.py", "training", "from preprocessing.apply import encode_inputs\n", "imports preprocessing"),
     ("common/x.py", "common", "import training.rundir\n", "imports training"),
-    ("synthetic/x.py", "synthetic", "from nightly import registry\n", "imports nightly"),
+    ("synthetic/x.py", "synthetic", "from nightly import window\n", "imports nightly"),
+    ("models/x.py", "models", "from nightly import window\n", "imports nightly"),
     ("nightly/x.py", "nightly", "from flows import artifacts\n", "imports flows"),
     ("feature_spec/x.py", "feature_spec", "from prefect import flow\n", "imports prefect"),
     ("nightly/x.py", "nightly", "import prefect_dask\n", "imports prefect_dask"),

@@ -74,7 +74,7 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
 def model_config(run: RunDir, step: int) -> dict[str, Any]:
     """What ``DLRMInference`` and the scorer need: the run's arch config, its dataset's feature order and
     table sizes (``max_table_size`` applied), and where the model came from."""
-    from training.model import table_name
+    from training.dlrm import table_name
 
     cfg = run.load_config()
     spec = fspec.load(cfg.dataset)

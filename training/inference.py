@@ -1,6 +1,6 @@
 """The serving model: a plain PyTorch DLRM (no TorchRec, no FBGEMM) that a bundle stores as TorchScript.
 
-``DLRMInference(cfg)`` computes what ``training.model``'s TorchRec DLRM / DLRM_DCN compute, with the same
+``DLRMInference(cfg)`` computes what ``training.dlrm``'s TorchRec DLRM / DLRM_DCN compute, with the same
 operations: one embedding bag per categorical pooling a row's ids as the table does (``pooling`` sum or mean; a
 single id gives its row), ids taken modulo the table's rows (``IdHasher``'s ``max_table_size`` rule; a no-op
 for uncapped tables), the bottom MLP (ReLU after every layer), the dot interaction (``bmm`` + upper triangle,

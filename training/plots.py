@@ -3,15 +3,11 @@
 ``roc_png`` draws the ROC curve with its AUC in the legend; ``calibration_png`` draws the
 reliability diagram (mean prediction vs observed click rate per probability bin, with the
 diagonal for reference) above a histogram of how many rows fall in each bin; ``training_curve_png``
-draws a run's metrics.jsonl: loss, validation AUC and log loss (the best evaluation marked), samples/s;
-``model_history_png`` draws a named model's history: challenger and champion AUC and log loss by date, the
-promotions marked; ``data_drift_png`` each feature's drift on each night's test day (the data checks the history
-recorded).
+draws a run's metrics.jsonl: loss, validation AUC and log loss (the best evaluation marked), samples/s (a named model's
+pictures are ``models.plots``).
 """
 
 from __future__ import annotations
-
-from datetime import date as Date
 
 import matplotlib
 
@@ -104,68 +100,3 @@ def training_curve_png(records: list[dict], best_metric: str, title: str) -> byt
     for ax in (loss_ax, eval_ax, rate_ax):
         ax.grid(alpha=0.3)
     return png(fig)
-
-
-def model_history_png(history: list[dict], title: str = "") -> bytes:
-    """Challenger and champion AUC (and log loss below) on each run's test day, from a model's history.jsonl
-    lines (``date``, ``challenger`` and ``champion`` metrics, ``decision``); promotions are marked with a star.
-    Missing values (no champion yet, a NaN AUC) leave gaps."""
-    lines = sorted(history, key=lambda e: e["date"])
-    days = [Date.fromisoformat(e["date"]) for e in lines]
-
-    def series(side: str, key: str) -> list[float]:
-        return [np.nan if (e.get(side) or {}).get(key) is None else e[side][key] for e in lines]
-
-    fig, (auc_ax, loss_ax) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
-    for ax, key, label in ((auc_ax, "auc", "AUC"), (loss_ax, "logloss", "log loss")):
-        ax.plot(days, series("challenger", key), "o-", color="tab:blue", lw=1.5, label=f"challenger {label}")
-        ax.plot(days, series("champion", key), "s--", color="tab:grey", lw=1.5, label=f"champion {label}")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    promoted = [(d, e["challenger"].get("auc")) for d, e in zip(days, lines)
-                if e.get("decision") in ("promoted", "first") and e["challenger"].get("auc") is not None]
-    if promoted:
-        auc_ax.plot(*zip(*promoted), "*", color="tab:orange", markersize=15, label="promoted", zorder=3)
-    if not lines:
-        auc_ax.text(0.5, 0.5, "no runs yet", ha="center", va="center", transform=auc_ax.transAxes)
-    kept = sum(e.get("decision") == "kept" for e in lines)
-    auc_ax.set_title(f"Champion and challenger on each test day{' - ' + title if title else ''}\n"
-                     f"{len(lines)} runs: {len(promoted)} promoted, {kept} kept", fontsize=10)
-    auc_ax.legend(loc="best", fontsize=8)
-    loss_ax.set_xlabel("test day")
-    fig.autofmt_xdate()
-    return png(fig)
-
-
-def data_drift_png(history: list[dict], title: str = "") -> bytes:
-    """Each feature's drift on each night's test day, from a model's history.jsonl lines (``data_checks.test_day``):
-    categoricals (check ``drift``: the largest change of a top value's share) above, numericals (check ``psi``)
-    below, one line per feature, each threshold dashed; a night without checks leaves a gap (a date's last line
-    counts)."""
-    lines = sorted({e["date"]: e for e in history if e.get("date")}.values(), key=lambda e: e["date"])  # a date's last
-    days = [Date.fromisoformat(e["date"]) for e in lines]
-    fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    for ax, name, label in ((axes[0], "drift", "categorical drift (L-inf of top shares)"),
-                            (axes[1], "psi", "numerical drift (PSI)")):
-        series: dict[str, list[float]] = {}
-        limits = set()
-        for k, e in enumerate(lines):
-            for c in ((e.get("data_checks") or {}).get("test_day") or []):
-                if c.get("check") == name:
-                    series.setdefault(c["feature"], [np.nan] * len(lines))[k] = c["value"]
-                    limits.add(c["threshold"])
-        for name, values in series.items():
-            ax.plot(days, values, "o-", lw=1, markersize=3, label=name)
-        for limit in limits:
-            ax.axhline(limit, ls="--", color="tab:red", lw=1)
-        ax.set_ylabel(label, fontsize=8)
-        ax.grid(alpha=0.3)
-        if series:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6, ncol=2)
-        else:
-            ax.text(0.5, 0.5, "no data checks recorded", ha="center", va="center", transform=ax.transAxes)
-    axes[0].set_title(f"Drift of each feature on each test day{' - ' + title if title else ''}", fontsize=10)
-    axes[1].set_xlabel("test day")
-    fig.autofmt_xdate()
-    return png(fig)
-

@@ -56,7 +56,7 @@ class RunDir(Folder):
     def is_marker(cls, rel: str) -> bool:
         """Whether the file at ``rel`` (a path inside a run folder) makes something in the run count as complete:
         the training's ``DONE``, an evaluation's metrics.json, a checkpoint's completion file or pointer. A removal
-        deletes these first, so a run cut short by a kill never looks finished (``nightly.gc``)."""
+        deletes these first, so a run cut short by a kill never looks finished (``models.gc``)."""
         parts = rel.strip("/").split("/")
         return (parts == [cls.DONE] or (len(parts) == 3 and parts[0] == cls.EVAL and parts[2] == cls.EVAL_METRICS)
                 or (len(parts) == 2 and parts[0] == cls.CHECKPOINTS and parts[1] in cls.POINTERS)

@@ -5,7 +5,7 @@ local torchrun by default, or Slurm/Kubernetes through the run folder): each ran
 its rows to a parts folder, which ends up local. ``write_scores`` streams those parts, in row order, beside
 the rows' positions (a Parquet file with one row per scored row: file, row, id, label ...) into the output
 Parquet (written atomically, then its completion marker ``<out>.complete``: ``common.atomic.mark_complete``;
-readers check it with ``nightly.scoring.check_scores``) and returns the row count and, when there are labels, the metrics
+readers check it with ``models.scoring.check_scores``) and returns the row count and, when there are labels, the metrics
 (``training.metrics.compute_metrics``). Training never reads raw rows: preprocessing encodes them first.
 """
 

@@ -32,7 +32,7 @@ from training.checkpoint import Checkpointer
 from training.config import HOLDOUT, DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
 from training.distributed import DistEnv, all_gather_cat, all_reduce_sum, init
-from training.model import IdHasher, build_model, embedding_tables, init_embeddings, table_name
+from training.dlrm import IdHasher, build_model, embedding_tables, init_embeddings, table_name
 from training.rundir import MetricsLog, RunDir
 from training.sharding import format_plan, plan_tables, sharders
 from training.topology import build_topology, profile_to_load_on, resolve_profile

@@ -26,15 +26,15 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from nightly.config import ExportConfig
+    from models.config import ExportConfig
 
     add_options(p, ExportConfig, root="export")
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from nightly.config import ExportConfig
-    from nightly.scoring import export
+    from models.config import ExportConfig
+    from models.scoring import export
 
     config = build(ExportConfig, args, root="export")
     manifest = export(config)

@@ -1,4 +1,4 @@
-"""`dlrmflow gc`: remove from a store what no champion, recent night, lease or window needs (see nightly.gc)."""
+"""`dlrmflow gc`: remove from a store what no champion, recent night, lease or window needs (see models.gc)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ examples:
 
 def add_arguments(parser) -> None:
     from flows.options import add_options
-    from nightly.config import GcConfig
+    from models.config import GcConfig
 
     add_options(parser, GcConfig, root="gc")
 
@@ -31,8 +31,8 @@ def run(args) -> int:
     import sys
 
     from flows.options import build
-    from nightly import gc
-    from nightly.config import GcConfig
+    from models import gc
+    from models.config import GcConfig
 
     config = build(GcConfig, args, root="gc")
     report = gc.collect(config, say=lambda line: print(line, file=sys.stderr, flush=True))

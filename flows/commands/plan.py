@@ -70,7 +70,7 @@ def _spec(request):
 def run(args: argparse.Namespace) -> int:
     from common.atomic import write_uri
     from training.data import spec_pooling_factors
-    from training.model import embedding_tables, table_name
+    from training.dlrm import embedding_tables, table_name
     from training.sharding import format_plan, plan_tables
     from training.topology import build_topology, resolve_profile
 

@@ -19,7 +19,7 @@ the preprocess flow runs (Prefect) and sends its per-file tasks to the Dask clus
 
 
 def add_arguments(parser) -> None:
-    from flows.preprocess_config import FlowPreprocessConfig
+    from preprocessing.config import FlowPreprocessConfig
     from flows.options import add_options
 
     add_options(parser, FlowPreprocessConfig)
@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import preprocessing
-    from flows.preprocess_config import FlowPreprocessConfig
+    from preprocessing.config import FlowPreprocessConfig
     from flows.options import build
 
     config = build(FlowPreprocessConfig, args)

@@ -28,20 +28,21 @@ EVERYDAY = ("--inputs", "--spec", "--split", "--frequency-threshold", "--preset"
 
 
 def add_arguments(p) -> None:
-    from flows.config import PipelineConfig
     from flows.options import NPROC_ALIAS, add_options, add_set_option
+    from nightly.config import PipelineConfig, cli_aliases
 
     p.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
                    "optimizer, data, ...; instead of a preset's training settings)")
     p.add_argument("--date", help="the day a dated run tests on, YYYY-MM-DD (default: today minus --lag-days)")
-    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"}, aliases=NPROC_ALIAS)
+    add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"},
+                aliases=NPROC_ALIAS | cli_aliases())
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 
 def build_config(args):
     """The PipelineConfig of the command line: the preset (or --config), then the options given."""
     from common.errors import UserError
-    from flows.config import PipelineConfig
+    from nightly.config import PipelineConfig
     from flows.options import build, collect
     from training.config import TrainConfig
 
@@ -71,14 +72,15 @@ def run(args) -> int:
 
     start = time.monotonic()
     config = build_config(args)
-    from flows.pipeline import checked_preprocess_config, pipeline
+    from flows.pipeline import pipeline
+    from nightly.night import plan_night
 
     store = Store(config.store)
     date = run_date(args.date, None, config.window) if config.dated else None
     if args.date and not date:
         from common.errors import UserError
         raise UserError("--date is for dated runs. Fix: pass --train-days N (and inputs with {date}).")
-    checked_preprocess_config(config, store, date)  # fail fast, before Prefect starts
+    plan_night(config, store, date)  # fail fast, before Prefect starts
     if not config.credentials_block:
         store.check()
     from training.report import format_table

@@ -1,4 +1,4 @@
-"""`dlrmflow score`: raw rows -> click probabilities with a model's own vocabulary (see nightly.scoring)."""
+"""`dlrmflow score`: raw rows -> click probabilities with a model's own vocabulary (see models.scoring)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ EVERYDAY = ("--model", "--run", "--checkpoint", "--bundle", "--inputs", "--out",
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import NPROC_ALIAS, add_options
-    from nightly.config import ScoreConfig
+    from models.config import ScoreConfig
     from training.launchers import RanksConfig
 
     add_options(p, ScoreConfig, root="score")
@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from nightly.config import ScoreConfig
-    from nightly.scoring import score
+    from models.config import ScoreConfig
+    from models.scoring import score
     from training.launchers import RanksConfig
     from training.report import format_table
 

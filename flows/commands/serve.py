@@ -26,10 +26,11 @@ EVERYDAY = ("--store", "--cron", "--timezone", "--inputs", "--spec", "--split", 
 def add_arguments(parser) -> None:
     from flows.config import ServeConfig
     from flows.options import NPROC_ALIAS, add_options
+    from nightly.config import cli_aliases
 
     add_options(parser, ServeConfig, skip={"pipeline.store", "pipeline.window.timezone"},
                 flatten={"pipeline", "pipeline.preprocess", "pipeline.train", "pipeline.window"},
-                aliases={f"pipeline.{path}": flag for path, flag in NPROC_ALIAS.items()})
+                aliases={f"pipeline.{path}": flag for path, flag in NPROC_ALIAS.items()} | cli_aliases("pipeline."))
 
 
 def run(args) -> int:

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from training.launchers import RanksConfig, build_launcher
     from training.rundir import RunDir
 
-    from nightly.registry import champion_init
+    from models.registry import champion_init
 
     launch = build(RanksConfig, args, root="launch")
     cfg = resolve_config(args)

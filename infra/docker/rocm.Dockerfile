@@ -54,6 +54,7 @@ COPY feature_spec ./feature_spec
 COPY preprocessing ./preprocessing
 COPY synthetic ./synthetic
 COPY training ./training
+COPY models ./models
 COPY nightly ./nightly
 COPY tuning ./tuning
 COPY flows ./flows

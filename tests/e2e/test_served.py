@@ -132,7 +132,7 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
         assert parsed[f"{logs}/2026-11-04/part-00000.tsv"] < stamp(first["end_time"]).timestamp()
         assert stamp(second["start_time"]).timestamp() < parsed[f"{logs}/2026-11-05/part-00000.tsv"] \
             < stamp(second["end_time"]).timestamp()
-        # that removal is the store's clean-up (nightly.gc) after the night's decision: its table is in the night's
+        # that removal is the store's clean-up (models.gc) after the night's decision: its table is in the night's
         # logs and on its Artifacts tab; both nights' runs and datasets stay (keep_nights 14)
         # (a run's last logs reach the server after its final state: the runner sends them as its process ends)
         until(lambda: any(re.match(rf"gc of {re.escape(str(store))}: removed \d+ item\(s\)", m)

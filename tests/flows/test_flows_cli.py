@@ -111,7 +111,8 @@ def test_run_takes_the_presets_preprocessing_unless_given(capsys):
 def test_every_config_field_is_a_command_line_option():
     """Each stage model's fields are reachable from its subcommand (generated from the models)."""
     from flows.cli import build_parser
-    from flows.config import PipelineConfig, ServeConfig
+    from nightly.config import PipelineConfig
+    from flows.config import ServeConfig
     from flows.options import _unwrap_optional, collect
     from preprocessing.config import PreprocessConfig
     from synthetic.generator import SynthConfig
@@ -263,7 +264,7 @@ def test_run_never_reports_the_split_its_checkpoint_is_chosen_on(args, message, 
 def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
     """The pipeline flow applies `preset` as `dlrmflow run --preset` does (PipelineConfig.with_preset), a form's
     changed fields counting as given; the result has no preset left, so applying it again changes nothing."""
-    from flows.config import PipelineConfig
+    from nightly.config import PipelineConfig
 
     form = PipelineConfig(preset="criteo-sample", preprocess={"frequency_threshold": 3}, train={"epochs": 2})
     config, notes = form.with_preset()
@@ -276,7 +277,7 @@ def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
 def test_default_run_names_survive_the_arch_rename():
     """The hash in a run's default name is the one from before `model` became `arch`, so `dlrmflow run` again
     finds (and resumes) the runs made before it."""
-    from flows.config import config_hash
+    from nightly.config import config_hash
     from training.config import TrainConfig
 
     assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"

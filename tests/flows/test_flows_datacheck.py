@@ -16,9 +16,9 @@ from common.errors import UserError
 from common.store import Store
 from flows import datacheck as task_module
 from flows import errors as flow_errors
-from flows.config import PipelineConfig
-from flows.pipeline import checked_preprocess_config
-from nightly import registry
+from nightly.config import PipelineConfig
+from nightly.night import plan_night
+from models import registry
 from preprocessing import run
 from synthetic.generator import SynthConfig, write_days
 
@@ -50,14 +50,13 @@ def said(monkeypatch):
 def _night(logs, tmp_path, mode: str = "fail"):
     config = PipelineConfig(store=str(tmp_path / "store"), model="ctr", window={"train_days": 4},
                             preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, on_data_check=mode)
-    store = Store(config.store)
-    preprocessing, window = checked_preprocess_config(config, store, DATE)
-    dataset = run(preprocessing)
-    return lambda: task_module.check_data.fn(config, store, window, preprocessing, dataset)
+    plan = plan_night(config, Store(config.store), DATE)
+    dataset = run(plan.preprocess)
+    return lambda: task_module.check_data.fn(plan, dataset)
 
 
 def test_normal_days_pass_and_every_check_is_shown(days, tmp_path, said):
-    summary = _night(days, tmp_path)()
+    summary = _night(days, tmp_path)().summary
     [checks] = said["tables"]
     assert summary["failed"] == [] and summary["checks"] == len(checks) > 100 and not said["events"]
     assert {c["day"] for c in summary["test_day"]} == {DATE.isoformat()}
@@ -91,7 +90,7 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
 
 
 def test_warn_lets_the_night_go_on_with_the_failures(no_labels, tmp_path, said):
-    summary = _night(no_labels, tmp_path, "warn")()
+    summary = _night(no_labels, tmp_path, "warn")().summary
     assert [c["check"] for c in summary["failed"]] == ["label_rate", "min_positives"]
     assert summary["on_data_check"] == "warn" and len(said["events"]) == 1
     assert registry.history(registry.model_uri(str(tmp_path / "store"), "ctr")) == []   # compete records it

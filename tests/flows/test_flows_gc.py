@@ -11,11 +11,12 @@ import pytest
 
 from flows import gc as flows_gc
 from flows.cli import main
-from flows.config import PipelineConfig
+from nightly.config import PipelineConfig
 from helpers import stores
-from nightly import registry
-from nightly.config import GcConfig
-from nightly.window import fill_date, window
+from models import registry
+from models.config import GcConfig
+from nightly.window import window
+from preprocessing.dated import fill_date
 from preprocessing.work import FileParts, Mirror, file_parts
 
 

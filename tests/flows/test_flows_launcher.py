@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def test_pipeline_config_defaults_to_the_local_launcher():
-    from flows.config import PipelineConfig
+    from nightly.config import PipelineConfig
 
     assert PipelineConfig().launcher.kind == "local" and PipelineConfig().launcher.nproc == 2
     assert PipelineConfig(launcher={"kind": "kubernetes"}).launcher.kind == "kubernetes"

@@ -17,7 +17,7 @@ from flows import events
 from flows.pipeline import pipeline
 from helpers.prefect_api import logs_matching, small_pipeline
 from helpers.processes import free_port
-from nightly import registry
+from models import registry
 
 DAY = "2026-11-05"
 

@@ -16,8 +16,10 @@ from fsspec.implementations.local import LocalFileSystem
 from common.atomic import mark_complete
 from common.store import Store
 from flows import promote
-from flows.config import PipelineConfig
-from nightly import registry, scoring
+from nightly.config import PipelineConfig
+from models import registry, scoring
+from nightly import night as night_module
+from nightly.night import NightPlan
 from training.metrics import compute_metrics
 
 N = 3000
@@ -50,7 +52,7 @@ def test_compete_scores_both_models_on_the_same_rows(tmp_path, monkeypatch, cham
     monkeypatch.setattr(scoring, "score", score)
     monkeypatch.setattr(promote, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(promote.artifacts, "model_history", lambda *a: None)
-    monkeypatch.setattr(promote, "_export_verified", lambda run, step, out: "sha")   # no bundle written
+    monkeypatch.setattr(night_module, "_export_verified", lambda run, step, out: "sha")   # no bundle written
     config = PipelineConfig(store=str(tmp_path), model="ctr", window={"train_days": 2}, promote_confidence=0.95)
     store = Store(str(tmp_path))
 
@@ -58,7 +60,8 @@ def test_compete_scores_both_models_on_the_same_rows(tmp_path, monkeypatch, cham
         date = dt.date(2026, 11, day)
         days = SimpleNamespace(date=date, days=[date], test_inputs=lambda: ["day.tsv"])
         run = SimpleNamespace(uri=f"{tmp_path}/runs/r{day}")
-        return promote.compete.fn(config, store, days, run, "d", {"step": 1, **evaluation})
+        plan = NightPlan(config, store, config.preprocess_config([], store.uri), date, days)
+        return promote.compete.fn(plan, run, "d", {"step": 1, **evaluation})
 
     evaluation = {"auc": 0.7, "logloss": 0.5, "rows": N, "positives": 750, "base_logloss": 0.56, "calibration": 1.0}
     first = night(1, evaluation)

@@ -17,7 +17,7 @@ from helpers.paths import BIN, HELPERS
 from helpers.processes import free_port, process_group, wait_for_port
 from helpers.datasets import assert_same_files
 
-from flows.preprocess_config import FlowPreprocessConfig
+from preprocessing.config import FlowPreprocessConfig
 from flows.preprocess import preprocess
 from preprocessing import PreprocessConfig, run
 

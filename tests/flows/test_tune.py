@@ -18,7 +18,7 @@ import yaml
 from optuna.storages.journal import JournalStorage
 from optuna.trial import TrialState
 
-from flows.config import PipelineConfig
+from nightly.config import PipelineConfig
 from common.errors import UserError
 from feature_spec import load, save
 from helpers.datasets import write_dataset
@@ -148,12 +148,10 @@ def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from
     """A weekly re-tune may change the architecture: the nights after it cannot load the champion's weights into
     the new model, so they train from scratch (a warm start would fail every night) until a new champion."""
     import datetime as dt
-    import logging
-
     from common.atomic import write_uri
     from common.store import Store
-    from flows.pipeline import warm_started
-    from nightly.registry import CHAMPION_FILE, Champion, model_uri
+    from nightly.night import plan_night
+    from models.registry import CHAMPION_FILE, Champion, model_uri
 
     store = Store(str(tmp_path / "store"))
     champion_run = RunDir(store.run_uri("ctr-2026-11-04-x"))
@@ -162,9 +160,9 @@ def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from
         name="ctr", run=champion_run.uri, step=8, dataset="d", vocab="d/vocab", date="2026-11-04",
         metrics={"auc": 0.7, "logloss": 0.5}, promoted_at="2026-11-05T02:00:00+00:00").model_dump_json())
     night = dt.date(2026, 11, 5)
-    log = logging.getLogger("night")
-    same = PipelineConfig(store=store.uri, model="ctr", train=TrainConfig.preset("default").model_dump())
-    assert warm_started(same, store, night, log).init_from.run == champion_run.uri
+    same = PipelineConfig(store=store.uri, model="ctr", train=TrainConfig.preset("default").model_dump(),
+                          window={"train_days": 3})
+    assert plan_night(same, store, night).warm_started().init_from.run == champion_run.uri
     tuned = TrainConfig.preset("default").with_overrides({"arch.embedding_dim": 32, "arch.bottom_mlp": [64, 32]})
-    other = PipelineConfig(store=store.uri, model="ctr", train=tuned.model_dump())
-    assert warm_started(other, store, night, log).init_from is None
+    other = PipelineConfig(store=store.uri, model="ctr", train=tuned.model_dump(), window={"train_days": 3})
+    assert plan_night(other, store, night).warm_started().init_from is None

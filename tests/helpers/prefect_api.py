@@ -21,7 +21,7 @@ from helpers.processes import free_port, process_group, until, wait_for_port
 
 def small_pipeline(store: str, **overrides):
     """A PipelineConfig that runs in seconds: 4,000 synthetic rows, a tiny DLRM, 2 ranks."""
-    from flows.config import PipelineConfig
+    from nightly.config import PipelineConfig
     from training.config import TrainConfig
 
     train = TrainConfig.preset("default").with_overrides(

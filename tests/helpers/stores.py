@@ -1,6 +1,6 @@
 """A store as the nightly runs leave it, written by the code's own writers (no torchrun, no preprocessing): datasets
 (``preprocessing.writer``), runs (``training.rundir.RunDir``: config, metrics, a checkpoint with its completion
-file and pointer, an evaluation, the completion marker), nights of a named model (``nightly.registry.record``, with
+file and pointer, an evaluation, the completion marker), nights of a named model (``models.registry.record``, with
 a bundle) and a snapshot of what a store holds. Local folders and s3:// URIs alike."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from common.atomic import write_uri
 from common.store import DATASETS, RUNS, filesystem
 from feature_spec import Chunk, Feature, FeatureSpec
-from nightly import registry
+from models import registry
 from preprocessing import writer
 from training.config import TrainConfig
 from training.rundir import RunDir

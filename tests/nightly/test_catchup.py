@@ -1,11 +1,11 @@
 """The catchup policy after an outage (issue 19, section 8), without a server: which scheduled nights are
-skipped (nightly.window.catchup_skip) and the skipped line in the model's history (nightly.registry)."""
+skipped (nightly.window.catchup_skip) and the skipped line in the model's history (models.registry)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from nightly import registry
+from models import registry
 from nightly.window import catchup_skip
 
 D = dt.date(2026, 11, 8)

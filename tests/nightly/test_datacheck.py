@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import CRITEO_10K, need
-from nightly import datacheck, registry
+from models import registry
+from nightly import datacheck
 from nightly.config import DataCheckConfig
-from nightly.decision import decide
+from models.decision import decide
 from preprocessing import PreprocessConfig, run
 from preprocessing.profile import StoredProfiles
 from synthetic.generator import SynthConfig, write_days
@@ -188,7 +189,8 @@ def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
     def night(date: str, auc: float, checks: dict | None, champion: dict | None = None) -> dict:
         return registry.record(model, {"run": f"{tmp_path}/runs/{date}", "step": 1, "dataset": "d", "vocab": "d/vocab",
                                        "date": date, "window": [date], "metrics": metrics | {"auc": auc}},
-                               champion, f"{tmp_path}/runs/2026-11-05", data_checks=checks)
+                               champion, f"{tmp_path}/runs/2026-11-05", data_checks=checks,
+                               failed_checks=tuple(datacheck.refusals(checks)))
 
     first = night("2026-11-04", 0.7, summary)   # a first champion is refused too
     assert first["decision"] == "kept" and registry.load_champion(model) is None
@@ -228,7 +230,7 @@ def test_psi_and_top_distance():
 
 
 def test_drift_by_night_is_drawn_from_the_history():
-    from training.plots import data_drift_png
+    from models.plots import data_drift_png
 
     def line(date: str, value: float | None) -> dict:
         checks = [datacheck.Check(date, "C1", "drift", value, "<=", 0.1, value <= 0.1),

@@ -5,9 +5,10 @@ import datetime as dt
 import pytest
 
 from common.errors import UserError
-from flows.config import PipelineConfig
+from nightly.config import PipelineConfig
 from nightly.config import WindowConfig
-from nightly.window import day_of, fill_date, run_date, window
+from nightly.window import run_date, window
+from preprocessing.dated import day_of, fill_date
 
 D = dt.date(2026, 11, 8)
 

@@ -19,8 +19,8 @@ import torch
 
 import feature_spec as fspec
 from common.errors import UserError
-from nightly.config import ScoreConfig
-from nightly.scoring import score
+from models.config import ScoreConfig
+from models.scoring import score
 from helpers.bundles import FILES, fake_bundle
 from helpers.fixtures import CHILD_ENV as ENV
 from helpers.paths import REPO

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from flows.config import PipelinePreset
+from nightly.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from helpers.runs import metrics, train
 from training.config import EvaluateConfig

@@ -12,7 +12,7 @@ from helpers.datasets import CARDS, write_dataset
 from helpers.processes import one_rank
 from helpers.runs import checkpoint_tensors, metrics, train
 from training.checkpoint import Checkpointer
-from training.model import initial_rows
+from training.dlrm import initial_rows
 from training.rundir import RunDir
 
 # SGD on both parts: a gradient that is averaged where it should be summed (or the reverse) would
@@ -86,7 +86,7 @@ def gpu_plan_constraints(dataset, world_size: int, batch_per_rank: int) -> str:
     sharding constraints that make CPU ranks lay the tables out the same way."""
     import feature_spec as fspec
     from training.config import TrainConfig
-    from training.model import embedding_tables
+    from training.dlrm import embedding_tables
     from training.sharding import plan_tables
     from training.topology import PROFILES
 

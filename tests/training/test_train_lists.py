@@ -183,7 +183,7 @@ def test_tables_pool_as_the_spec_says_and_the_bundle_model_agrees(lists):
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     from training.inference import DLRMInference, plain_state
-    from training.model import embedding_tables
+    from training.dlrm import embedding_tables
 
     spec = fspec.load(str(lists))
     torch.manual_seed(0)
@@ -357,8 +357,8 @@ def test_real_list_table_preprocess_train_evaluate_score(tmp_path, criteo_10k):
     columns on purpose: with them a logistic regression reaches 0.747-0.752 on these 8,000 training rows, at or
     above the DLRM's 0.74 (as for the one-hot rows: training/presets/criteo-sample.yaml), so no DLRM bar holds
     there; measured: DLRM 0.742-0.744, this baseline 0.720."""
-    from nightly.config import ScoreConfig
-    from nightly.scoring import score
+    from models.config import ScoreConfig
+    from models.scoring import score
     from helpers.list_table import real_list_table
     from preprocessing import PreprocessConfig, run as preprocess
     from training.config import EvaluateConfig
@@ -407,7 +407,7 @@ def test_planted_multi_hot_model_within_0_01_of_its_best_auc(tmp_path):
     a list is the mean of its ids' effects) -> train (preset synthetic) -> evaluate: test AUC within 0.01 of the
     generator's recorded best AUC. Measured at 100k rows: 0.766 vs 0.788 with mean pooling, 0.746 with sum
     (one-hot rows: 0.767 vs 0.785), so this needs the one-hot test's 500k rows: 0.7777 vs 0.7853 (~100 s)."""
-    from flows.config import PipelinePreset
+    from nightly.config import PipelinePreset
     from preprocessing import PreprocessConfig, run as preprocess
     from synthetic.generator import SPEC_FILE, generate
     from training.config import EvaluateConfig

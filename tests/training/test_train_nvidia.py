@@ -15,7 +15,7 @@ from helpers.runs import metrics
 from training.config import HOLDOUT, EvaluateConfig, TrainConfig
 from training.evaluate import check_inputs, evaluate_run
 from training.launchers.base import check_resume
-from training.model import table_name
+from training.dlrm import table_name
 from training.rundir import RunDir
 
 

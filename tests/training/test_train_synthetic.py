@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.config import PipelinePreset
+from nightly.config import PipelinePreset
 from preprocessing import PreprocessConfig, run as preprocess
 from synthetic.generator import generate
 from helpers.runs import train

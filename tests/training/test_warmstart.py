@@ -82,7 +82,7 @@ def test_identical_vocabulary_reproduces_the_old_model_on_any_world_size(days):
 
 
 def test_changed_vocabulary_keeps_the_rows_of_shared_values(days, tmp_path):
-    from training.model import initial_rows
+    from training.dlrm import initial_rows
 
     new = days["root"] / "new-b"
     _ok(_warm(new, days["b"], f"{days['old']}@latest", nproc=2))

@@ -12,7 +12,7 @@ import pytest
 
 from common.errors import UserError
 from common.store import filesystem
-from nightly.scoring import check_scores, read_scores
+from models.scoring import check_scores, read_scores
 
 OUT = "s3://store/scores/2026-11-08.parquet"
 

@@ -4,7 +4,7 @@ dated night's decision (``collect``; ``plan`` is what it would remove). Local fo
 Kept (the live set), for every model under ``models/``:
 
 - its champion's run and dataset (and so its vocabularies); ``models/`` is never touched but for stale ``.tmp-*``
-  leftovers: the registry keeps each model's bundles (the champion's and the one before it, ``nightly.registry``);
+  leftovers: the registry keeps each model's bundles (the champion's and the one before it, ``models.registry``);
 - the runs its last ``keep_nights`` decided history lines name (the night's run and the champion it met) and
   their datasets, and the dataset of a night that failed its data checks until it is older than those nights;
 - what a live lease covers: a run under its run lease (a training or an evaluation), a dataset key under its
@@ -44,9 +44,9 @@ from fsspec.implementations.local import LocalFileSystem
 from common.errors import UserError
 from common.lease import LeaseHeld, holder, store_lease
 from common.store import DATASETS, FILES, RUNS, TRASH, WORK, Store, filesystem
-from nightly import registry
-from nightly.config import GcConfig
-from nightly.window import day_of
+from models import registry
+from models.config import GcConfig
+from preprocessing.dated import day_of
 from preprocessing import work
 from preprocessing.writer import SUCCESS
 from training.rundir import RunDir

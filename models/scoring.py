@@ -24,9 +24,9 @@ from typing import Any, Callable
 from common.atomic import COMPLETE, completed
 from common.errors import UserError
 from common.store import filesystem
-from nightly.config import ExportConfig, ScoreConfig
-from nightly.decision import RowScores, fingerprint
-from nightly.registry import CHAMPION_FILE, champion_to_load
+from models.config import ExportConfig, ScoreConfig
+from models.decision import RowScores, fingerprint
+from models.registry import CHAMPION_FILE, champion_to_load
 from training.checkpoint import checkpoint_of
 from training.rundir import RunDir
 

@@ -1,7 +1,7 @@
 """The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?
 
-``decide`` applies the gates (``Gates``, docs/nightly.md): both models finite and scored on the same rows (row
-count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
+``decide`` applies the gates (``models.config.PromoteConfig``, docs/nightly.md): both models finite and scored on
+the same rows (row count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
 lift, log loss below the base rate's entropy), an optional calibration band, a strictly better AUC (by more than
 the margin) and, optionally, a paired bootstrap interval of the AUC difference whose lower bound clears the
 margin (``paired``), and no failed data check (``on_data_check: warn``, ``nightly.datacheck``). A refusal names the
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from common.errors import UserError
+from models.config import PromoteConfig
 
 PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
 RESAMPLES = 1000   # bootstrap resamples of the paired AUC difference
@@ -42,43 +41,6 @@ def fingerprint(files: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> str:
         h.update(np.asarray(rows[mine], "<i8").tobytes())
         h.update((np.asarray(labels[mine]) > 0.5).astype(np.uint8).tobytes())
     return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Gates:
-    """The promotion gates' thresholds (``PipelineConfig``'s promote_margin, min_auc_lift, min_test_rows,
-    min_test_positives, promote_confidence, calibration_band)."""
-
-    margin: float = 0.0
-    min_auc_lift: float = 0.01
-    min_test_rows: int = 1000
-    min_test_positives: int = 100
-    confidence: float | None = None
-    calibration_band: tuple[float, float] | None = None
-
-    def __post_init__(self):
-        if not math.isfinite(self.margin) or self.margin < 0:
-            raise UserError(f"promote_margin {self.margin} is not a number >= 0. Fix: give the AUC gain a challenger "
-                            "needs over the champion, e.g. 0 or 0.001.")
-        if not math.isfinite(self.min_auc_lift) or not 0 <= self.min_auc_lift < 0.5:
-            raise UserError(f"min_auc_lift {self.min_auc_lift} is not in [0, 0.5). Fix: give the AUC a first "
-                            "champion needs above 0.5, e.g. 0.01.")
-        if self.min_test_rows < 1 or self.min_test_positives < 1:
-            raise UserError(f"min_test_rows {self.min_test_rows} and min_test_positives {self.min_test_positives} "
-                            "must be >= 1. Fix: give the test-day rows and positives a comparison needs.")
-        if self.confidence is not None and not 0 < self.confidence < 1:
-            raise UserError(f"promote_confidence {self.confidence} is not in (0, 1). Fix: e.g. 0.95, or leave it "
-                            "out (no significance gate).")
-        band = self.calibration_band
-        if band is not None and not (len(band) == 2 and 0 < band[0] < band[1] and math.isfinite(band[1])):
-            raise UserError(f"calibration_band {band} is not [LOW, HIGH] with 0 < LOW < HIGH. Fix: e.g. "
-                            "[0.8, 1.25], or leave it out.")
-
-    def recorded(self) -> dict:
-        """The thresholds as the history line records them."""
-        out = asdict(self)
-        out["calibration_band"] = list(self.calibration_band) if self.calibration_band else None
-        return out
 
 
 def _number(metrics: dict | None, key: str) -> float:
@@ -133,7 +95,7 @@ def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: 
     return out | {"resamples": resamples, "seed": seed}
 
 
-def _floors(challenger: dict, first: bool, gates: Gates) -> list[str]:
+def _floors(challenger: dict, first: bool, gates: PromoteConfig) -> list[str]:
     """The refusals of the gates on the challenger alone: test rows and positives, calibration band, and for a
     first champion the AUC and log loss floors."""
     refused = []
@@ -176,7 +138,7 @@ def data_refusals(failed_checks: list[str]) -> list[str]:
     return [f"gate data_check: {len(failed_checks)} data check(s) failed ({'; '.join(failed_checks[:3])}{more})"]
 
 
-def decide(challenger: dict, champion: dict | None, gates: Gates = Gates(),
+def decide(challenger: dict, champion: dict | None, gates: PromoteConfig = PromoteConfig(),
            failed_checks: list[str] = ()) -> tuple[str, str]:
     """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day
     (auc, logloss, rows, positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the

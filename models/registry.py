@@ -5,7 +5,7 @@ checks, decision; or a night the catchup policy skipped: ``record_skipped``; or 
 serving bundles of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
-checked before each write) it re-reads the champion and ``decide``s (``nightly.decision``); a promotion is one
+checked before each write) it re-reads the champion and ``decide``s (``models.decision``); a promotion is one
 ordered commit: (1) the bundle is exported and verified (every file re-read against its manifest), (2)
 champion.json is written once, with the bundle, the sha256 of its manifest and the history line, (3) the line is
 appended to history.jsonl, (4) the bundles of older champions are removed. A re-run of a decided night decides
@@ -13,7 +13,7 @@ nothing again but repairs what a crash cut short: a missing or unverifiable bund
 the champion, a champion.json older than the history's last promotion. Local folders and s3:// alike.
 
 Test hook: ``$DLRMFLOW_CRASH_AFTER`` set to one of ``WRITES`` kills the process (SIGKILL) right after that write
-(tests/nightly/test_promotion_kill.py); unset, it does nothing.
+(tests/models/test_promotion_kill.py); unset, it does nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
 from common.store import MODELS, filesystem, inside, read_text, store_of
-from nightly.datacheck import refusals
-from nightly.decision import PROMOTING, Gates, data_refusals, decide, finite
+from models.config import PromoteConfig
+from models.decision import PROMOTING, data_refusals, decide, finite
 from training.config import TrainConfig
 
 CHAMPION_FILE = "champion.json"
@@ -225,10 +225,10 @@ def decided(model: str, date: str, run: str) -> dict | None:
 
 
 def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
-           gates: Gates = Gates(), score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
+           gates: PromoteConfig = PromoteConfig(), score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
            timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
            say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None,
-           data_checks: dict | None = None) -> dict:
+           data_checks: dict | None = None, failed_checks: tuple[str, ...] = ()) -> dict:
     """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
     dataset, vocab, date, window, metrics on day ``date``: auc, logloss, rows and the rest of ``RECORDED``) and
     record it, under the model's promotion lock: re-read the champion (another run may have promoted since),
@@ -237,7 +237,8 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     commit in order (module doc): bundle, champion.json, history line (with ``gates`` and the champion metrics'
     ``paired`` comparison), removal of older bundles. ``export(run, step, out)`` writes and verifies the
     bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle.
-    ``data_checks``: the night's data checks (``datacheck.summary``), recorded; a failed one refuses promotion. Returns
+    ``data_checks``: the night's data checks (``nightly.datacheck.summary``), recorded; ``failed_checks`` the texts of
+    its failed ones, each refusing the promotion. Returns
     the history line. A re-run for the same date and run returns the line recorded before and repairs the
     store (a promotion cut short, a missing or unverifiable bundle), ending as an uninterrupted run would."""
     name = posixpath.basename(model.rstrip("/"))
@@ -275,10 +276,10 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
         if current is not None and measured is None and finite(current.metrics):   # kept: a newer day's, or unmeasured
-            data = "".join(f"; {r}" for r in data_refusals(refusals(data_checks)))
+            data = "".join(f"; {r}" for r in data_refusals(list(failed_checks)))
             decision, reason = "kept", reason_prefix + "champion kept" + data
         else:
-            decision, reason = decide(challenger.metrics, measured, gates, refusals(data_checks))
+            decision, reason = decide(challenger.metrics, measured, gates, list(failed_checks))
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "dataset": challenger.dataset, "challenger": _plain(challenger.metrics), "champion": _plain(measured),
@@ -312,7 +313,7 @@ def record_data_failed(model: str, date: str, window: list[str], data_checks: di
                        owner: str | None = None, say: Callable[[str], None] | None = None,
                        dataset: str | None = None) -> dict:
     """Append a ``data_failed`` line for the night ``date`` whose data checks (``data_checks``: ``datacheck.summary``)
-    failed before training, under the model's lock, with the ``dataset`` it preprocessed (``nightly.gc`` removes it
+    failed before training, under the model's lock, with the ``dataset`` it preprocessed (``models.gc`` removes it
     with the nights before the model's last ``keep_nights``); a re-run that fails the same way appends nothing.
     Returns the line."""
     with promotion_lock(model, owner, say=say) as lock:

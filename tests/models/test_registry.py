@@ -13,12 +13,14 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from pydantic import ValidationError
 
 from common import lease
 from common.errors import UserError
 from common.store import filesystem
-from nightly.decision import Gates, decide
-from nightly import registry as models
+from models.config import PromoteConfig
+from models.decision import decide
+from models import registry as models
 
 
 def metrics(auc: float | None, logloss: float | None = 0.45, **more) -> dict:
@@ -70,7 +72,7 @@ def read(model: str, name: str) -> str | None:
 ])
 def test_decide(challenger, champion, margin, decision):
     got, reason = decide(metrics(challenger, 0.41), None if champion is None else metrics(champion, 0.43),
-                         Gates(margin=margin))
+                         PromoteConfig(margin=margin))
     assert got == decision
     assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
 
@@ -112,8 +114,8 @@ def test_record_champion_with_non_finite_metrics_counts_as_absent(tmp_path):
 
 @pytest.mark.parametrize("margin", [-0.01, math.nan, math.inf])
 def test_decide_rejects_bad_margins(margin):
-    with pytest.raises(UserError, match="promote_margin .* Fix:"):
-        Gates(margin=margin)
+    with pytest.raises(ValidationError, match="promote_margin .* fix:"):
+        PromoteConfig(margin=margin)
 
 
 # --- record -----------------------------------------------------------------------------------------------------
@@ -124,7 +126,7 @@ def test_record_first_promoted_kept_and_idempotent(model):
     assert models.load_champion(model).run == "/store/runs/r1"
 
     second = models.record(model, candidate("r2", "2026-11-02", 0.72), champion_metrics=metrics(0.71, 0.5),
-                           champion_run="/store/runs/r1", gates=Gates(margin=0.005))
+                           champion_run="/store/runs/r1", gates=PromoteConfig(margin=0.005))
     assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
     assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
 
@@ -288,8 +290,6 @@ def test_bad_inputs(tmp_path):
         models.record(model, {"run": "r", "date": "2026-11-01"})
     with pytest.raises(UserError, match=r"metrics.rows: missing"):
         models.record(model, {**candidate("r1", "2026-11-01", 0.7), "metrics": {"auc": 0.7, "logloss": 0.4}})
-    with pytest.raises(UserError, match="promote_margin"):
-        models.record(model, candidate("r1", "2026-11-01", 0.7), gates=Gates(margin=-1))
     (tmp_path / "models" / "ctr").mkdir(parents=True)
     (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text('{"date": "2026-11-01"}\nnot json\n')
     with pytest.raises(UserError, match="history.jsonl line 2 is not JSON"):
@@ -408,7 +408,7 @@ def _history_lines(days: int = 4) -> list[dict]:
 
 
 def test_model_history_png():
-    from training.plots import model_history_png
+    from models.plots import model_history_png
 
     for lines in (_history_lines(), [], _history_lines(1)):
         png = model_history_png(lines, "ctr")

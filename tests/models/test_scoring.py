@@ -1,4 +1,4 @@
-"""Batch scoring with a model's own vocabulary (`dlrmflow score`, nightly.scoring.score), on real Criteo rows and
+"""Batch scoring with a model's own vocabulary (`dlrmflow score`, models.scoring.score), on real Criteo rows and
 UCI Adult: raw rows encode to the same bytes as preprocessing wrote for them (vocabularies, hex ids, hash buckets,
 numerical transforms), the scores of a test split's raw rows equal the checkpoint's predictions that evaluation
 uses, unseen values map to index 0, bad rows follow the policy, the CLI runs end to end on 2 ranks, and bad
@@ -20,10 +20,10 @@ import pytest
 import feature_spec as fspec
 from common.errors import UserError
 from flows import artifacts
-from nightly.registry import CHAMPION_FILE, Champion
+from models.registry import CHAMPION_FILE, Champion
 from flows.score import score as score_flow
-from nightly.config import ScoreConfig
-from nightly.scoring import score
+from models.config import ScoreConfig
+from models.scoring import score
 from preprocessing import PreprocessConfig, run as preprocess
 from helpers.bundles import FILES, fake_bundle
 from helpers.fixtures import CHILD_ENV, CRITEO_ROWS

@@ -1,4 +1,4 @@
-"""The store's clean-up (issue 19, section 7: bounded store), ``nightly.gc``, on real stores written by the code's
+"""The store's clean-up (issue 19, section 7: bounded store), ``models.gc``, on real stores written by the code's
 own writers (tests/helpers/stores.py): it never removes a champion, its run, dataset or bundle; it removes the runs
 and datasets beyond each model's last ``keep_nights`` nights and those no model names once they are old; it leaves
 what a live lease covers; it sweeps stale ``.tmp-*`` leftovers and finished or abandoned work folders; a dry run
@@ -21,9 +21,9 @@ from common import lease
 from common.atomic import write_atomic
 from common.errors import UserError
 from helpers import stores
-from nightly import gc, registry
-from nightly.config import GcConfig
-from nightly.window import fill_date
+from models import gc, registry
+from models.config import GcConfig
+from preprocessing.dated import fill_date
 from preprocessing.work import FileParts, Mirror, WorkFolder, file_parts, release_dataset_lease, take_dataset_lease
 from training.rundir import RunDir
 

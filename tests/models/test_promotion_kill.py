@@ -1,7 +1,7 @@
 """A promotion killed with SIGKILL right after each of its writes in turn (bundle, champion.json, history line,
 removal of the oldest bundle), then re-run, ends in the store an uninterrupted night leaves: the same
 champion.json, history.jsonl and bundle files. Real processes and files, real bundles of a trained Criteo run;
-the kill comes from ``nightly.registry``'s hook ($DLRMFLOW_CRASH_AFTER)."""
+the kill comes from ``models.registry``'s hook ($DLRMFLOW_CRASH_AFTER)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from helpers.fixtures import CRITEO_FAST
 from common.errors import UserError
-from nightly import registry
+from models import registry
 from training.export import export_verified, verify_bundle
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def candidate(store: Path, dataset: Path, step: int, run: str, date: str, auc: f
 
 
 def record(model: Path, night: dict) -> dict:
-    """The commit as the flow makes it (nightly.registry.record with the real export), in this process."""
+    """The commit as the flow makes it (models.registry.record with the real export), in this process."""
     return registry.record(str(model), night, score_champion=lambda c: dict(c.metrics), export=export_verified)
 
 

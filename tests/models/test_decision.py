@@ -1,5 +1,5 @@
-"""The promotion gates (nightly.decision): ties, floors, test rows and positives, same rows, calibration band and
-the paired bootstrap interval of the AUC gain; and the gates' settings (flows.config.PipelineConfig)."""
+"""The promotion gates (models.decision): ties, floors, test rows and positives, same rows, calibration band and
+the paired bootstrap interval of the AUC gain; and the gates' settings (nightly.config.PipelineConfig)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import ValidationError
 
 from common.atomic import mark_complete
-from common.errors import UserError
 from common.metrics import roc_auc
-from nightly import registry
-from nightly.decision import Gates, RowScores, _resampled_aucs, decide, fingerprint, paired
-from nightly.scoring import row_scores
+from models import registry
+from models.config import PromoteConfig
+from models.decision import RowScores, _resampled_aucs, decide, fingerprint, paired
+from models.scoring import row_scores
 
 
 def metrics(auc: float, logloss: float = 0.45, **more) -> dict:
@@ -49,7 +49,7 @@ def test_a_first_champion_needs_an_auc_above_chance_plus_the_lift(auc, decision)
     assert got == decision
     if decision == "kept":
         assert f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + 0.01 = 0.51" in reason
-    assert decide(metrics(0.515), None, Gates(min_auc_lift=0.02))[0] == "kept"
+    assert decide(metrics(0.515), None, PromoteConfig(min_auc_lift=0.02))[0] == "kept"
 
 
 def test_a_first_champion_needs_a_log_loss_below_the_base_rates_entropy():
@@ -87,7 +87,7 @@ def test_models_scored_on_different_rows_are_not_compared(challenger, champion):
 
 
 def test_the_calibration_band():
-    band = Gates(calibration_band=(0.8, 1.25))
+    band = PromoteConfig(calibration_band=(0.8, 1.25))
     got, reason = decide(metrics(0.8, calibration=1.4), metrics(0.6), band)
     assert got == "kept" and "gate calibration_band: challenger predicted/observed clicks 1.400 outside " \
                              "[0.8, 1.25]" in reason
@@ -97,7 +97,7 @@ def test_the_calibration_band():
 
 
 def test_every_refusal_is_named():
-    got, reason = decide(metrics(0.69, positives=10, fingerprint="x"), metrics(0.70), Gates(margin=0.01))
+    got, reason = decide(metrics(0.69, positives=10, fingerprint="x"), metrics(0.70), PromoteConfig(margin=0.01))
     assert got == "kept"
     for gate in ("same_rows", "min_test_positives", "promote_margin"):
         assert f"gate {gate}:" in reason
@@ -116,7 +116,7 @@ def test_a_non_significant_gain_is_kept_and_a_clear_one_promoted():
     labels, old = day()
     slightly = labels * 0.8 + np.random.default_rng(4).normal(size=len(labels))   # as good: a gain by chance
     clearly = old + labels * 0.5
-    gates = Gates(confidence=0.95)
+    gates = PromoteConfig(confidence=0.95)
     for new, promoted in ((slightly, False), (clearly, True)):
         start = time.perf_counter()
         found = paired(scores(new, labels), scores(old, labels), gates.confidence)
@@ -179,7 +179,7 @@ def test_record_writes_the_gates_the_interval_and_both_calibrations(tmp_path):
     entry = registry.record(model, {**night, "run": "/store/runs/r3", "date": "2026-11-03",
                                     "metrics": metrics(0.72, calibration=1.1)},
                             score_champion=lambda c: metrics(0.71, calibration=0.9, paired=found),
-                            gates=Gates(confidence=0.95, calibration_band=(0.8, 1.25)))
+                            gates=PromoteConfig(confidence=0.95, calibration_band=(0.8, 1.25)))
     assert entry["decision"] == "kept" and "gate promote_confidence" in entry["reason"]
     line = registry.history(model)[-1]
     assert line == entry and line["paired"] == found
@@ -190,15 +190,21 @@ def test_record_writes_the_gates_the_interval_and_both_calibrations(tmp_path):
 
 
 def test_the_gates_settings():
-    from flows.config import PipelineConfig
+    from nightly.config import PipelineConfig
 
-    assert PipelineConfig().gates == Gates()
-    config = PipelineConfig(promote_margin=0.001, promote_confidence=0.9, calibration_band=[0.8, 1.25])
-    assert config.gates == Gates(margin=0.001, confidence=0.9, calibration_band=(0.8, 1.25))
+    assert PipelineConfig().promote == PromoteConfig()
+    config = PipelineConfig(promote={"margin": 0.001, "confidence": 0.9, "calibration_band": [0.8, 1.25]})
+    assert config.promote == PromoteConfig(margin=0.001, confidence=0.9, calibration_band=(0.8, 1.25))
+    # the once-flat settings keep working (YAML keys, flow parameters), into their group
+    old = PipelineConfig(promote_margin=0.001, promote_confidence=0.9, calibration_band=[0.8, 1.25],
+                         warm_start=False, catchup="latest", on_data_check="warn", notify_block="custom-webhook/x")
+    assert old.promote == config.promote.model_copy(update={"warm_start": False})
+    assert (old.night.catchup, old.night.on_data_check, old.night.notify_block) == ("latest", "warn",
+                                                                                   "custom-webhook/x")
     for bad, says in [({"calibration_band": [1.25, 0.8]}, "calibration_band"), ({"promote_confidence": 1.0},
                       "promote_confidence"), ({"min_test_rows": 0}, "min_test_rows"), ({"min_auc_lift": 0.5},
                       "min_auc_lift"), ({"promote_margin": -0.1}, "promote_margin")]:
         with pytest.raises(ValidationError, match=says):
             PipelineConfig(**bad)
-    with pytest.raises(UserError, match="calibration_band"):
-        Gates(calibration_band=(0.8,))
+    with pytest.raises(ValidationError, match="calibration_band"):
+        PromoteConfig(calibration_band=(0.8,))

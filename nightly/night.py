@@ -1,0 +1,298 @@
+"""A pipeline run's decisions without Prefect, the night's one owner: ``skip_reason`` the catch-up verdict on a
+scheduled night, ``plan_night`` what a run (a dated night, or a plain run) does before any work (the preset or tuned
+config applied, the window, the preprocessing), ``NightPlan.training`` what it trains once its dataset is known (the
+run, the warm start from the champion, the resolved pipeline.yaml), ``check_days`` the data gate's verdict on the
+window's days and ``compete`` the challenger against the champion (scored, decided and recorded by
+``models.registry``). The flows (``flows.pipeline`` and its tasks) call these, one call per task, and add what only
+Prefect has: the due scheduled runs, logs, artifacts and events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+from common.errors import UserError
+from common.store import Store
+from models import registry, scoring
+from models.config import ScoreConfig
+from models.decision import RowScores, paired
+from nightly import datacheck
+from nightly.config import FlowTrainConfig, PipelineConfig
+from nightly.window import Window, catchup_skip, window
+from preprocessing.config import FlowPreprocessConfig
+from preprocessing.profile import StoredProfiles
+from training.config import InitFrom, TrainConfig
+from training.rundir import RunDir
+
+Say = Callable[[str], None]
+METRICS = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration")   # what the gates read of each model
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a pipeline run trains, once its dataset is known."""
+
+    run: RunDir
+    train: FlowTrainConfig            # on the dataset, resolved, warm-started from the champion where it may be
+    validation: str                   # what it validates on, in words
+    resolved: dict                    # the run's pipeline.yaml: every setting as it ran, the dataset and the date
+
+    def write(self) -> None:
+        """Write the run's pipeline.yaml (before training: a re-run compares its settings)."""
+        import yaml
+
+        self.run.write_text(yaml.safe_dump(self.resolved, sort_keys=False), RunDir.PIPELINE)
+
+
+@dataclass(frozen=True)
+class NightPlan:
+    """What a pipeline run does, decided before any work: ``config`` with its preset or tuned config applied
+    (``notes`` say what was), its ``store``, for a dated run its ``day`` and ``window``, and its preprocessing."""
+
+    config: PipelineConfig
+    store: Store
+    preprocess: FlowPreprocessConfig
+    day: dt.date | None = None
+    window: Window | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def model(self) -> str | None:
+        """The URI of the model this night competes for (None: no model, or not dated)."""
+        return registry.model_uri(self.store.uri, self.config.model) if self.config.model and self.window else None
+
+    def synthetic_inputs(self) -> bool:
+        """Whether the run reads the synthetic logs (no inputs given), which ``flows.pipeline.synthesize`` writes."""
+        return not self.config.preprocess.inputs
+
+    def training(self, dataset: str, say: Say = _quiet) -> RunPlan:
+        """The run of this plan on ``dataset``: its folder (named by the training settings before the warm start, so
+        a re-run of the night finds it), its training settings and its pipeline.yaml."""
+        config = self.config
+        trained = config.train.on(dataset).resolved()   # validation made explicit: the run's name says it too
+        config.check_held_out(trained.eval_split)
+        run = RunDir(self.store.run_uri(config.run_id(dataset, trained, self.day)))
+        settings = self.warm_started(say) if self.window else config.train
+        settings = FlowTrainConfig.model_validate(settings.on(dataset).resolved().model_dump())
+        preprocessing = config.preprocess.model_copy(update={"inputs": self.preprocess.inputs})
+        resolved = config.model_copy(update={"store": self.store.uri, "train": settings, "preprocess": preprocessing})
+        resolved = resolved.model_dump(mode="json")
+        # the dataset the flow filled in is no dumped field: it follows the training settings
+        resolved |= {"train": resolved["train"] | {"dataset": dataset},
+                     "date": self.day.isoformat() if self.day else None}
+        return RunPlan(run, settings, trained.validation_text(), resolved)
+
+    def warm_started(self, say: Say = _quiet) -> TrainConfig:
+        """With a model and ``promote.warm_start``: the training settings initialised from the champion (of an
+        earlier day, of the same architecture)."""
+        config = self.config
+        if not (self.model and config.promote.warm_start) or config.train.init_from:
+            return config.train
+        champion, absent = registry.usable_champion(self.model, self.day.isoformat())
+        if absent:
+            say(f"no warm start from model {config.model}: {absent}; training from scratch")
+        if champion is None or champion.date == self.day.isoformat():   # the night's own model: a re-run as the first
+            return config.train
+        arch = RunDir(champion.run).load_config().arch
+        if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model
+            say(f"no warm start: the champion of model {config.model} ({champion.run}) has another architecture than "
+                f"this night's ({arch.model_dump(exclude_defaults=True)} vs "
+                f"{config.train.arch.model_dump(exclude_defaults=True)}; a tuned config may have changed it); "
+                "training from scratch")
+            return config.train
+        say(f"warm start from the champion of model {config.model}: {champion.run} step {champion.step} (tested on "
+            f"{champion.date})")
+        return config.train.model_copy(update={"init_from": InitFrom(run=champion.run, checkpoint=str(champion.step))})
+
+
+def skip_reason(config: PipelineConfig, store: Store, day: dt.date, due: list[dt.date], owner: str | None = None,
+                say: Say = _quiet) -> str | None:
+    """Why the scheduled night ``day`` is skipped under ``night.catchup`` (None: it runs), given the days of the
+    deployment's other due scheduled runs; a skip is recorded in the model's history (decided before the night
+    is planned: a stale night is skipped even when its days are missing)."""
+    if config.night.catchup == "all":
+        return None
+    model = registry.model_uri(store.uri, config.model) if config.model else None
+    decided = [dt.date.fromisoformat(d) for d in registry.decided_dates(model)] if model else []
+    reason = catchup_skip(day, config.night.catchup, due, decided)
+    if reason:
+        say(f"night {day} skipped ({reason})")
+        if model:
+            registry.record_skipped(model, day.isoformat(), reason, owner=owner, say=say)
+    return reason
+
+
+def synthetic_inputs(config: PipelineConfig, store: Store) -> list[str]:
+    """The input glob of the synthetic logs (what ``flows.pipeline.synthesize`` writes); a template with {date} for
+    dated runs."""
+    options = config.synthetic
+    if config.dated:
+        return [f"{store.synthetic_days_uri(options.rows, options.seed)}/{{date}}/part-*"]
+    return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
+
+
+def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date | None = None) -> NightPlan:
+    """The plan of a pipeline run of ``config`` (for ``date`` when dated): the preset or tuned config applied,
+    the settings checked together, the window's days found (a missing day, a bad template or a wrong split name
+    fails here, before any work) and the preprocessing config (synthetic inputs unless inputs are given; for a
+    dated run the window's days as the `files` split rule)."""
+    config, notes = config.with_preset()
+    store = store or Store(config.store)
+    config.check_dated()
+    if config.dated and date is None:
+        raise UserError("a dated run needs its date. Fix: pass --date YYYY-MM-DD, or let the schedule set it.")
+    inputs = config.preprocess.inputs or synthetic_inputs(config, store)
+    days = None
+    if config.dated:
+        days = window(inputs, date, config.window, check=bool(config.preprocess.inputs))
+        inputs = days.inputs()
+    preprocess = config.preprocess_config(inputs, store.uri)
+    config.check_splits(preprocess)
+    return NightPlan(config, store, preprocess, date if config.dated else None, days, tuple(notes))
+
+
+@dataclass(frozen=True)
+class DataGate:
+    """The data gate's verdict on a night's window: the night's ``summary`` (``nightly.datacheck.summary``, what
+    the history records), every check, the failed ones, the days without a stored profile and the failure's
+    one-line reason (None: nothing failed)."""
+
+    summary: dict
+    checks: list
+    failed: list
+    unchecked: list[dt.date]
+    reason: str | None
+
+    SHOWN = 5   # failed checks named in the reason (all are in the summary)
+
+    @property
+    def refusals(self) -> tuple[str, ...]:
+        """The failed checks' texts: each refuses a promotion."""
+        return tuple(c.text() for c in self.failed)
+
+
+def check_days(plan: NightPlan, say: Say = _quiet) -> DataGate:
+    """Check the window's days from the profiles their parses stored (no pass over the data): each against the
+    days before it, the test day's unseen values against the champion's vocabulary."""
+    config, days = plan.config, plan.window
+    stored = StoredProfiles(plan.preprocess)
+    files: dict[dt.date, list[tuple[str, dict | None]]] = {}
+    for uri, profile in stored.profiles():
+        if (day := days.owns(uri)) is not None:
+            files.setdefault(day, []).append((uri, profile))
+    unchecked = [d for d in days.days if any(p is None for _, p in files.get(d, [(None, None)]))]
+    checked = [d for d in days.days if d not in unchecked]
+    stats = [datacheck.day_stats(d.isoformat(), [p for _, p in files[d]]) for d in checked]
+    unseen = _unseen(plan, stored, files, checked, say) if checked and checked[-1] == days.date else ({}, {}, None)
+    test_day = days.date.isoformat()
+    checks = datacheck.check(stats, config.data_check, *unseen, test_day=test_day)
+    summary = datacheck.summary(checks, config.night.on_data_check, test_day, [d.isoformat() for d in unchecked])
+    failed = datacheck.failed(checks)
+    texts = [c.text() for c in failed]
+    more = (f"; and {len(texts) - DataGate.SHOWN} more (the data-checks artifact lists them)"
+            if len(texts) > DataGate.SHOWN else "")
+    reason = f"{len(failed)} data check(s) failed: {'; '.join(texts[:DataGate.SHOWN])}{more}" if failed else None
+    return DataGate(summary, checks, failed, unchecked, reason)
+
+
+def record_gate_failed(plan: NightPlan, gate: DataGate, dataset: str | None, owner: str | None,
+                       say: Say = _quiet) -> None:
+    """Record a night that its data gate failed in its model's history (no model: nothing)."""
+    if plan.model:
+        days = plan.window
+        registry.record_data_failed(plan.model, days.date.isoformat(), [d.isoformat() for d in days.days],
+                                    gate.summary, gate.reason, owner=owner, say=say, dataset=dataset)
+
+
+def _unseen(plan: NightPlan, stored: StoredProfiles, files: dict, checked: list[dt.date],
+            say: Say) -> tuple[dict, dict, str | None]:
+    """(the test day's unseen shares, those of the newest earlier day the champion never trained on, that day)
+    by the champion's vocabulary; ({}, {}, None) without a champion older than the test day or such a day."""
+    if not plan.model:
+        return {}, {}, None
+    days = plan.window
+    champion, _ = registry.usable_champion(plan.model, days.date.isoformat())
+    if champion is None:
+        return {}, {}, None
+    before = datacheck.unseen_reference([d.isoformat() for d in checked], champion.window, champion.date)
+    if before is None:
+        say(f"data check: no day of the window before {days.date} that the champion (tested on {champion.date}) "
+            "never trained on: no unseen check")
+        return {}, {}, None
+    shares = stored.unseen({"test": [u for u, _ in files[days.date]],
+                            "before": [u for u, _ in files[dt.date.fromisoformat(before)]]}, champion.dataset)
+    return shares.get("test", {}), shares.get("before", {}), before
+
+
+def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: DataGate | None = None,
+            owner: str | None = None, say: Say = _quiet) -> dict:
+    """The night's new model against the champion of its model on the test day: scored (each with its own
+    vocabulary, its ranks started by the pipeline's launcher), decided and recorded (promoted or kept:
+    ``models.registry.record``'s ordered commit, the bundle first) under the model's lock, with the night's data
+    gate (a failed check keeps the champion); a re-run of a decided night scores nothing and repairs. Returns the
+    history line."""
+    config, days, model = plan.config, plan.window, plan.model
+    candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
+                 "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
+                 "window": [d.isoformat() for d in days.days]}
+    done = registry.decided(model, days.date.isoformat(), run.uri)
+    if done is not None:   # a re-run of a night already decided: nothing to score again; record() repairs
+        say(f"model {config.model} on {days.date}: already decided ({done['decision']})")
+        mine = {k: math.nan if v is None else v for k, v in done["challenger"].items()}
+        return registry.record(model, {**candidate, "metrics": mine}, say=say, owner=owner, export=_export_verified)
+    champion = registry.load_champion(model)
+    compared = (champion is not None and champion.run != run.uri
+                and registry.ineligible(champion, days.date.isoformat()) is None)
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
+        scored: dict[str, tuple[dict, RowScores]] = {}
+
+        def score(side: str, **which) -> tuple[dict, RowScores]:
+            """The test day scored by ``which`` (once per side): its metrics and its per-row scores."""
+            if side not in scored:
+                out = os.path.join(scratch, f"{side}.parquet")
+                summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out, progress=False),
+                                        launcher=config.launcher, on_line=say)
+                rows = scoring.row_scores(out)   # only a complete output (its marker checked)
+                scored[side] = {k: summary.get(k) for k in METRICS} | {"fingerprint": rows.fingerprint}, rows
+            return scored[side]
+
+        def challenger() -> tuple[dict, RowScores]:
+            return score("challenger", run=run.uri, checkpoint=metrics["step"])
+
+        def measure(current: registry.Champion) -> dict:
+            """The champion on the same rows as the challenger, with the paired comparison of the two."""
+            say(f"scoring the champion ({current.run}, step {current.step}) on {days.date} with its own vocabulary")
+            theirs, their_rows = score(f"champion-{registry.bundle_name(current.run)}", model=model)
+            return theirs | {"paired": paired(challenger()[1], their_rows, config.promote.confidence)}
+
+        if compared or config.evaluate.split != "test" or config.evaluate.dataset:
+            mine = challenger()[0]   # a comparison needs both models' scores of the same rows
+        else:
+            mine = {k: metrics.get(k) for k in METRICS}   # evaluation scored exactly the test day, this vocabulary
+        entry = registry.record(model, {**candidate, "metrics": mine}, measure(champion) if compared else None,
+                                champion.run if champion else None, gates=config.promote, score_champion=measure,
+                                say=say, owner=owner, export=_export_verified,
+                                data_checks=gate.summary if gate else None,
+                                failed_checks=gate.refusals if gate else ())
+    say(f"model {config.model} on {days.date}: {entry['decision']} ({entry['reason']})")
+    if entry["decision"] in registry.PROMOTING:
+        say(f"serving bundle of the new champion: "
+            f"{posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri))}")
+    return entry
+
+
+def _export_verified(*args, **kwargs):
+    """training.export.export_verified, imported when a champion is exported (it imports torch: seconds that
+    a night which promotes nothing need not spend)."""
+    from training.export import export_verified
+
+    return export_verified(*args, **kwargs)
