@@ -25,6 +25,7 @@ from feature_spec import FeatureSpec, join_uri, path_segment, save
 from . import lists
 
 SUCCESS = "_SUCCESS"
+VERIFIED = "_VERIFIED"   # its verification record (inspect.verify_once): the one file added after SUCCESS
 _COPY_BYTES = 16 << 20
 
 
