@@ -17,6 +17,7 @@ from feature_spec import Chunk, Feature, FeatureSpec, categorical_file_name, off
 
 from . import lists, parallel, stages, vocab, work, writer
 from .config import PreprocessConfig
+from .inspect import verify_once
 from .job import FORMAT_VERSION, Job
 from .parallel import Executor, ThreadExecutor
 from .stages import LABEL_FILE, NUMERICAL_FILE, Placement
@@ -38,11 +39,17 @@ class Preprocessing:
     def run(self, executor: Executor | None = None, say: Callable[[str], None] = _say) -> str:
         """Run every stage with ``executor`` (default: worker threads) unless the dataset is complete; ``say``
         reports each milestone (default: stderr). Returns the dataset URI. Under the dataset key's preprocessing
-        lease: a second job of the same key waits (saying so), then finds the finished dataset and reuses it."""
+        lease: a second job of the same key waits (saying so), then finds the finished dataset and reuses it.
+
+        A dataset finished before this run started is verified before it is returned (``inspect.verify_once``: its
+        files against their recorded checksums, once per write of it; a file that differs is a UserError, so that
+        no run trains on it). One that this run wrote, or that another run of its key finished while this one ran,
+        is returned as written: its checksums were just taken from the bytes written; its first reuse verifies it."""
         job = self.job
         if writer.is_complete(job.dataset):
             say(f"dataset with fingerprint {job.fingerprint[:12]} already complete, skipping preprocessing: "
                 f"{job.dataset}")
+            verify_once(job.dataset, say)
             return job.dataset
         held = work.take_dataset_lease(job.config.out, job.work.root.name, job.parts, say=say)
         try:

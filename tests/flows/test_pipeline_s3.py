@@ -9,6 +9,7 @@ from flows import artifacts
 from flows.pipeline import pipeline
 from helpers.fixtures import S3_ENV
 from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
+from preprocessing.writer import VERIFIED
 
 
 def _objects(s3) -> dict[str, bytes]:
@@ -45,7 +46,7 @@ def test_pipeline_on_s3(prefect_harness, s3_server):
 
     again = pipeline(config)
     assert again["run"] == out["run"] and again["metrics"]["auc"] == pytest.approx(out["metrics"]["auc"])
-    assert _objects(s3_server).keys() == objects.keys()
+    assert _objects(s3_server).keys() == objects.keys() | {f"{dataset}/{VERIFIED}"}   # the reuse's verification
     assert logs_matching(f"skipping preprocessing: {out['dataset']}")
     assert logs_matching(f"training already complete, skipping: {out['run']}")
     assert not logs_matching(secret.decode())

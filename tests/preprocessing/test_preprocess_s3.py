@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from preprocessing import PreprocessConfig, run
+from preprocessing.writer import VERIFIED
 
 def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_server):
     s3, env = s3_server, dict(os.environ)   # the fixture's AWS_* variables
@@ -32,13 +33,14 @@ def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_server):
     assert dataset.startswith("s3://logs/store/datasets/criteo-")
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert "already complete, skipping preprocessing" in again.stderr
+    assert f"verifying dataset {dataset} against its recorded checksums" in again.stderr   # the reuse reads it once
 
     ref = Path(run(PreprocessConfig(inputs=[str(local)], out=str(tmp_path / "ref"), frequency_threshold=2,
                                     progress=False)))
     prefix = dataset.removeprefix("s3://logs/") + "/"
     keys = {o["Key"][len(prefix):] for o in s3.list_objects_v2(Bucket="logs", Prefix=prefix)["Contents"]}
     local_files = {str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file()}
-    assert keys == local_files
+    assert keys == local_files | {VERIFIED}   # the second run's record of the verification
     for rel in local_files - {"feature_spec.yaml"}:
         assert s3.get_object(Bucket="logs", Key=prefix + rel)["Body"].read() == (ref / rel).read_bytes(), rel
 
