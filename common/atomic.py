@@ -6,6 +6,9 @@ upload is committed, so ``atomic_open`` writes it in place with the commit defer
 committed when the block completes and discarded (a multipart upload aborted) when it raises, so a failed
 write publishes nothing. A copy-then-delete "rename" there would only double the traffic. This is the only
 place in the project that spells temp-then-rename.
+
+A full disk (ENOSPC, EDQUOT) in any of these writes is ``common.space.NoSpace``: the path written, the free space
+left once the partial file is removed, and the fix.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Iterator
 
 from fsspec.implementations.local import LocalFileSystem
 
+from common.space import writing
 from common.store import filesystem
 
 _LOCAL = LocalFileSystem()
@@ -36,18 +40,38 @@ def atomic_path(path: str | os.PathLike, fs=None) -> Iterator[str]:
     it yields ``path`` itself: write there through ``atomic_open``, which discards a failed upload."""
     fs = fs or _LOCAL
     path = str(path)
-    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
-    if not _renames(fs):
-        yield path
-        return
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        yield tmp
-    except BaseException:
-        if fs.exists(tmp):
-            fs.rm(tmp, recursive=True)
-        raise
-    os.replace(tmp, path)
+    with writing(path if _renames(fs) else fs.unstrip_protocol(path)):
+        fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+        if not _renames(fs):
+            yield path
+            return
+        tmp = temp_name(path)
+        try:
+            yield tmp
+        except BaseException:
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
+            raise
+        os.replace(tmp, path)
+
+
+def temp_name(path: str | os.PathLike, pid: int | None = None) -> str:
+    """The temporary sibling that process ``pid`` (default: this one) writes ``path`` in (``atomic_path``,
+    ``atomic_dir``) before renaming it into place."""
+    return f"{os.fspath(path)}.tmp-{os.getpid() if pid is None else pid}"
+
+
+def remove_temp(path: str | os.PathLike, pid: int) -> bool:
+    """Remove what process ``pid`` left of an atomic write of the local ``path`` when it died in it (killed, or
+    crashed: no ``except`` of its own ran); True when there was something. ``path`` itself is never touched."""
+    tmp = Path(temp_name(path, pid))
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    if tmp.exists() or tmp.is_symlink():
+        tmp.unlink(missing_ok=True)
+        return True
+    return False
 
 
 @contextmanager
@@ -61,17 +85,18 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", fs=None):
     if "b" not in mode:
         raise ValueError(f"atomic_open writes bytes on an object store, not mode {mode!r}")
     path = str(path)
-    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
-    # _open, not open: open would also enlist the file in the filesystem's one shared transaction
-    f = fs._open(fs._strip_protocol(path), mode, autocommit=False)
-    try:
-        with f:   # closing uploads the rest, still uncommitted
-            yield f
-    except BaseException:
-        with suppress(Exception):   # the write's own error is the one to report; an aborted upload stays invisible
-            f.discard()
-        raise
-    f.commit()
+    with writing(fs.unstrip_protocol(path)):
+        fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+        # _open, not open: open would also enlist the file in the filesystem's one shared transaction
+        f = fs._open(fs._strip_protocol(path), mode, autocommit=False)
+        try:
+            with f:   # closing uploads the rest, still uncommitted
+                yield f
+        except BaseException:
+            with suppress(Exception):   # the write's own error is the one to report; an aborted upload stays invisible
+                f.discard()
+            raise
+        f.commit()
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str, fs=None) -> None:
@@ -90,16 +115,17 @@ def write_uri(uri: str, data: bytes | str, **storage_options) -> None:
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh local temporary folder that replaces ``path`` only if the block completes."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-    except BaseException:
+    tmp = Path(temp_name(path))
+    with writing(path):
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
 
 
 COMPLETE = ".complete"   # a file's completion marker: <file>.complete, written after the file

@@ -5,6 +5,8 @@ named here is gone):
 
 - ``common.lease.LockLost``: a lease expired and another owner took it over while this one held it
 - ``common.lease.LeaseHeld``: a lease is held by another live owner and the wait for it timed out
+- ``common.space.NoSpace``: a write that found no space (or quota) left on its device, or a stage refused because
+  the free space is below what it is estimated to write (the path, the free space, the fix)
 - ``feature_spec.errors.SpecError`` (also a ``ValueError``): a feature spec that cannot be used
 - ``preprocessing.errors.InputError``: an input file that cannot be read (missing, unreadable, truncated)
 - ``preprocessing.errors.BadRowError``: a malformed row under ``--on-bad-row error``
