@@ -41,6 +41,18 @@ def dying_with_this_process(cmd: list[str]) -> list[str]:
     return [sys.executable, "-P", "-m", "common.process", str(os.getpid()), *map(os.fspath, cmd)]
 
 
+def exit_text(returncode: int) -> str:
+    """How a child ended, from its ``returncode`` (``subprocess``: negative for a signal): ``exit code 1``, or
+    ``killed by signal 6 (SIGABRT)``."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-returncode}{name}"
+
+
 def _exec(argv: list[str]) -> None:
     parent, *cmd = argv
     die_with_parent(int(parent))

@@ -14,8 +14,19 @@
 - ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them (and, for a champion's bundle,
   the manifest's own sha256 against the one champion.json pins).
 
-``export_verified`` is what a promotion calls: export (or keep a bundle that verifies), re-read every file's
-sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records).
+``export_verified`` is what a promotion calls: keep a bundle that verifies, else export it again, re-read every file's
+sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records). The export
+runs in a child process (``python -P -m training.export``, dying with its parent: ``common.process``), so that a
+crash of torch's writers (a SIGABRT from C++) never takes the calling flow down: a child that fails or dies is a
+UserError naming the bundle, how the child ended and the free space there, and what it left (its temporary
+folder) is removed; nothing at the bundle's place verifies, so a re-run exports it again.
+
+A full disk is ``common.space.NoSpace`` (the path, the free space, the fix): refused before writing when the bundle's
+filesystem has less free space than the bundle takes (its weights twice, ``weights.pt`` and ``model.pt``, and the
+vocabularies), or raised by the write that found none.
+
+Test hook: ``$DLRMFLOW_EXPORT_CRASH=abort`` aborts the exporting process (SIGABRT, as torch's C++ does) once
+``weights.pt`` is written in the bundle's temporary folder; unset, it does nothing.
 
 A local bundle is built in a temporary sibling folder and renamed into place; on S3 the manifest is written
 after every other file, so a bundle without one is incomplete. Exporting the same run and step again finds
@@ -24,9 +35,14 @@ the manifest and does nothing.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import posixpath
+import re
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +53,10 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 import feature_spec as fspec
-from common.atomic import atomic_dir, write_atomic, write_uri
+from common.atomic import atomic_dir, remove_temp, write_atomic, write_uri
 from common.errors import UserError
+from common.process import die_with_parent, exit_text
+from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
 from training.inference import DLRMInference, plain_state
@@ -49,6 +67,13 @@ MANIFEST = "manifest.json"
 WEIGHTS, MODULE, CONFIG = "weights.pt", "model.pt", "model.json"
 SPEC, INPUT_SPEC = "feature_spec.yaml", "input_spec.yaml"
 MODEL_PREFIX = "model.model."   # the TorchRec DLRM's keys inside a checkpoint (Trainer.state_dict: DLRMTask.model)
+CRASH = "DLRMFLOW_EXPORT_CRASH"   # the test hook (see the module doc)
+NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes what the store no longer needs), or export to a "
+                "filesystem with room (--store; `dlrmflow export --out`)")
+ERROR_LINES = 20   # of a failed export child's output, in its error
+# left out of them: library warnings (python's "file:line: XWarning:" and its 2-space source echo, logging's
+# WARNING:) and the native stack frames of a C++ abort (its "what():" line is kept)
+NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|frame #\d+: |<omitting python frames>)")
 
 
 def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
@@ -96,9 +121,10 @@ def build_module(config: dict[str, Any], torchrec_state: dict[str, torch.Tensor]
     return module.eval()
 
 
-def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
+def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | None = None) -> dict[str, Any]:
     """Write the bundle of checkpoint ``step`` of ``run`` to ``out`` (see the module doc); returns its manifest.
-    Idempotent: a complete bundle of the same run and step at ``out`` is left as it is."""
+    Idempotent: a complete bundle of the same run and step at ``out`` is left as it is. A remote bundle is first
+    written in a local temporary folder (inside ``scratch`` when given). NoSpace when the disk is full, or would be."""
     run = RunDir(run)
     existing = _read_manifest(out)
     if existing and existing.get("source", {}).get("run") == run.uri and existing["source"].get("step") == step:
@@ -108,12 +134,19 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
     config = model_config(run, step)
     module = build_module(config, unsharded_state(run, step))
     fs, path = filesystem(out)
+    need = bundle_bytes(config, module)
+    what = f"the serving bundle of {run.uri} step {step}"
+    estimate = "its weights twice, weights.pt and model.pt, and its vocabularies"
     if isinstance(fs, LocalFileSystem):
-        with atomic_dir(path) as folder:
+        check_free(path, need, what, estimate, NO_SPACE_FIX)
+        with writing(path, NO_SPACE_FIX), atomic_dir(path) as folder:
             manifest = _write(folder, config, module)
         return manifest
-    with tempfile.TemporaryDirectory(prefix="dlrmflow-bundle-") as tmp:
-        manifest = _write(Path(tmp), config, module)
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-bundle-", dir=scratch) as tmp:
+        fix = "free space on {mount} (the local temporary folder: $TMPDIR), or set TMPDIR to a folder with room"
+        check_free(tmp, need, what + " (staged locally before its upload)", estimate, fix)
+        with writing(tmp, fix):
+            manifest = _write(Path(tmp), config, module)
         if fs.exists(posixpath.join(path, MANIFEST)):
             fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
         for name in manifest["files"]:
@@ -122,10 +155,28 @@ def export_bundle(run: RunDir | str, step: int, out: str) -> dict[str, Any]:
     return manifest
 
 
+def bundle_bytes(config: dict[str, Any], module: DLRMInference) -> int:
+    """About the bytes of the bundle of ``module``: its weights twice (``weights.pt``, and ``model.pt``, which holds
+    them too) and the dataset's vocabularies."""
+    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    dataset = config["source"]["dataset"]
+    spec = read_text(posixpath.join(dataset, SPEC))
+    import yaml
+
+    vocab = 0
+    for relative in (((yaml.safe_load(spec) or {}).get("metadata") or {}).get("vocab") or {}).values():
+        fs, path = filesystem(posixpath.join(dataset, str(relative)))
+        try:
+            vocab += int(fs.size(path) or 0)
+        except (FileNotFoundError, OSError):
+            pass   # _write names a missing one
+    return 2 * weights + vocab + len(spec)
+
+
 def verify_bundle(uri: str, run: str, step: int) -> str:
     """The sha256 of the bundle's ``manifest.json`` once every file at ``uri`` matches the manifest's sha256 and
     the bundle is of checkpoint ``step`` of ``run``; UserError otherwise (what is missing or altered)."""
-    with tempfile.TemporaryDirectory(prefix="dlrmflow-verify-") as cache:   # used only for a remote bundle
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-verify-") as cache, writing(cache):   # only a remote one's
         bundle = load_bundle(uri, cache=cache)
     source = bundle.manifest.get("source") or {}
     if (source.get("run"), source.get("step")) != (RunDir(run).uri, step):
@@ -136,18 +187,62 @@ def verify_bundle(uri: str, run: str, step: int) -> str:
 
 
 def export_verified(run: RunDir | str, step: int, out: str) -> str:
-    """``export_bundle``, then ``verify_bundle``: the sha256 of the manifest of a bundle at ``out`` whose files
-    were all re-read and checked. A bundle there that does not verify (a file missing or altered, another
-    checkpoint's) is removed and exported again."""
+    """The sha256 of the manifest of a bundle of checkpoint ``step`` of ``run`` at ``out`` whose files were all
+    re-read and checked (``verify_bundle``). A bundle there that verifies is kept; one that does not (a file missing
+    or altered, another checkpoint's, a partial one) is removed and exported again, in a child process
+    (``export_in_child``: its crash is a UserError here, never this process's end)."""
     run = RunDir(run)
-    export_bundle(run, step, out)
     try:
         return verify_bundle(out, run.uri, step)
     except UserError:
-        fs, path = filesystem(out)
+        pass
+    fs, path = filesystem(out)
+    if fs.exists(path):
         fs.rm(path, recursive=True)
-    export_bundle(run, step, out)
+    export_in_child(run, step, out)
     return verify_bundle(out, run.uri, step)
+
+
+def export_in_child(run: RunDir | str, step: int, out: str) -> None:
+    """``export_bundle(run, step, out)`` in a child process (``python -P -m training.export``) that dies with this
+    one. Its UserError (NoSpace included) is raised here as it was; a child that crashes, or is killed by a signal
+    (torch's C++ writers abort on some write errors: SIGABRT), is a UserError naming the bundle, the signal or exit
+    code, the free space there and the child's last lines; what it left is removed (a local bundle's temporary
+    folder; a remote bundle's uploads stay without their manifest, which is written last, so it never verifies).
+    The child inherits this process's environment and working folder (a dataset's relative input spec)."""
+    run = RunDir(run)
+    fs, path = filesystem(out)
+    with tempfile.TemporaryDirectory(prefix="dlrmflow-export-") as scratch:
+        result, log = Path(scratch) / "result.json", Path(scratch) / "output.log"
+        root = str(Path(__file__).resolve().parents[1])   # the folder that holds the training package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, "-P", "-m", "training.export", "--parent", str(os.getpid()), "--result", str(result),
+               "--scratch", scratch, run.uri, str(step), out]
+        with open(log, "wb") as output:
+            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env)
+            try:
+                code = child.wait()
+            finally:
+                if child.poll() is None:   # this process was interrupted: the child goes with it
+                    child.kill()
+                    child.wait()
+                if child.returncode and isinstance(fs, LocalFileSystem):
+                    remove_temp(path, child.pid)
+        if code == 0:
+            return
+        answer = json.loads(result.read_text()) if result.exists() else {}
+        if "no_space" in answer:
+            raise NoSpace(*answer["no_space"])
+        if "error" in answer:
+            raise UserError(answer["error"])
+        lines = [line for line in log.read_text(errors="replace").splitlines()
+                 if line.strip() and not NOISE.match(line)][-ERROR_LINES:]
+    left = ("its partial bundle was removed" if isinstance(fs, LocalFileSystem) else
+            "what it uploaded has no manifest (written last), so it is never taken for a bundle")
+    raise UserError(f"the export of the serving bundle {out} (run {run.uri}, step {step}) failed: its process was "
+                    f"{exit_text(code)}; {left} ({free_text(out)}). Its last lines:\n" + ("\n".join(lines) or "(none)")
+                    + "\nFix: see those lines (a full disk: free space there); running the same command again "
+                    "exports the bundle again.")
 
 
 def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:
@@ -177,8 +272,14 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         fs, path = filesystem(posixpath.join(dataset, relative))
         fs.get_file(path, str(folder / relative))
-    torch.save(module.state_dict(), folder / WEIGHTS)
-    torch.jit.script(module).save(str(folder / MODULE))
+    # through Python files: a write error (a full disk) is then an OSError, where torch's own C++ file writer
+    # reports a bare RuntimeError, or aborts the process (TorchScript's writer, from a destructor)
+    with open(folder / WEIGHTS, "wb") as f:
+        torch.save(module.state_dict(), f)
+    if os.environ.get(CRASH) == "abort":
+        os.abort()
+    with open(folder / MODULE, "wb") as f:
+        torch.jit.save(torch.jit.script(module), f)
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     manifest = {"format": FORMAT, "kind": "torchscript", "module": MODULE, "weights": WEIGHTS,
@@ -288,7 +389,8 @@ def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, b
         raise RuntimeError(f"{dataset}: features differ from the bundle's")   # encoded with the bundle's spec: a bug
     module, parts = bundle.module(), Path(parts)
     parts.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode(), open(parts / part_name(0), "wb") as f:
+    check_free(parts, 4 * data.num_rows, f"the probabilities of {dataset} {split}", "4 bytes a row")
+    with writing(parts / part_name(0)), torch.inference_mode(), open(parts / part_name(0), "wb") as f:
         for batch in data.batches(batch_rows):
             kjt = batch.sparse_features
             probs = module.forward_lists(kjt.values(), kjt.lengths(), batch.dense_features)
@@ -310,3 +412,34 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _child(argv: list[str] | None = None) -> int:
+    """The export child of ``export_in_child``: ``export_bundle``, its UserError written to ``--result`` as JSON
+    (``error``; ``no_space``: a NoSpace's what and fix) with exit code 2; any other error ends it with its traceback
+    and exit code 1."""
+    parser = argparse.ArgumentParser(prog="python -P -m training.export", description=export_in_child.__doc__)
+    parser.add_argument("run")
+    parser.add_argument("step", type=int)
+    parser.add_argument("out")
+    parser.add_argument("--parent", type=int, required=True, help="the pid to die with")
+    parser.add_argument("--result", required=True, help="where a UserError is written (JSON)")
+    parser.add_argument("--scratch", help="a local folder for a remote bundle's files before their upload")
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent)
+    try:
+        export_bundle(args.run, args.step, args.out, scratch=args.scratch)
+    except NoSpace as e:
+        write_atomic(args.result, json.dumps({"no_space": [e.what, e.fix]}))
+        return 2
+    except UserError as e:
+        write_atomic(args.result, json.dumps({"error": str(e)}))
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    code = _child()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # every file is written and closed by now: no interpreter teardown (torch was seen to abort there)
