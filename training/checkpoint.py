@@ -7,18 +7,28 @@ never used. ``_COMPLETE`` records the size and sha256 of every file of the check
 hash the files between them); every load checks them first (``Checkpointer.verify``) and names the
 file that differs, so a damaged checkpoint is never trained, evaluated or exported from. DCP reshards on load: a checkpoint saved by N ranks loads on M ranks and under
 another sharding plan. ``checkpoint_of`` finds a run's checkpoint by ``best`` (else latest), ``latest`` or step.
+
+A full disk is one line on every rank (``common.space.NoSpace``: the checkpoint's path, the free space, the fix), which
+the launcher's failure message shows: before a save, a local run folder with less free space than the newest
+complete checkpoint took refuses it; a save that runs out of space (any rank's write, as DCP reports it) removes the
+incomplete checkpoint and says so.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
+from contextlib import suppress
 from typing import Any, Callable
 
 from common.errors import UserError
+from common.space import NoSpace, check_free, writing
 from training.rundir import RunDir
 
 DIR, COMPLETE = RunDir.CHECKPOINTS, RunDir.COMPLETE   # the run folder names them (training.rundir)
+NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes what the store no longer needs; a smaller "
+                "keep_checkpoints keeps fewer), or point --store elsewhere; then resume the run (--resume)")
 
 
 class Checkpointer:
@@ -79,21 +89,59 @@ class Checkpointer:
 
         ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
         files = None
-        if _from_rank0(step not in self.steps()):   # one answer for all: a rank's listing may be stale (s3fs caches)
+        # one answer for all: a rank's listing may be stale (s3fs caches); a refusal fails every rank alike
+        write, refusal = _from_rank0(self._plan(step) if _rank() == 0 else None)
+        if refusal:
+            raise NoSpace(*refusal)
+        if write:
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-            dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
+            try:
+                with writing(self.uri(step), NO_SPACE_FIX):
+                    dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
+            except NoSpace:
+                if _rank() == 0:   # every rank is past its writes (DCP gathered their results): free the space
+                    self._remove_incomplete(step)
+                raise
             _barrier()
             files = _gather_dict(self._checksums(step, self._files(step)[_rank()::_world()]))
         if _rank() == 0:
-            if files is not None:
-                self.run.write_text(json.dumps({"step": step, "files": files}), DIR, str(step), COMPLETE)
-            self.run.write_text(json.dumps({"step": step}), DIR, "latest")
-            if best is not None:
-                self.run.write_text(json.dumps({"step": step, **best}), DIR, "best")
+            with writing(self.uri(step), NO_SPACE_FIX):
+                if files is not None:
+                    self.run.write_text(json.dumps({"step": step, "files": files}), DIR, str(step), COMPLETE)
+                self.run.write_text(json.dumps({"step": step}), DIR, "latest")
+                if best is not None:
+                    self.run.write_text(json.dumps({"step": step, **best}), DIR, "best")
             self._prune()
         _barrier()
+
+    def _plan(self, step: int) -> tuple[bool, tuple[str, str] | None]:
+        """Rank 0's answer for all: (whether checkpoint ``step`` is to be written, i.e. not complete yet; the
+        ``NoSpace`` arguments when a local run folder has less free space than the newest complete checkpoint
+        took, the estimate of what this one takes)."""
+        steps = self.steps()
+        if step in steps or not steps:
+            return step not in steps, None
+        need = self.size(steps[-1])
+        try:
+            check_free(self.uri(step), need, f"checkpoint {step}",
+                       f"the size of checkpoint {steps[-1]}, the newest", NO_SPACE_FIX)
+        except NoSpace as e:
+            return True, (e.what, e.fix)
+        return True, None
+
+    def size(self, step: int) -> int:
+        """The bytes of complete checkpoint ``step``'s files, as its ``_COMPLETE`` recorded them (0: not recorded)."""
+        recorded = json.loads(self.run.read_text(DIR, str(step), COMPLETE)).get("files") or {}
+        return sum(int(f.get("bytes", 0)) for f in recorded.values())
+
+    def _remove_incomplete(self, step: int) -> None:
+        """Remove the folder of checkpoint ``step``, which a failed save left without ``_COMPLETE`` (never used)."""
+        with suppress(Exception):   # the save's own error is the one to report
+            path = self.run.path(DIR, str(step))
+            if not self.run.fs.exists(posixpath.join(path, COMPLETE)):
+                self.run.fs.rm(path, recursive=True)
 
     def load(self, which: str | int, state: dict[str, Any]) -> int:
         """Load checkpoint ``best|latest|STEP`` into ``state`` in place (DCP reshards) once its files are
