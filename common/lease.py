@@ -10,6 +10,11 @@ need clocks within a small fraction of ``stale_s``; a lease of a process of this
 longer exists is taken over at once (hosts sharing a store need distinct hostnames); a holder that runs longer than ``stale_s`` can lose the
 lease unless it renews it (``heartbeat_s``: a thread rewrites the record with a new expiry by the same
 conditional replace), and ``Lease.check`` tells a lost lease before each write.
+
+A holder whose work runs elsewhere (a cluster job) records that job in the lease (``Lease.record({"job": ...})``:
+a dict with a ``kind`` and ``what``, a line naming it); the job may outlive its holder, so a stale lease that records
+one is taken over only after ``fence`` (an argument of ``acquire``; the launchers' ``Launcher.fence``) has stopped
+it, and never by a taker without one (``LeaseHeld`` naming the job).
 """
 
 from __future__ import annotations
@@ -198,7 +203,16 @@ def _zombie(pid: int) -> bool:
 def _describe(info: dict) -> str:
     where = f" (pid {info['pid']} on {info['host']})" if "pid" in info else ""
     since = f" since {info['acquired_at']}" if "acquired_at" in info else ""
-    return f"{info.get('owner')}{where}{since}, expiring at {info['expires_at']}"
+    job = f" (its job: {job_of(info)})" if isinstance(info.get("job"), dict) else ""
+    return f"{info.get('owner')}{where}{since}{job}, expiring at {info['expires_at']}"
+
+
+def job_of(info: dict) -> str | None:
+    """The line naming the job that the lease record ``info`` records (``Lease.record``), None when none."""
+    job = info.get("job")
+    if not isinstance(job, dict):
+        return None
+    return str(job.get("what") or ", ".join(f"{k} {v}" for k, v in job.items()))
 
 
 class LeaseHeld(UserError):
@@ -251,12 +265,21 @@ class Lease:
 
     def renew(self) -> None:
         """Rewrite the lease with a new expiry (``stale_s`` from now), conditional on it being still ours."""
+        self._rewrite({})
+
+    def record(self, fields: dict) -> None:
+        """Rewrite the lease's record with ``fields`` among its extra fields (a None value removes one), and a new
+        expiry, conditional on it being still ours (LockLost when another owner took it over). A holder records
+        the job it started so (``{"job": {...}}``) and removes it once the job has ended (``{"job": None}``)."""
+        self._rewrite(fields)
+
+    def _rewrite(self, fields: dict) -> None:
         with self._mutex:
             if self.lost is not None:
                 raise self.lost
             info = json.loads(self._data)
-            data = _data(self.owner, info["token"], self.stale_s, info["acquired_at"],
-                         {k: v for k, v in info.items() if k not in _FIELDS})
+            extra = {k: v for k, v in {**info, **fields}.items() if k not in _FIELDS and v is not None}
+            data = _data(self.owner, info["token"], self.stale_s, info["acquired_at"], extra)
             if not self._lock.replace(self._version, data, renew=True):
                 self.lost = self._lost(self._lock.read())
                 raise self.lost
@@ -302,12 +325,16 @@ _FIELDS = ("owner", "host", "pid", "token", "acquired_at", "expires_at")
 
 def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
             say: Callable[[str], None] | None = None, heartbeat_s: float | None = None,
-            extra: dict | None = None) -> Lease:
+            extra: dict | None = None, fence: Callable[[dict], str] | None = None) -> Lease:
     """Take the lease file ``uri`` (messages call it "the ``kind`` of ``of``"), waiting up to ``timeout_s`` for
     another holder (then LeaseHeld); a lease past its expiry (``stale_s`` after it was taken or last renewed: a
     crashed holder) is taken over. ``owner`` names the holder (default: this process); ``say`` gets the waiting
     and take-over messages (default: this module's logger); ``heartbeat_s``: renew it that often in a thread;
-    ``extra``: more fields of the lease's record (what the holder uses). Release it with ``Lease.release()``."""
+    ``extra``: more fields of the lease's record (what the holder uses). Release it with ``Lease.release()``.
+
+    A stale lease that records a job (``Lease.record``) is taken over only once ``fence(job)`` has stopped it:
+    it returns a line saying what it did (said with the take-over) or raises (a UserError naming the job and the
+    fix) to refuse the take-over; without ``fence`` such a lease is not taken over (LeaseHeld naming the job)."""
     say, owner = say or logging.getLogger(__name__).info, owner or f"pid {os.getpid()} on {socket.gethostname()}"
     name = f"the {kind} of {of}"
     lock = _lock_file(uri, kind, of)
@@ -325,8 +352,11 @@ def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, s
             data = held[0]
             break
         if _expired(info):
+            if fenced := _fence(info, fence, name, uri):   # it may have taken a while: a fresh expiry
+                data = _data(owner, token, stale_s, None, extra)
             if lock.replace(held[1], data):
-                say(f"took over {name} from {_describe(info)} (expired, or its process is gone: a crashed run)")
+                say(f"took over {name} from {_describe(info)} (expired, or its process is gone: a crashed run)"
+                    + (f"; its job was stopped first: {fenced}" if fenced else ""))
                 break
             continue
         if time.monotonic() > deadline:
@@ -348,12 +378,24 @@ def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, s
     return held
 
 
+def _fence(info: dict, fence: Callable[[dict], str] | None, name: str, uri: str) -> str | None:
+    """Stop the job that the stale record ``info`` records before it is taken over (``acquire``): what was done,
+    None when it records none."""
+    if not isinstance(info.get("job"), dict):
+        return None
+    if fence is None:
+        raise LeaseHeld(f"{name} is stale (held by {_describe(info)}), but its job ({job_of(info)}) may still be "
+                        "running, and this taker cannot stop it. Fix: re-run what held it (it stops the job first), "
+                        f"or stop the job yourself and remove {uri}.")
+    return fence(info["job"])
+
+
 @contextmanager
 def lease(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
           say: Callable[[str], None] | None = None, heartbeat_s: float | None = None,
-          extra: dict | None = None) -> Iterator[Lease]:
+          extra: dict | None = None, fence: Callable[[dict], str] | None = None) -> Iterator[Lease]:
     """Hold the lease file ``uri`` for the block (``acquire``'s arguments); released at its end."""
-    held = acquire(uri, owner, kind, of, timeout_s, stale_s, poll_s, say, heartbeat_s, extra)
+    held = acquire(uri, owner, kind, of, timeout_s, stale_s, poll_s, say, heartbeat_s, extra, fence)
     try:
         yield held
     finally:
