@@ -64,13 +64,13 @@ def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, launcher=None, en
     output = RankOutput(on_line or (lambda line: print(line, flush=True)))
     if warning := check_inputs(run, config)["warning"]:
         output(f"warning: {warning}")
-    # never while a training or another evaluation writes the run
-    with runner.lease(run, "evaluation", wait_s, say=output):
+    # never while a training or another evaluation writes the run (a stale lease's job is stopped first)
+    with runner.lease(run, "evaluation", wait_s, say=output) as held:
         if reuse and (done := completed(run, config, check_inputs(run, config))) is not None:
             output(f"evaluation of this checkpoint on '{config.split}' already complete (by another run while this "
                    "one waited), reusing it")
             return done
-        rc = runner.run_ranks(evaluate_job(config), run, env=env, on_line=output)
+        rc = runner.run_ranks(evaluate_job(config), run, env=env, on_line=output, lease=held)
     if rc != 0:
         raise UserError(output.failure(f"evaluation of {run} on '{config.split}'", rc))
     return run.eval_metrics(config.split)

@@ -1,18 +1,22 @@
 """The Launcher base and what all launchers share: the rank job (``RankJob``: the worker module and its
-arguments), the dataset check and config save before a training's ranks start, the ranks' environment from
-RCCL/NCCL profiles (infra/rccl/<name>.env), the infra/ folder and ``{{ name }}`` templates."""
+arguments), the dataset check and config save before a training's ranks start, the run's lease and the job it
+records, the ranks' environment from RCCL/NCCL profiles (infra/rccl/<name>.env), the infra/ folder and
+``{{ name }}`` templates."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from abc import ABC, abstractmethod
-from contextlib import nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from common.errors import UserError
+from common.lease import Lease
+from common.lease import lease as hold_lease
 from common.store import filesystem
 from feature_spec import file_uri
 from feature_spec import load as load_spec
@@ -22,6 +26,7 @@ from training.launchers.config import KubernetesLauncherConfig, LocalLauncherCon
 from training.rundir import RunDir, run_name
 
 OnLine = Callable[[str], None]
+Started = Callable[[dict], None]   # a launcher's report of the job it started (``Launcher.start``)
 ENV_INFRA_DIR = "DLRMFLOW_INFRA_DIR"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
@@ -120,9 +125,21 @@ class Launcher(ABC):
     takes the run folder's lease (``lease``: a second training of the same folder waits ``wait_s``, by default not
     at all, and fails naming the holder; never two trainings in one folder) and writes the resolved config to
     ``<run>/config.yaml`` (the ranks read it from there), then runs the train job.
+
+    The lease's holder is this process, not the job, which may outlive it (a killed flow's Slurm job, Kubernetes
+    Job or stray rank): ``run_ranks`` under a held lease records the job in it once it is started (``start``
+    reports it: ``{"kind", "what", ...}``) and removes it once the job has ended; a take-over of a stale run lease
+    that records a job first stops it with ``fence`` of the launcher of the job's kind (``scancel``, ``kubectl
+    delete job``, a kill of the local process group), or refuses naming the job and the fix.
     """
 
     kind: str
+    kinds: dict[str, type[Launcher]] = {}   # kind -> launcher class (each registers itself)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            Launcher.kinds[cls.kind] = cls
 
     def __init__(self, settings=None):
         default = {"local": LocalLauncherConfig, "slurm": SlurmLauncherConfig,
@@ -150,16 +167,61 @@ class Launcher(ABC):
         """The ranks' environment: the RCCL profiles, then the settings' env, then ``env``."""
         return {**profile_env(self.settings.rccl_profiles), **self.settings.env, **(env or {})}
 
-    def lease(self, run: RunDir, what: str, wait_s: float = 0.0, say: OnLine | None = None):
-        """The run folder's lease for a job that writes the run (``what``: training, evaluation); none for one node
-        of a hand-started job (``one_of_several``)."""
-        return nullcontext(None) if self.one_of_several else run.lease(what, wait_s, say=say)
+    @contextmanager
+    def lease(self, run: RunDir, what: str, wait_s: float = 0.0, say: OnLine | None = None) -> Iterator[Lease | None]:
+        """Hold the run folder's lease for a job that writes the run (``what``: training, evaluation), as
+        ``RunDir.lease`` does, and stop the job that a stale lease records before taking it over (``fence_job``);
+        none for one node of a hand-started job (``one_of_several``). Pass it to ``run_ranks`` to record the job."""
+        if self.one_of_several:
+            yield None
+            return
+        emit = say or logging.getLogger(__name__).info
+        with hold_lease(run.join(RunDir.LEASE), None, f"run lease ({what})", f"run {run.uri}", wait_s,
+                        RunDir.LEASE_STALE_S, say=say, heartbeat_s=RunDir.LEASE_STALE_S / 5,
+                        fence=lambda job: self.fence_job(job, run, emit)) as held:
+            yield held
+
+    def fence_job(self, job: dict, run: RunDir, say: OnLine) -> str:
+        """Stop the job that a stale lease of ``run`` records (``job``: what ``start`` reported) with the launcher
+        of its kind (this one's settings when it is of that kind: its scancel, kubectl...); returns what was done.
+        LaunchError naming the job and the fix when it cannot be stopped: the lease is not taken over."""
+        kind = job.get("kind")
+        if kind not in Launcher.kinds:
+            raise LaunchError(f"{run}: the previous holder of its lease recorded a job of unknown kind {kind!r} "
+                              f"({job.get('what')}). Fix: make sure it has ended, then remove "
+                              f"{run.join(RunDir.LEASE)} and re-run.")
+        launcher = self if kind == self.kind else Launcher.kinds[kind]()
+        say(f"dlrmflow: the lease of {run} is stale (its holder is gone or expired): stopping its job "
+            f"({job.get('what')}) before taking it over")
+        return launcher.fence(job, run, say)
+
+    def fence(self, job: dict, run: RunDir, say: OnLine) -> str:
+        """Stop ``job`` (of this launcher's kind, as ``start`` reported it) and wait, bounded, until it has ended;
+        returns a line saying what was done. LaunchError (one line naming the job and the fix) when it may still
+        run: the stale lease of ``run`` is then not taken over."""
+        raise LaunchError(f"{run}: the {self.kind} launcher cannot stop the previous holder's job "
+                          f"({job.get('what')}). Fix: make sure it has ended, then remove {run.join(RunDir.LEASE)} "
+                          "and re-run.")
 
     def run_ranks(self, job: RankJob, run: RunDir | str, *, env: dict[str, str] | None = None,
-                  on_line: OnLine | None = None) -> int:
+                  on_line: OnLine | None = None, lease: Lease | None = None) -> int:
         """Start ``job``'s ranks on ``run`` with these settings and wait; returns the job's exit code. ``env``:
-        extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes)."""
-        return self.start(job, RunDir(run), env=env, on_line=on_line or (lambda line: print(line, flush=True)))
+        extra environment of the ranks (e.g. PET_TEE=3 for rank prefixes). ``lease``: the run's lease held for the
+        job (``lease``): the job is recorded in it while it runs, for a take-over to stop it (``fence``)."""
+        on_line = on_line or (lambda line: print(line, flush=True))
+        recorded: list[dict] = []
+
+        def started(info: dict) -> None:
+            lease.record({"job": info})   # LockLost: the job is stopped by its launcher (start's error path)
+            recorded.append(info)
+
+        code = self.start(job, RunDir(run), env=env, on_line=on_line, started=started if lease else None)
+        if recorded:   # the job has ended: nothing for a take-over to stop
+            try:
+                lease.record({"job": None})
+            except OSError as e:   # a store hiccup: the lease is released (or expires) soon after
+                on_line(f"dlrmflow: could not remove the ended job from the run lease ({e})")
+        return code
 
     def launch(self, run: RunDir | str, cfg: TrainConfig, *, resume: bool = False,
                env: dict[str, str] | None = None, on_line: OnLine | None = None, wait_s: float = 0.0,
@@ -183,14 +245,17 @@ class Launcher(ABC):
             if resume:
                 check_resume(run, cfg)
             run.save_config(cfg)
-            code = self.run_ranks(train_job(resume), run, env=env, on_line=on_line)
+            code = self.run_ranks(train_job(resume), run, env=env, on_line=on_line, lease=held)
             if code == 0 and held is not None:
                 held.check()   # the run was ours throughout (a lost lease: another training may have written it)
         return code
 
     @abstractmethod
-    def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine) -> int:
-        """Start the ranks of ``job`` on ``run`` and wait for them; returns the job's exit code."""
+    def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine,
+              started: Started | None = None) -> int:
+        """Start the ranks of ``job`` on ``run`` and wait for them; returns the job's exit code. ``started`` (when
+        given) is called once the job exists with what identifies it for ``fence`` (``{"kind": self.kind, "what":
+        a line naming it, ...}``); an error it raises stops the job again."""
 
     def describe(self) -> str:
         """One line for the logs: where the ranks run."""

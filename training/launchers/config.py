@@ -141,7 +141,8 @@ class SlurmLauncherConfig(_ClusterLauncherConfig):
     work_dir: Text = Field("~/.dlrmflow/slurm", description="Folder for the rendered scripts and job logs; must be "
                           "visible to this process and the batch host (a shared file system).")
     sbatch: Text = Field("sbatch", description="sbatch executable.")
-    scancel: Text = Field("scancel", description="scancel executable (cancels the job if this process is interrupted).")
+    scancel: Text = Field("scancel", description="scancel executable (cancels the job if this process is "
+                         "interrupted, and a stale run lease's job before its take-over).")
     squeue: Text = Field("squeue", description="squeue executable (how a cancelled job is seen to have ended).")
 
 

@@ -5,6 +5,8 @@ The manifest holds a ConfigMap (the RCCL profile's variables), a headless Servic
 for the c10d rendezvous) and an indexed Job with one pod per node. A Job of the same name left by an
 earlier attempt is deleted first (a Job's pod template cannot be changed), so a re-run resumes.
 The Job is done when ``kubectl wait --for=condition=Complete`` or ``--for=condition=Failed`` returns.
+The Job (namespace, name, context) is recorded in the run's lease before it is applied; the take-over of a stale
+lease deletes it first, its pods with it (``fence``: ``kubectl delete job --cascade=foreground --wait``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import yaml
 
-from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
+from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, Started, infra_dir, render
 from training.launchers.gpus import (RESOURCE_VENDORS, EnvChoice, Hint, choose_env, environments, gpu_vendor,
                                      hardware_hint, job_hardware)
 from training.launchers.nodes import node_command
@@ -28,6 +30,7 @@ from training.rundir import RunDir, run_name
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_STARTED = re.compile(r"waiting to start|ContainerCreating|PodInitializing|No resources found|is pending|not found")
+FENCE_WAIT_S = 120   # how long the Job of a stale run lease and its pods may take to be deleted
 
 
 class KubernetesLauncher(Launcher):
@@ -109,13 +112,17 @@ class KubernetesLauncher(Launcher):
         docs = [_prune(d) for d in yaml.safe_load_all(text) if d]
         return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
 
-    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine) -> int:
+    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine,
+              started: Started | None = None) -> int:
         emit, run_uri = on_line, run.uri
         s = self.settings
         name = self.job_name(job, run_uri)
         manifest = self.render(job, run_uri, env=env, hardware=job_hardware(run))
         with tempfile.NamedTemporaryFile("w", prefix=f"{name}-", suffix=".yaml", delete=False) as f:
             f.write(manifest)
+        if started is not None:   # before it exists: a kill right after the apply leaves it recorded
+            started({"kind": self.kind, "namespace": s.namespace, "name": name, "context": s.context,
+                     "what": f"Kubernetes job {s.namespace}/{name}"})
         self._check(self.kubectl("delete", "job", name, "--ignore-not-found", "--wait=true"), emit)
         self._check(self.kubectl("apply", "-f", f.name), emit)
         emit(f"dlrmflow: applied job/{name} ({self.describe()})")
@@ -161,6 +168,36 @@ class KubernetesLauncher(Launcher):
         code = self._exit_code(name)
         emit(f"dlrmflow: job/{name} failed (exit code {code})")
         return code
+
+    def fence_command(self, job: dict) -> list[str]:
+        """The kubectl command that deletes the recorded Job ``job`` and waits (``FENCE_WAIT_S`` at most) until its
+        pods are gone too (foreground cascade: the Job goes last)."""
+        context = job.get("context")
+        return [self.settings.kubectl, *(["--context", context] if context else []), "--namespace", job["namespace"],
+                "delete", "job", job["name"], "--ignore-not-found", "--cascade=foreground", "--wait=true",
+                f"--timeout={FENCE_WAIT_S}s"]
+
+    def fence(self, job: dict, run: RunDir, say: OnLine) -> str:
+        """Delete the Job of a stale run lease with its pods (``fence_command``); LaunchError naming it and the fix
+        when it may still run."""
+        cmd, what = self.fence_command(job), f"Kubernetes job {job['namespace']}/{job['name']}"
+        fix = shlex.join(["kubectl", *cmd[1:]])
+        say("dlrmflow: " + shlex.join(cmd))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FENCE_WAIT_S + 30)
+        except FileNotFoundError:
+            raise LaunchError(f"{run}: the previous holder's {what} may still be running, and '{cmd[0]}' is not "
+                              f"found here to delete it. Fix: {fix}, then remove {run.join(RunDir.LEASE)} and "
+                              "re-run.") from None
+        except subprocess.TimeoutExpired:
+            proc = None
+        if proc is None or proc.returncode != 0:
+            why = "kubectl: " + proc.stderr.strip() if proc is not None else f"not deleted in {FENCE_WAIT_S + 30} s"
+            raise LaunchError(f"{run}: the previous holder's {what} may still be running and could not be deleted "
+                              f"({why}). Fix: {fix}, then re-run.")
+        if not proc.stdout.strip():
+            return f"{what} was gone already"
+        return f"deleted {what} and its pods"
 
     def _check(self, cmd: list[str], emit: OnLine) -> None:
         emit("dlrmflow: " + shlex.join(cmd))

@@ -6,7 +6,8 @@ that calls ``launch`` simply waits in a subprocess; the log file (``#SBATCH --ou
 meanwhile and every line handed to ``on_line``. If this process is interrupted (Ctrl-C; a cancelled flow run,
 whose process Prefect's runner SIGTERMs, which Prefect raises in the flow), the job is cancelled with ``scancel``
 and this process waits until Slurm has ended it on every node (``squeue`` no longer lists it), so that no rank
-outlives the flow run.
+outlives the flow run. A process killed outright (SIGKILL) cancels nothing: its job id is in the run's lease (and its
+cluster, from ``--parsable``), and the take-over of that stale lease cancels the job first (``fence``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from common.atomic import write_atomic
-from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, infra_dir, render
+from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, Started, infra_dir, render
 from training.launchers.gpus import EnvChoice, choose_env, comment, environments, hardware_hint, job_hardware
 from training.launchers.nodes import node_command
 from training.rundir import RunDir
@@ -32,6 +33,10 @@ _BLANKED = re.compile(r"(pack|het)(job)", re.I)   # the words sbatch blanks in a
 # how long a cancelled job may take to end: under the 30 s that Prefect's runner gives a cancelled flow run's
 # process after its SIGTERM before it kills it
 CANCEL_WAIT_S = 20.0
+FENCE_WAIT_S = 120.0   # how long the job of a stale run lease may take to end once cancelled (nothing waits on us)
+# squeue's states of a job whose processes have all ended (squeue -j lists it a while after: MinJobAge)
+_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+          "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
 
 
 def sbatch_quote(arg: str) -> str:
@@ -171,7 +176,8 @@ class SlurmLauncher(Launcher):
     def submit_command(self, script: Path) -> list[str]:
         return [self.settings.sbatch, "--wait", "--parsable", str(script)]
 
-    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine) -> int:
+    def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine,
+              started: Started | None = None) -> int:
         emit, run_uri = on_line, run.uri
         script, log_pattern = self.paths(job, run_uri)
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -183,22 +189,25 @@ class SlurmLauncher(Launcher):
         except FileNotFoundError:
             raise LaunchError(f"'{self.settings.sbatch}' not found. Fix: run on a Slurm login node, or set "
                               "slurm.sbatch to the sbatch path.") from None
-        job_id = None
+        job_id, cluster = None, ""
         stop = threading.Event()
         follower = None
         try:
             first = proc.stdout.readline().strip()  # --parsable: "jobid[;cluster]" as soon as it is queued
             if first:
-                job_id = first.split(";")[0]
+                job_id, _, cluster = first.partition(";")
                 log = log_pattern.with_name(log_pattern.name.replace("%j", job_id))
                 emit(f"dlrmflow: Slurm job {job_id} submitted; log {log}")
+                if started is not None:
+                    started({"kind": self.kind, "id": job_id, "cluster": cluster or None,
+                             "what": f"Slurm job {job_id}" + (f" on cluster {cluster}" if cluster else "")})
                 follower = threading.Thread(target=_follow, daemon=True, args=(log, emit, stop))
                 follower.start()
             rest, err = proc.communicate()
         except BaseException:
             proc.kill()
             if job_id:
-                self.cancel(job_id, emit)
+                self.cancel(job_id, emit, cluster or None)
             raise
         finally:
             stop.set()
@@ -212,27 +221,74 @@ class SlurmLauncher(Launcher):
         emit(f"dlrmflow: Slurm job {job_id} finished with exit code {proc.returncode}")
         return proc.returncode
 
-    def cancel(self, job_id: str, emit: OnLine) -> None:
+    def cancel(self, job_id: str, emit: OnLine, cluster: str | None = None) -> None:
         """``scancel`` the job, then wait (``CANCEL_WAIT_S`` at most) until squeue no longer lists it: its
         processes have ended on every node (a job is COMPLETING until then)."""
-        s = self.settings
         emit(f"dlrmflow: interrupted; cancelling Slurm job {job_id}")
-        subprocess.run([s.scancel, job_id], check=False)
-        deadline, state = time.monotonic() + CANCEL_WAIT_S, ""
-        while time.monotonic() < deadline:
-            try:
-                got = subprocess.run([s.squeue, "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                                     timeout=max(1.0, deadline - time.monotonic()))   # within the runner's grace
+        ended, why = self.end_job(job_id, cluster, CANCEL_WAIT_S)
+        if ended:
+            emit(f"dlrmflow: cancelled Slurm job {job_id}; it has ended on every node")
+        else:
+            emit(f"dlrmflow: cancelled Slurm job {job_id}, not seen to end ({why}): see `squeue -j {job_id}`")
+
+    def fence(self, job: dict, run: RunDir, say: OnLine) -> str:
+        """Cancel the Slurm job of a stale run lease (``scancel``) and wait (``FENCE_WAIT_S`` at most) until it has
+        ended on every node; LaunchError naming it and the fix when it may still run."""
+        job_id, cluster = str(job["id"]), job.get("cluster")
+        scancel = shlex.join(["scancel", *(["-M", cluster] if cluster else []), job_id])
+        try:
+            running = self.job_state(job_id, cluster)
+        except FileNotFoundError:
+            raise LaunchError(f"{run}: the previous holder's Slurm job {job_id} may still be running, and this machine "
+                              f"has no {self.settings.squeue} to see it (nor to cancel it). Fix: {scancel} on its "
+                              f"cluster, then remove {run.join(RunDir.LEASE)} and re-run.") from None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LaunchError(f"{run}: the previous holder's Slurm job {job_id} may still be running: squeue does not "
+                              f"tell ({e}). Fix: {scancel}, then re-run.") from None
+        if running is None or running in _ENDED:
+            return f"Slurm job {job_id} had already ended"
+        say(f"dlrmflow: cancelling Slurm job {job_id} ({running})")
+        ended, why = self.end_job(job_id, cluster, FENCE_WAIT_S)
+        if ended:
+            return f"cancelled Slurm job {job_id} (it was {running}); it has ended on every node"
+        raise LaunchError(f"{run}: the previous holder's Slurm job {job_id} is still running and could not be "
+                          f"cancelled ({why}). Fix: {scancel}, then re-run.")
+
+    def job_state(self, job_id: str, cluster: str | None = None, timeout_s: float = 30.0) -> str | None:
+        """The job's state as squeue tells it (RUNNING, COMPLETING, CANCELLED...), None when squeue no longer
+        knows it (ended: a job is listed until MinJobAge after its end); OSError or TimeoutExpired when squeue does
+        not answer."""
+        got = subprocess.run([self.settings.squeue, *(["-M", cluster] if cluster else []), "-h", "-j", job_id,
+                              "-o", "%T"], capture_output=True, text=True, timeout=timeout_s)
+        if "Invalid job id" in got.stderr:
+            return None
+        if got.returncode != 0:
+            raise OSError(f"squeue: {(got.stderr or got.stdout).strip()}")
+        states = [line.strip() for line in got.stdout.splitlines() if line.strip() and not line.startswith("CLUSTER")]
+        return states[0] if states else None
+
+    def end_job(self, job_id: str, cluster: str | None, wait_s: float) -> tuple[bool, str]:
+        """``scancel`` the job, then wait up to ``wait_s`` until squeue no longer lists it running: (whether it has
+        ended on every node, else why not: scancel's complaint, its last state or that squeue does not tell)."""
+        s = self.settings
+        deadline = time.monotonic() + wait_s
+        try:
+            got = subprocess.run([s.scancel, *(["-M", cluster] if cluster else []), job_id], capture_output=True,
+                                 text=True, timeout=max(1.0, wait_s / 2))
+            said = (got.stderr or got.stdout).strip() if got.returncode or got.stderr.strip() else ""
+            said = said if not said or said.startswith("scancel") else f"scancel: {said}"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            said = f"scancel: {e}"
+        while True:
+            try:   # within the runner's grace (``cancel``)
+                now = self.job_state(job_id, cluster, timeout_s=max(1.0, deadline - time.monotonic()))
             except (OSError, subprocess.TimeoutExpired) as e:
-                emit(f"dlrmflow: cannot watch the cancelled Slurm job {job_id} end ({e})")
-                return
-            state = (got.stdout + got.stderr).strip()
-            if (got.returncode == 0 and not got.stdout.strip()) or "Invalid job id" in got.stderr:
-                emit(f"dlrmflow: cancelled Slurm job {job_id}; it has ended on every node")
-                return
+                return False, "; ".join(filter(None, (said, f"cannot watch the cancelled Slurm job {job_id} end ({e})")))
+            if now is None or now in _ENDED:
+                return True, ""
+            if time.monotonic() >= deadline:
+                return False, "; ".join(filter(None, (said, f"still {now} after {wait_s:g} s")))
             time.sleep(0.5)
-        emit(f"dlrmflow: cancelled Slurm job {job_id}, still '{state}' after {CANCEL_WAIT_S:g} s: see `squeue -j "
-             f"{job_id}`")
 
 
 def _follow(path: Path, emit: OnLine, stop: threading.Event, poll_s: float = 0.5) -> None:
