@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from common.errors import UserError
+from common.store import default_store
 
 
 def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
@@ -46,3 +47,15 @@ def validate(model: type[BaseModel], data: Any, source: str):
         return model.model_validate(data)
     except ValidationError as e:
         raise config_error(e, source) from None
+
+
+def filled_in(default: Any) -> Any:
+    """A field the flow fills in itself: no form field (SkipJsonSchema), no option (flows/options.py), not dumped."""
+    return Field(default, exclude=True)
+
+
+def store_field() -> Any:
+    """The ``store`` field of every config that names a store: its default ($DLRMFLOW_STORE, else ./artifacts) and
+    its description."""
+    return Field(default_factory=default_store, description="Artifact store root: a local folder or "
+                 "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")

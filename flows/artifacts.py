@@ -27,7 +27,7 @@ from prefect.context import FlowRunContext
 import feature_spec as fspec
 from common.errors import UserError
 from common.store import RUNS, filesystem, storage_options
-from nightly.config import config_hash
+from training.config import config_hash
 from models import registry
 from models.decision import interval_text
 from training import metrics as tm
@@ -42,6 +42,7 @@ ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
 PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
 MODEL_HISTORY, MODEL_DECISION, MODEL_AUC = "history", "decision", "auc"  # model-<name>-<kind> (model_key)
 MODEL_DRIFT = "drift"   # model-<name>-drift: each feature's drift by test day
+MODEL_DAYS = "days"     # model-<name>-days: the days its nights read and the data gate's verdicts
 DATA_CHECKS = "data-checks"
 SCORE_SUMMARY = "score-summary"
 TUNE_TRIALS, TUNE_RESULT = "tune-trials", "tune-result"
@@ -309,7 +310,7 @@ def gc_table(report) -> None:
 
 
 def model_key(name: str, kind: str) -> str:
-    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC, MODEL_DRIFT) with the name lowercased and
+    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC, MODEL_DRIFT, MODEL_DAYS) with the name lowercased and
     anything but letters and digits made a dash; a name that changes so gets a short hash of itself appended,
     so that two models never share a key."""
     slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", name.lower())).strip("-")
@@ -376,15 +377,17 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
                              description=f"Model '{name}': champion and challenger AUC by test day.")
 
 
-def data_checks(checks: list, date: str) -> None:
-    """A night's data checks (``nightly.datacheck.Check``) as a table, the failed ones first."""
+def data_checks(checks: list, date: str, left_out: dict[str, str] | None = None) -> None:
+    """A night's data checks (``nightly.datacheck.Check``) as a table, the failed ones first; the days left out as
+    quarantined (day -> why) named in its description."""
     rows = [{"day": c.day, "feature": c.feature or "-", "check": c.check, "value": _num(float(c.value)),
              "rule": c.op, "threshold": [_num(float(t)) for t in c.threshold] if isinstance(c.threshold, list)
              else _num(float(c.threshold)), "passed": c.passed, "against": c.against}
             for c in sorted(checks, key=lambda c: c.passed)]
     bad = sum(not c.passed for c in checks)
+    out = "".join(f" Left out, quarantined: {day} ({why})." for day, why in sorted((left_out or {}).items()))
     create_table_artifact(rows, key=DATA_CHECKS, description=f"The data checks of the night {date}: {len(checks)} "
-                          f"checks, {bad} failed (each day of the window against the days before it).")
+                          f"checks, {bad} failed (each day against the accepted days before it).{out}")
 
 
 def data_drift(model_uri: str, name: str) -> None:
@@ -394,3 +397,9 @@ def data_drift(model_uri: str, name: str) -> None:
     png = plots.data_drift_png(registry.history(model_uri), name)
     create_markdown_artifact(_picture(png, model_key(name, MODEL_DRIFT)), key=model_key(name, MODEL_DRIFT),
                              description=f"Model '{name}': each feature's drift on each test day (data checks).")
+
+
+def model_days(rows: list[dict], name: str) -> None:
+    """A model's days and their verdicts (``nightly.days.listing``) as a table."""
+    create_table_artifact(rows, key=model_key(name, MODEL_DAYS), description=f"Model '{name}': the days its nights "
+                          "read and the data gate's verdicts (accepted, quarantined; by whom and why).")

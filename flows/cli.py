@@ -32,6 +32,7 @@ COMMANDS = {
     "serve": "flows.commands.serve",
     "render": "flows.commands.render",
     "gc": "flows.commands.gc",
+    "days": "flows.commands.days",
 }
 
 

@@ -3,16 +3,19 @@ parameters (``nightly.config.PipelineConfig``)."""
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from nightly.config import PipelineConfig, _Model, _store_field
+from common.config import store_field
+from nightly.config import PipelineConfig
 
 
-class ServeConfig(_Model):
+class ServeConfig(BaseModel):
     """What `dlrmflow serve` serves: the store the deployments' forms point at, the pipeline's schedule and
     its default parameters (inputs, window, model name: what the scheduled runs use)."""
 
-    store: str = _store_field()
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = store_field()
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="The scheduled pipeline's "
                                      "parameters (the deployment's defaults in the UI form).")
     cron: str = Field("0 2 * * *", description="The pipeline's cron schedule, in `timezone` "

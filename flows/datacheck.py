@@ -1,8 +1,10 @@
-"""The data gate of a dated run, after preprocessing and before training: each day of the window against the days
-before it (``nightly.night.check_days``), from the profiles its parse stored per input file (no pass over the data).
-Every night's checks go into a ``data-checks`` table artifact and the model's history; a failed check emits
-``dlrmflow.data.check_failed`` and, with ``night.on_data_check: fail``, fails the night naming day, feature, check,
-value and threshold (``warn``: the night trains, and ``compete`` refuses the promotion)."""
+"""The data gate of a dated run, after preprocessing and before training: each day of the window not judged before
+against the accepted days before it (``nightly.night.check_days``), from the profiles its parse stored per input
+file (no pass over the data). Every night's checks go into a ``data-checks`` table artifact and the model's history;
+a day quarantined now emits ``dlrmflow.data.day_quarantined`` (the pipeline plans the night again without it); a
+quarantined test day emits ``dlrmflow.data.check_failed`` and, with ``night.on_data_check: fail``, fails the night
+naming day, feature, check, value and threshold (``warn``: the night trains, and ``compete`` refuses the
+promotion)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from prefect.cache_policies import NONE
 from common.errors import UserError
 from flows import artifacts, events
 from flows.errors import user_errors
-from nightly import night
+from nightly import datacheck, night
 from nightly.night import DataGate, NightPlan
 
 
@@ -23,11 +25,17 @@ def check_data(planned: NightPlan, dataset: str | None = None) -> DataGate:
     gate's verdict, or raises a UserError when a check failed and ``night.on_data_check`` is fail."""
     log = get_run_logger()
     config, days = planned.config, planned.window
-    gate = night.check_days(planned, say=log.info)
+    gate = night.check_days(planned, owner=events.flow_run_owner(), say=log.info)
+    for line in gate.new:
+        if line["verdict"] == datacheck.QUARANTINED:
+            events.emit(events.DAY_QUARANTINED, config.model, {"day": line["day"], "why": line["why"],
+                                                              "date": days.date.isoformat()})
+    for day, why in gate.left_out.items():
+        log.warning("data gate: day %s is quarantined (%s): the night is planned again without it", day, why)
     for day in gate.unchecked:
         log.warning("data check: no stored profile for %s (its parsed parts were removed, or parsed before the data "
                     "gate): that day is not checked", day)
-    artifacts.data_checks(gate.checks, days.date.isoformat())
+    artifacts.data_checks(gate.checks, days.date.isoformat(), gate.summary["left_out"])
     log.info("data check of %s: %d checks over %d days, %d failed", days.date, len(gate.checks),
              len(days.days) - len(gate.unchecked), len(gate.failed))
     if not gate.failed:
@@ -45,6 +53,7 @@ def check_data(planned: NightPlan, dataset: str | None = None) -> DataGate:
         night.record_gate_failed(planned, gate, dataset, events.flow_run_owner(), say=log.info)
         artifacts.model_history(planned.model, config.model)
         artifacts.data_drift(planned.model, config.model)
-    raise UserError(f"the night {days.date}: {gate.reason}. Fix: correct or replace those days' logs (a missing day "
-                    "is left out of the window, down to --min-days), loosen the threshold (--data-check.*), or pass "
-                    "--on-data-check warn to train without promoting.")
+    raise UserError(f"the night {days.date}: {gate.reason}. Fix: replace that day's logs (a changed file is judged "
+                    f"again), accept it (dlrmflow days --model {config.model or 'NAME'} accept {days.date} --why "
+                    "'...'), loosen the threshold (--data-check.*), or pass --on-data-check warn to train without "
+                    "promoting.")

@@ -10,8 +10,9 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLi
 from prefect.client.schemas.schedules import CronSchedule
 
 from training.config import EvaluateConfig
-from nightly.config import default_train
+from training.config import default_train
 from flows.config import ServeConfig
+from flows.days import days
 from flows.evaluate import evaluate
 from flows.pipeline import pipeline
 from flows.preprocess import preprocess
@@ -32,8 +33,8 @@ def deployment_name(flow_name: str, model: str | None) -> str:
 
 
 def deployments(config: ServeConfig) -> list:
-    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score, -tune; each followed by
-    ``-<model>`` when the pipeline has a model name)."""
+    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score, -tune, and -days with
+    a model; each followed by ``-<model>`` when the pipeline has a model name)."""
     store = config.store
 
     def name(flow_name: str) -> str:
@@ -62,7 +63,10 @@ def deployments(config: ServeConfig) -> list:
                            if config.tune_cron else [],
                            description="Search the training config (Optuna); with a model, its tuned config for "
                                        "the nightly runs."),
-    ]
+    ] + ([days.to_deployment(name("days"), tags=TAGS,
+                             parameters={"config": {"store": store, "model": config.pipeline.model}},
+                             description="The days the nights read and the data gate's verdicts: list them, accept "
+                                         "or quarantine one.")] if config.pipeline.model else [])
 
 
 def serve_all(config: ServeConfig) -> None:

@@ -3,7 +3,8 @@
 Events (``prefect.events.emit_event``), each about the model (resource ``dlrmflow.model.<name>``; a run without a
 model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics and the decision's numbers),
 ``dlrmflow.night.failed`` (date, stage, error), ``dlrmflow.model.promoted`` (the decision's numbers) and
-``dlrmflow.data.check_failed`` (date, on_data_check, the failed checks; emitted by the data gate, ``flows.datacheck``).
+``dlrmflow.data.check_failed`` (date, on_data_check, the test day's failed checks) and ``dlrmflow.data.day_quarantined``
+(day, why, the night's date), both emitted by the data gate (``flows.datacheck``).
 
 ``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
 model's history (a ``failed`` line naming the stage and the error, ``models.registry.record_failed``; the data gate
@@ -26,7 +27,8 @@ HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promot
 NIGHT_COMPLETED = "dlrmflow.night.completed"
 NIGHT_FAILED = "dlrmflow.night.failed"
 MODEL_PROMOTED = "dlrmflow.model.promoted"
-DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck)
+DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck): the test day failed
+DAY_QUARANTINED = "dlrmflow.data.day_quarantined"   # by the data gate: a day judged now was quarantined
 
 _NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
 
@@ -80,7 +82,8 @@ def completed(model: str | None, result: dict) -> None:
                                             "promote_margin")} if decision else {}
     metrics = {k: result.get("metrics", {}).get(k) for k in ("auc", "logloss", "rows", "step")}
     emit(NIGHT_COMPLETED, model, {"date": result.get("date"), "run": result.get("run"), "metrics": metrics,
-                                  "skipped": result.get("skipped"), **numbers})
+                                  "skipped": result.get("skipped"),
+                                  "left_out": (result.get("data_checks") or {}).get("left_out") or {}, **numbers})
     if decision and decision.get("decision") in PROMOTING:
         emit(MODEL_PROMOTED, model, {"date": result.get("date"), "run": result.get("run"), **numbers})
 

@@ -103,9 +103,11 @@ def due_nights(config: PipelineConfig) -> list[dt.date]:
 
 @task(cache_policy=NONE)
 @user_errors
-def plan(config: PipelineConfig, store: Store, day: dt.date | None) -> NightPlan:
-    """The night's plan (``nightly.night.plan_night``), the model's records checked before any work."""
-    planned = night.plan_night(config, store, day)
+def plan(config: PipelineConfig, store: Store, day: dt.date | None,
+         left_out: dict[dt.date, str] | None = None) -> NightPlan:
+    """The night's plan (``nightly.night.plan_night``; ``left_out``: days the data gate quarantined now), the
+    model's records checked before any work."""
+    planned = night.plan_night(config, store, day, left_out)
     log = get_run_logger()
     for note in planned.notes:
         log.info(note)
@@ -161,10 +163,17 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         synthesize(store, planned.config.synthetic, days.days if days else None, return_state=True).result()
     events.stage("preprocess")
     dataset = preprocess(planned.preprocess)
-    gate = None
-    if days and planned.config.night.on_data_check != "off":
+    gate, left_out = None, {}
+    while days and planned.config.night.on_data_check != "off":
         events.stage("data check")
         gate = check_data(planned, dataset, return_state=True).result()
+        if not gate.left_out:
+            break
+        left_out |= gate.left_out   # days quarantined now: the night again without them (their parses are kept)
+        planned = plan(config, store, day, left_out, return_state=True).result()
+        days = planned.window
+        events.stage("preprocess")
+        dataset = preprocess(planned.preprocess)
     run_plan = plan_run(planned, dataset, return_state=True).result()
     run = run_plan.run
     events.stage("train")
@@ -178,7 +187,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
     artifacts.outputs({k: v for k, v in result.items() if k != "metrics"})
     if gate:
-        result["data_checks"] = {"checks": gate.summary["checks"], "failed": len(gate.summary["failed"])}
+        result["data_checks"] = {"checks": gate.summary["checks"], "failed": len(gate.summary["failed"]),
+                                 "left_out": gate.summary["left_out"]}
     if planned.model:
         events.stage("promote")
         result["decision"] = compete(planned, run, dataset, metrics, gate, return_state=True).result()

@@ -15,11 +15,10 @@ from prefect.cache_policies import NONE
 from common.errors import UserError
 from common.store import redact
 from flows import artifacts
-from nightly.config import FlowTrainConfig, default_train
 from flows.errors import user_errors
 from models.registry import champion_init
 from training.checkpoint import Checkpointer
-from training.config import TrainConfig
+from training.config import FlowTrainConfig, TrainConfig, default_train
 from training.launchers import LauncherConfig, LocalLauncherConfig, RankOutput, build_launcher
 from training.launchers.output import NOISE
 from training.rundir import RunDir

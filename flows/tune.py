@@ -26,12 +26,11 @@ import feature_spec as fspec
 from common.errors import UserError
 from common.store import Store
 from flows import artifacts
-from nightly.config import FlowTrainConfig, config_hash
 from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.train import train
 from models import registry
-from training.config import HOLDOUT, EvaluateConfig, TrainConfig
+from training.config import HOLDOUT, EvaluateConfig, FlowTrainConfig, TrainConfig, config_hash
 from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
 from training.rundir import RunDir
 from tuning import plots, trials as tt

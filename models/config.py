@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from common.store import default_store
+from common.config import store_field
 from training.config import checkpoint_name
 
 
@@ -104,8 +104,7 @@ class GcConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    store: str = Field(default_factory=default_store, description="Artifact store root: a local folder or "
-                       "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
+    store: str = store_field()
     keep_nights: int = Field(14, ge=1, description="Keep the runs (and their datasets) of each model's last this "
                              "many decided nights, besides its champion's; a run or dataset that no model's history "
                              "names is kept this many days after its last write.")

@@ -1,8 +1,9 @@
 """Named models in the store: ``<store>/models/<name>/champion.json`` (the model in use) and ``history.jsonl``
 (one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, the night's data
 checks, decision; or a night the catchup policy skipped: ``record_skipped``; or one whose data checks failed:
-``record_data_failed``; or one that failed before its decision: ``record_failed``), and ``bundles/`` (the
-serving bundles of the champion and of the one before it, kept for a rollback).
+``record_data_failed``; or one that failed before its decision: ``record_failed``), ``days.jsonl`` (the data gate's
+and the operator's verdicts on the days its nights read: ``record_verdicts``) and ``bundles/`` (the serving bundles
+of the champion and of the one before it, kept for a rollback).
 
 ``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
 checked before each write) it re-reads the champion and ``decide``s (``models.decision``); a promotion is one
@@ -40,6 +41,7 @@ from training.config import TrainConfig
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
 HISTORY_FILE = "history.jsonl"
+DAYS_FILE = "days.jsonl"   # the data gate's verdicts on the days the model's nights read (nightly.datacheck)
 TUNED_FILE = "tuned.yaml"   # the training config the model's latest tune found best (`dlrmflow tune --model`)
 LOCK_FILE = "promotion.lock"
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
@@ -150,6 +152,7 @@ def check_records(model: str) -> None:
     UserError now, before the night spends its hours (each names the file, the line and the fix)."""
     champion_to_load(model)
     history(model)
+    day_verdicts(model)
 
 
 def save_tuned(model: str, text: str) -> str:
@@ -195,6 +198,35 @@ def history(model: str) -> list[dict]:
             raise UserError(f"{posixpath.join(model, HISTORY_FILE)} line {number} is not JSON ({e}). Fix: repair or "
                             "remove that line.") from None
     return lines
+
+
+def day_verdicts(model: str) -> list[dict]:
+    """Every line of ``<model>/days.jsonl`` (the data gate's and the operator's verdicts on days, oldest first; the
+    line's fields are ``nightly.datacheck``'s), [] when there is none yet."""
+    text = _read(model, DAYS_FILE) or ""
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                lines.append(json.loads(line))
+            except ValueError as e:
+                raise UserError(f"{posixpath.join(model, DAYS_FILE)} line {number} is not JSON ({e}). Fix: repair or "
+                                "remove that line (the day it held is judged again).") from None
+    return lines
+
+
+def record_verdicts(model: str, verdicts: list[dict], owner: str | None = None,
+                    say: Callable[[str], None] | None = None) -> None:
+    """Append ``verdicts`` (one line a day) to ``<model>/days.jsonl`` under the model's lock."""
+    if not verdicts:
+        return
+    with promotion_lock(model, owner, say=say) as lock:
+        text = _read(model, DAYS_FILE) or ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        lock.check()
+        write_uri(posixpath.join(model, DAYS_FILE),
+                  text + "".join(json.dumps(v, allow_nan=False, default=str) + "\n" for v in verdicts))
 
 
 RECORDED = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration", "fingerprint")  # of each model

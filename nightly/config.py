@@ -5,8 +5,6 @@ descriptions). Settings that were once flat keep working: ``RENAMED`` maps each 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from datetime import date
 from pathlib import Path
@@ -17,16 +15,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from common.config import apply_overrides, validate
+from common.config import apply_overrides, filled_in, store_field, validate
 from common.errors import UserError
-from common.store import check_run_name, default_store
+from common.store import check_run_name
 from models.config import GcConfig, PromoteConfig
 from models.registry import NAME_PATTERN as MODEL_NAME, TUNED_FILE, load_tuned, model_uri
 from preprocessing.config import FlowPreprocessConfig, PreprocessConfig
 from preprocessing.dated import is_dated
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
-from training.config import EvaluateConfig, TrainConfig, preset_names
+from training.config import (EvaluateConfig, FlowTrainConfig, TrainConfig, config_hash, default_train,
+                             preset_names)
 from training.launchers import LauncherConfig, LocalLauncherConfig
 
 
@@ -150,13 +149,8 @@ def cli_aliases(prefix: str = "") -> dict[str, str]:
     return {f"{prefix}{group}.{name}": "--" + old.replace("_", "-") for old, (group, name) in RENAMED.items()}
 
 
-class _Model(BaseModel):
+class _Model(BaseModel):   # the pipeline's groups: no unknown keys
     model_config = ConfigDict(extra="forbid")
-
-
-def _store_field():
-    return Field(default_factory=default_store, description="Artifact store root: a local folder or "
-                 "s3://bucket/prefix (default $DLRMFLOW_STORE, else ./artifacts).")
 
 
 class PipelineSyntheticConfig(_Model):
@@ -167,42 +161,22 @@ class PipelineSyntheticConfig(_Model):
     seed: int = Field(0, ge=0, description="Seed; the same rows and seed give the same bytes.")
 
 
-def _filled_in(default):
-    """A field the flow fills in itself: no form field (SkipJsonSchema), no option (flows/options.py), not dumped."""
-    return Field(default, exclude=True)
-
-
 class PipelinePreprocessConfig(FlowPreprocessConfig):
     """PreprocessConfig whose inputs default to synthetic logs and whose store is the pipeline's."""
 
     inputs: list[str] = Field(default_factory=list, description="Input files, folders or globs (local or s3://). "
                               "Empty: synthetic Criteo logs (see `synthetic`).")
-    out: SkipJsonSchema[str] = _filled_in("")
-    progress: SkipJsonSchema[bool] = _filled_in(False)
-
-
-class FlowTrainConfig(TrainConfig):
-    """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
-
-    dataset: SkipJsonSchema[str | None] = _filled_in(None)
-
-    def on(self, dataset: str) -> TrainConfig:
-        """The TrainConfig of these settings on ``dataset``."""
-        return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
-
-
-def default_train() -> FlowTrainConfig:
-    """The default preset's training settings."""
-    return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
+    out: SkipJsonSchema[str] = filled_in("")
+    progress: SkipJsonSchema[bool] = filled_in(False)
 
 
 class PipelineGcConfig(GcConfig):
     """GcConfig whose store, dated inputs and retain_days the pipeline fills in (its store, its window's templates,
     `window.retain_days`)."""
 
-    store: SkipJsonSchema[str] = _filled_in("")
-    inputs: SkipJsonSchema[list[str]] = _filled_in([])
-    retain_days: SkipJsonSchema[int] = _filled_in(0)
+    store: SkipJsonSchema[str] = filled_in("")
+    inputs: SkipJsonSchema[list[str]] = filled_in([])
+    retain_days: SkipJsonSchema[int] = filled_in(0)
 
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
@@ -218,7 +192,7 @@ class PipelineConfig(_Model):
                                       "(training/presets/NAME.yaml) and the preprocessing they were tuned with "
                                       "(nightly/presets.yaml), applied under the settings you give (in a form: those "
                                       "changed from their defaults).")
-    store: str = _store_field()
+    store: str = store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
@@ -394,25 +368,6 @@ class PipelineConfig(_Model):
         return f"{folder}-{config_hash(train)}"
 
 
-def config_hash(train: TrainConfig) -> str:
-    """A short hash of a training config (dataset included): the suffix of the default run names."""
-    data = train.model_dump(mode="json")
-    data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
-    data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
-    if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
-        data["data"].pop("holdout_rows")   # added later, used only without a val split (then resolved: set): names
-        data["data"].pop("holdout_fraction")   # of runs that validate on a split stay
-    if data["sharding"]["profile"] == "auto":   # the default since 'cpu' was: it decides the plan, not the model
-        data["sharding"]["profile"] = "cpu"     # (DCP reshards a checkpoint between plans): runs keep their names
-    for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
-        if not optimizer["weight_decay"]:
-            optimizer.pop("weight_decay")   # added later (0: none): unset, names stay
-    if data.get("init_from") and data["init_from"].get("store") is None:
-        data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
-    text = json.dumps(data, sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
-
-
 class PipelinePreset(_Model):
     """The preprocessing half of a preset (nightly/presets.yaml); its training half is training/presets/NAME.yaml."""
 
@@ -452,3 +407,28 @@ def _changed(data: dict, default: dict, prefix: str = "") -> dict[str, Any]:
         elif value != other:
             out[prefix + key] = value
     return out
+
+
+class DaysConfig(BaseModel):
+    """The data gate's verdicts on a model's days: list them, or override one (`dlrmflow days`, the `days` flow)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = store_field()
+    model: str = Field(pattern=MODEL_NAME, description="The model whose nights' days to list or judge "
+                       "(store/models/NAME/days.jsonl).")
+    action: Literal["list", "accept", "quarantine"] = Field("list", description="`list` the days and their "
+                                                            "verdicts; `accept` or `quarantine` the day `day` "
+                                                            "(an operator's verdict, which stands until the day's "
+                                                            "files change).")
+    day: date | None = Field(None, description="The day to accept or quarantine (YYYY-MM-DD).")
+    why: str | None = Field(None, min_length=1, description="Why (recorded with the verdict; required to accept or "
+                            "quarantine).")
+    by: str | None = Field(None, description="Who (recorded with the verdict). Default: this user@host.")
+
+    @model_validator(mode="after")
+    def _override(self) -> "DaysConfig":
+        if self.action != "list" and (self.day is None or not self.why):
+            raise ValueError(f"{self.action} needs the day and why; fix: e.g. `dlrmflow days --model "
+                             f"{self.model} {self.action} 2026-11-05 --why 'the logger was fixed'`")
+        return self

@@ -1,11 +1,14 @@
-"""The data gate: each day of a dated run's window against the days before it, from the profiles the parse recorded
-for every input file (``preprocessing.profile``: rows, positives, missing values, histograms, top values; no pass
-over the data), with the thresholds of ``DataCheckConfig`` (docs/nightly.md).
+"""The data gate: each day a dated run reads is judged once, against the accepted days before it (their medians:
+one bad day moves no threshold), from the profiles the parse recorded for every input file
+(``preprocessing.profile``: rows, positives, missing values, histograms, top values; no pass over the data), with the
+thresholds of ``DataCheckConfig`` (docs/nightly.md).
 
-``day_stats`` sums a day's file profiles; ``check`` runs every check and returns each result (``Check``: day,
-feature, check, value, threshold, passed); ``summary`` is what the model's history records of a night. A failing
-check fails the night before training (``on_data_check: fail``) or keeps the champion (``warn``:
-``decision.decide`` refuses with it)."""
+``day_stats`` sums a day's file profiles; ``judge`` checks a window's days (``Check``: day, feature, check, value,
+threshold, passed) and gives each its verdict: accepted, or quarantined with its failed checks. A verdict stands
+(a model's ``days.jsonl``, ``models.registry.record_verdicts``) until the day's files change or an operator
+overrides it (``dlrmflow days``). A quarantined day is left out of every window (``nightly.window``); a quarantined
+test day fails the night (``on_data_check: fail``) or keeps the champion (``warn``: ``decision.decide`` refuses with
+its checks). ``summary`` is what the model's history records of a night."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from nightly.config import DataCheckConfig
 
 CHECKS = ("rows", "label_rate", "min_rows", "min_positives", "missing", "unseen", "drift", "psi")
 SMOOTHING = 0.5   # added to every bin's count in the PSI (a bin one side lacks has no infinite term)
+SHOWN = 5         # failed checks a verdict's reason names (all are in its line)
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,49 @@ def day_stats(day: str, profiles: list[dict]) -> DayStats:
                      for f in first["top"]} if counted else {})
 
 
-def pool(days: list[DayStats]) -> DayStats:
-    """Several days as one (counts summed; top values where every day has them)."""
-    counted = all(d.top for d in days)
-    return DayStats("before", sum(d.rows for d in days), sum(d.positives for d in days),
-                    _add([d.missing for d in days]),
-                    {n: _add([d.histograms.get(n, {}) for d in days]) for n in days[-1].histograms},
-                    _add([d.values for d in days]) if counted else {},
-                    {f: _add([d.top.get(f, {}) for d in days]) for f in days[-1].top} if counted else {})
+@dataclass(frozen=True)
+class Reference:
+    """The accepted days a day is judged against, as medians over those days (a bad day among them moves no
+    threshold): rows, label rate, each feature's missing share, each categorical's top values' shares, each
+    numerical's histogram shares."""
+
+    days: int
+    rows: float
+    rate: float | None
+    missing: dict[str, float]
+    top: dict[str, dict[object, float]]
+    histograms: dict[str, dict[str, float]]   # numerical -> bin -> median share x median count of values
+
+
+def _median_shares(shares: list[dict]) -> dict:
+    """Per key, the median of its share over ``shares`` (a key a day lacks counts 0 there)."""
+    keys = dict.fromkeys(k for d in shares for k in d)
+    return {k: statistics.median(d.get(k, 0.0) for d in shares) for k in keys}
+
+
+def reference(days: list[DayStats]) -> Reference:
+    """The medians of ``days`` (accepted days, at least one)."""
+    rated = [d for d in days if d.rows]
+    counted = [d for d in days if d.top]
+    return Reference(
+        len(days), statistics.median(d.rows for d in days),
+        statistics.median(_share(d.positives, d.rows) for d in rated) if rated else None,
+        _median_shares([{f: _share(n, d.rows) for f, n in d.missing.items()} for d in rated]),
+        {f: _median_shares([{v: _share(c, d.values.get(f, 0)) for v, c in d.top.get(f, {}).items()}
+                            for d in counted if d.values.get(f)])
+         for f in (days[-1].top if len(counted) == len(days) else {})},
+        {n: _median_histogram([d.histograms[n] for d in days if sum(d.histograms.get(n, {}).values())])
+         for n in days[-1].histograms})
+
+
+def _median_histogram(histograms: list[dict[str, int]]) -> dict[str, float]:
+    """Per bin, the median of its share, scaled to the median count of values (as counts: the PSI's smoothing
+    weighs as it does on one day); {} without a histogram."""
+    if not histograms:
+        return {}
+    size = statistics.median(sum(h.values()) for h in histograms)
+    return {b: share * size for b, share in _median_shares([{b: c / sum(h.values()) for b, c in h.items()}
+                                                             for h in histograms]).items()}
 
 
 @dataclass(frozen=True)
@@ -126,41 +165,42 @@ def top_distance(day: dict, day_values: int, before: dict, before_values: int, k
 
 
 def check_day(day: DayStats, before: list[DayStats], config: DataCheckConfig) -> list[Check]:
-    """The checks of ``day`` against the days ``before`` it (none: no check): rows, label rate, and per feature
-    its missing share and its drift (categoricals: ``drift`` of the top values' shares; numericals: ``psi``)."""
+    """The checks of ``day`` against the accepted days ``before`` it (none: no check), by their medians
+    (``reference``): rows, label rate, and per feature its missing share and its drift (categoricals: ``drift`` of
+    the top values' shares; numericals: ``psi``)."""
     if not before:
         return []
-    ref = pool(before)
-    span = f"{len(before)} day{'s' if len(before) > 1 else ''} before"
+    ref = reference(before)
+    span = f"{len(before)} accepted day{'s' if len(before) > 1 else ''} before"
     out = []
-    median = statistics.median(d.rows for d in before)
     low, high = config.rows_band
-    out.append(Check(day.day, None, "rows", day.rows, "in", [low * median, high * median],
-                     low * median <= day.rows <= high * median, f"{low:g}x-{high:g}x the median {median:g} of the {span}"))
-    if ref.rows:
-        rate, c = _share(ref.positives, ref.rows), config.label_rate_change
+    out.append(Check(day.day, None, "rows", day.rows, "in", [low * ref.rows, high * ref.rows],
+                     low * ref.rows <= day.rows <= high * ref.rows,
+                     f"{low:g}x-{high:g}x the median {ref.rows:g} of the {span}"))
+    if ref.rate is not None:
+        rate, c = ref.rate, config.label_rate_change
         mine = _share(day.positives, day.rows)
         band = [rate * (1 - c), rate * (1 + c)]
         out.append(Check(day.day, None, "label_rate", mine, "in", band, band[0] <= mine <= band[1],
-                         f"{rate:.4g} of the {span} +-{c:.0%}"))
+                         f"the median {rate:.4g} of the {span} +-{c:.0%}"))
     for f in sorted(day.missing, key=_feature_order):
-        share, theirs, d = _share(day.missing[f], day.rows), _share(ref.missing.get(f, 0), ref.rows), config.missing_change
+        share, theirs, d = _share(day.missing[f], day.rows), ref.missing.get(f, 0.0), config.missing_change
         band = [max(0.0, theirs - d), min(1.0, theirs + d)]
         out.append(Check(day.day, f, "missing", share, "in", band, band[0] <= share <= band[1],
-                         f"{theirs:.4g} of the {span} +-{d:g}"))
+                         f"the median {theirs:.4g} of the {span} +-{d:g}"))
     for f in sorted(day.top, key=_feature_order):
-        if f not in ref.top or not day.values.get(f) or not ref.values.get(f):
+        if not ref.top.get(f) or not day.values.get(f):
             continue
-        gap, where = top_distance(day.top[f], day.values[f], ref.top[f], ref.values[f], config.top_values)
+        gap, where = top_distance(day.top[f], day.values[f], ref.top[f], 1.0, config.top_values)
         out.append(Check(day.day, f, "drift", gap, "<=", config.max_drift, gap <= config.max_drift,
-                         f"largest change of a top-{config.top_values} value's share against the {span}"
+                         f"largest change of a top-{config.top_values} value's share against the median of the {span}"
                          + (f", at value {where!r}" if where is not None and gap > config.max_drift else "")))
     for n in sorted(day.histograms, key=_feature_order):
-        if not sum(day.histograms[n].values()) or not sum(ref.histograms.get(n, {}).values()):
+        if not sum(day.histograms[n].values()) or not ref.histograms.get(n):
             continue   # no value on one side: the missing share tells
         score = psi(day.histograms[n], ref.histograms[n])
         out.append(Check(day.day, n, "psi", score, "<=", config.max_psi, score <= config.max_psi,
-                         f"PSI over fixed bins against the {span}"))
+                         f"PSI over fixed bins against the median of the {span}"))
     return out
 
 
@@ -180,17 +220,59 @@ def check_test_day(day: DayStats, config: DataCheckConfig, unseen: dict[str, flo
     return out
 
 
-def check(days: list[DayStats], config: DataCheckConfig, unseen: dict[str, float] | None = None,
-          unseen_before: dict[str, float] | None = None, before_day: str | None = None,
-          test_day: str | None = None) -> list[Check]:
-    """Every check of a window's ``days`` (oldest first): each day against the days before it, then the test day's
-    own (``check_test_day``) where the last day is the test day (``test_day``; default: it is)."""
-    out = []
-    for k, day in enumerate(days):
-        out += check_day(day, days[:k], config)
-    if days and days[-1].day == (test_day or days[-1].day):
-        out += check_test_day(days[-1], config, unseen, unseen_before, before_day)
-    return out
+ACCEPTED, QUARANTINED = "accepted", "quarantined"
+GATE = "data gate"   # who judged, in the verdicts the checks made (an operator's name the others)
+
+
+def standing(lines: list[dict], day: str, files: dict[str, str] | None) -> dict | None:
+    """The standing verdict on ``day`` among ``lines`` (a model's ``days.jsonl``, oldest first): its last line whose
+    files are the day's files now (an operator's line recorded without files holds whatever they are); None when
+    the day is to be judged (never judged, or its files changed since: a re-uploaded day is judged again)."""
+    return next((line for line in reversed(lines) if line.get("day") == day
+                 and (line.get("files") is None or line.get("files") == files)), None)
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """A window's days judged: every check run (each day against the accepted days before it, the test day's own
+    checks too), each day's verdict line (standing or new) and the lines made now (to be recorded)."""
+
+    checks: list[Check]
+    verdicts: dict[str, dict]
+    new: list[dict]
+
+    def quarantined(self) -> dict[str, str]:
+        """Day -> why, for the days whose verdict is quarantined."""
+        return {d: v.get("why") or "quarantined" for d, v in self.verdicts.items() if v["verdict"] == QUARANTINED}
+
+
+def judge(days: list[DayStats], files: dict[str, dict[str, str]], lines: list[dict], config: DataCheckConfig,
+          unseen: dict[str, float] | None = None, unseen_before: dict[str, float] | None = None,
+          before_day: str | None = None, test_day: str | None = None, at: str = "") -> Judgment:
+    """Judge a window's ``days`` (oldest first; the last is the test day ``test_day``, default: it is), each once:
+    a day with a standing verdict among ``lines`` (``standing``, by the day's input ``files``: URI -> identity) keeps
+    it; any other is checked against the days before it that are accepted (their medians: a quarantined day is no
+    one's reference) and quarantined when a check fails. Every day's checks are run (the history shows them)."""
+    checks, verdicts, new, accepted = [], {}, [], []
+    last = days[-1].day if days else None
+    for day in days:
+        mine = check_day(day, accepted, config)
+        if day.day == (test_day or last):
+            mine += check_test_day(day, config, unseen, unseen_before, before_day)
+        checks += mine
+        line = standing(lines, day.day, files.get(day.day))
+        if line is None:
+            bad = failed(mine)
+            line = {"day": day.day, "files": files.get(day.day), "verdict": QUARANTINED if bad else ACCEPTED,
+                    "failed": [c.row() for c in bad], "by": GATE,
+                    "why": "; ".join(c.text() for c in bad[:SHOWN]) + (f"; and {len(bad) - SHOWN} more"
+                                                                      if len(bad) > SHOWN else "") or None,
+                    "at": at}
+            new.append(line)
+        verdicts[day.day] = line
+        if line["verdict"] == ACCEPTED:
+            accepted.append(day)
+    return Judgment(checks, verdicts, new)
 
 
 def unseen_reference(days: list[str], window: list[str], date: str) -> str | None:
@@ -208,13 +290,22 @@ def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if not c.passed]
 
 
-def summary(checks: list[Check], mode: str, test_day: str | None = None, unchecked: list[str] = ()) -> dict:
-    """What the model's history records of a night's checks: the mode, the counts, every failed check and the test
-    day's checks (its drift and shares, night after night; default: the newest day checked), and the days without a
-    stored profile."""
-    test_day = test_day or max((c.day for c in checks), default=None)
-    return {"on_data_check": mode, "checks": len(checks), "failed": [c.row() for c in failed(checks)],
-            "test_day": [c.row() for c in checks if c.day == test_day], "unchecked": list(unchecked)}
+def summary(judgment: Judgment, mode: str, test_day: str, unchecked: list[str] = ()) -> dict:
+    """What the model's history records of a night's data gate: the mode, the count of checks, the test day's failed
+    checks where its verdict is quarantined (they refuse a promotion under ``warn``), the test day's checks (its
+    drift and shares, night after night), the window's days left out as quarantined (day -> why), every day's
+    verdict and who gave it, and the days without a stored profile."""
+    verdict = judgment.verdicts.get(test_day, {})
+    bad = [c.row() for c in failed(judgment.checks) if c.day == test_day] if verdict.get("verdict") == QUARANTINED \
+        else []
+    if verdict.get("verdict") == QUARANTINED and not bad:   # quarantined by an operator: the verdict refuses
+        bad = [Check(test_day, None, "verdict", 0, ">=", 1, False, f"quarantined by {verdict.get('by')}: "
+                                                                    f"{verdict.get('why')}").row()]
+    return {"on_data_check": mode, "checks": len(judgment.checks), "failed": bad,
+            "test_day": [c.row() for c in judgment.checks if c.day == test_day],
+            "left_out": {d: why for d, why in judgment.quarantined().items() if d != test_day},
+            "verdicts": {d: f"{v['verdict']} ({v.get('by')})" for d, v in judgment.verdicts.items()},
+            "unchecked": list(unchecked)}
 
 
 def refusals(recorded: dict | None) -> list[str]:

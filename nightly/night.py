@@ -22,8 +22,11 @@ from models import registry, scoring
 from models.config import ScoreConfig
 from models.decision import RowScores, paired
 from nightly import datacheck
-from nightly.config import FlowTrainConfig, PipelineConfig
+from training.config import FlowTrainConfig
+from nightly.config import PipelineConfig
 from nightly.window import Window, catchup_skip, window
+from preprocessing.dated import fill_date
+from preprocessing.inputs import expand
 from preprocessing.config import FlowPreprocessConfig
 from preprocessing.profile import StoredProfiles
 from training.config import InitFrom, TrainConfig
@@ -140,11 +143,13 @@ def synthetic_inputs(config: PipelineConfig, store: Store) -> list[str]:
     return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
 
 
-def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date | None = None) -> NightPlan:
+def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date | None = None,
+               left_out: dict[dt.date, str] | None = None) -> NightPlan:
     """The plan of a pipeline run of ``config`` (for ``date`` when dated): the preset or tuned config applied,
     the settings checked together, the window's days found (a missing day, a bad template or a wrong split name
-    fails here, before any work) and the preprocessing config (synthetic inputs unless inputs are given; for a
-    dated run the window's days as the `files` split rule)."""
+    fails here, before any work; a day the data gate quarantined is left out as a missing one is: the model's
+    standing verdicts, and ``left_out``: day -> why) and the preprocessing config (synthetic inputs unless inputs
+    are given; for a dated run the window's days as the `files` split rule)."""
     config, notes = config.with_preset()
     store = store or Store(config.store)
     config.check_dated()
@@ -154,21 +159,53 @@ def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date
     days = None
     if config.dated:
         days = window(inputs, date, config.window, check=bool(config.preprocess.inputs))
+        quarantined = dict(left_out or {})
+        if config.model and config.night.on_data_check != "off":
+            quarantined |= _quarantined(registry.model_uri(store.uri, config.model), days.templates,
+                                        (*(date - dt.timedelta(days=k) for k in range(config.window.train_days, 0, -1)),
+                                         date))
+        if quarantined:
+            days = window(inputs, date, config.window, check=bool(config.preprocess.inputs), quarantined=quarantined)
         inputs = days.inputs()
     preprocess = config.preprocess_config(inputs, store.uri)
     config.check_splits(preprocess)
     return NightPlan(config, store, preprocess, date if config.dated else None, days, tuple(notes))
 
 
+def _quarantined(model: str, templates: tuple[str, ...], days: tuple[dt.date, ...]) -> dict[dt.date, str]:
+    """Day -> why, for those of ``days`` whose standing verdict in ``model`` is quarantined (by their files now)."""
+    lines = registry.day_verdicts(model)
+    out = {}
+    for day in days:
+        if not any(line.get("day") == day.isoformat() for line in lines):
+            continue
+        verdict = datacheck.standing(lines, day.isoformat(), _identities(templates, day))
+        if verdict is not None and verdict["verdict"] == datacheck.QUARANTINED:
+            out[day] = f"{verdict.get('why') or 'quarantined'}; by {verdict.get('by')}"
+    return out
+
+
+def _identities(templates: tuple[str, ...], day: dt.date) -> dict[str, str] | None:
+    """Input URI -> identity of ``day``'s files now (None when they cannot be listed: judged again after the parse)."""
+    try:
+        return {f.uri: f.identity for f in expand([fill_date(t, day) for t in templates])}
+    except UserError:
+        return None
+
+
 @dataclass(frozen=True)
 class DataGate:
-    """The data gate's verdict on a night's window: the night's ``summary`` (``nightly.datacheck.summary``, what
-    the history records), every check, the failed ones, the days without a stored profile and the failure's
-    one-line reason (None: nothing failed)."""
+    """The data gate's verdict on a night: the night's ``summary`` (``nightly.datacheck.summary``, what the
+    history records), every check, the test day's failed ones (``failed``: they fail the night, or refuse the
+    promotion under ``warn``), the window's days quarantined now that the plan still reads (``left_out``: day ->
+    why; the night is planned again without them), the verdicts made now, the days without a stored profile and
+    the failure's one-line reason (None: the test day passed)."""
 
     summary: dict
     checks: list
     failed: list
+    left_out: dict[dt.date, str]
+    new: list[dict]
     unchecked: list[dt.date]
     reason: str | None
 
@@ -176,15 +213,17 @@ class DataGate:
 
     @property
     def refusals(self) -> tuple[str, ...]:
-        """The failed checks' texts: each refuses a promotion."""
-        return tuple(c.text() for c in self.failed)
+        """The test day's failed checks' texts: each refuses a promotion."""
+        return tuple(datacheck.Check(**row).text() for row in self.summary["failed"])
 
 
-def check_days(plan: NightPlan, say: Say = _quiet) -> DataGate:
-    """Check the window's days from the profiles their parses stored (no pass over the data): each against the
-    days before it, the test day's unseen values against the champion's vocabulary."""
+def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> DataGate:
+    """Judge the window's days from the profiles their parses stored (no pass over the data): each day without a
+    standing verdict against the accepted days before it, the test day's unseen values against the champion's
+    vocabulary too (``nightly.datacheck.judge``); the verdicts made now are recorded in the model's days.jsonl."""
     config, days = plan.config, plan.window
     stored = StoredProfiles(plan.preprocess)
+    identities = stored.identities()
     files: dict[dt.date, list[tuple[str, dict | None]]] = {}
     for uri, profile in stored.profiles():
         if (day := days.owns(uri)) is not None:
@@ -194,19 +233,32 @@ def check_days(plan: NightPlan, say: Say = _quiet) -> DataGate:
     stats = [datacheck.day_stats(d.isoformat(), [p for _, p in files[d]]) for d in checked]
     unseen = _unseen(plan, stored, files, checked, say) if checked and checked[-1] == days.date else ({}, {}, None)
     test_day = days.date.isoformat()
-    checks = datacheck.check(stats, config.data_check, *unseen, test_day=test_day)
-    summary = datacheck.summary(checks, config.night.on_data_check, test_day, [d.isoformat() for d in unchecked])
-    failed = datacheck.failed(checks)
+    lines = registry.day_verdicts(plan.model) if plan.model else []
+    judged = datacheck.judge(stats, {d.isoformat(): {u: identities[u] for u, _ in files[d]} for d in checked}, lines,
+                             config.data_check, *unseen, test_day=test_day,
+                             at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    if plan.model and judged.new:
+        registry.record_verdicts(plan.model, judged.new, owner=owner, say=say)
+    for line in judged.new:
+        say(f"data gate: day {line['day']} {line['verdict']}" + (f" ({line['why']})" if line["why"] else ""))
+    summary = datacheck.summary(judged, config.night.on_data_check, test_day, [d.isoformat() for d in unchecked])
+    summary["left_out"] |= {d.isoformat(): why for d, why in days.quarantined}   # left out when planned
+    read = set(days.train + days.val)
+    left_out = {dt.date.fromisoformat(d): why for d, why in judged.quarantined().items()
+                if dt.date.fromisoformat(d) in read}
+    failed = [datacheck.Check(**row) for row in summary["failed"]]
     texts = [c.text() for c in failed]
     more = (f"; and {len(texts) - DataGate.SHOWN} more (the data-checks artifact lists them)"
             if len(texts) > DataGate.SHOWN else "")
-    reason = f"{len(failed)} data check(s) failed: {'; '.join(texts[:DataGate.SHOWN])}{more}" if failed else None
-    return DataGate(summary, checks, failed, unchecked, reason)
+    reason = (f"the test day {test_day} is quarantined: {len(failed)} data check(s) failed: "
+              f"{'; '.join(texts[:DataGate.SHOWN])}{more}") if failed else None
+    return DataGate(summary, judged.checks, failed, left_out, judged.new, unchecked, reason)
 
 
 def record_gate_failed(plan: NightPlan, gate: DataGate, dataset: str | None, owner: str | None,
                        say: Say = _quiet) -> None:
-    """Record a night that its data gate failed in its model's history (no model: nothing)."""
+    """Record a night that its data gate failed (its test day quarantined) in its model's history (no model:
+    nothing)."""
     if plan.model:
         days = plan.window
         registry.record_data_failed(plan.model, days.date.isoformat(), [d.isoformat() for d in days.days],

@@ -58,6 +58,7 @@ class Window:
     train: tuple[dt.date, ...]
     val: tuple[dt.date, ...]
     missing: tuple[tuple[dt.date, str], ...] = ()   # (day, URI it looked for) left out of the window
+    quarantined: tuple[tuple[dt.date, str], ...] = ()   # (day, why) left out: the data gate's verdict
 
     @property
     def days(self) -> tuple[dt.date, ...]:
@@ -82,6 +83,8 @@ class Window:
         text = (f"window for {self.date}: train {_span(self.train)}, val {_span(self.val)}, test {self.date}")
         if self.missing:
             text += "; missing days left out: " + ", ".join(f"{d} ({uri})" for d, uri in self.missing)
+        if self.quarantined:
+            text += "; quarantined days left out: " + ", ".join(f"{d} ({why})" for d, why in self.quarantined)
         return text
 
 
@@ -89,9 +92,12 @@ def _span(days: tuple[dt.date, ...]) -> str:
     return str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]} ({len(days)} days)"
 
 
-def window(templates: list[str], date: dt.date, config: WindowConfig, check: bool = True) -> Window:
+def window(templates: list[str], date: dt.date, config: WindowConfig, check: bool = True,
+           quarantined: dict[dt.date, str] | None = None) -> Window:
     """The window of ``date``, every day's inputs checked unless not ``check`` (fsspec): a missing test day, or
-    fewer than ``min_days`` days before the date, fails before any work with the dates and URIs looked for."""
+    fewer than ``min_days`` days before the date, fails before any work with the dates and URIs looked for. The
+    ``quarantined`` days (day -> why: the data gate's verdicts) are left out as missing ones are; a quarantined test
+    day fails."""
     if not config.train_days:
         raise UserError("the inputs hold {date} but no window is set. Fix: pass --train-days N (the days before "
                         "the run's date to train on).")
@@ -106,15 +112,24 @@ def window(templates: list[str], date: dt.date, config: WindowConfig, check: boo
     if date in lacking:
         raise UserError(f"no input for the test day {date}: nothing at {lacking[date]}. Fix: wait for that day's "
                         "logs, or run for another date (--date YYYY-MM-DD).")
-    present = [d for d in before if d not in lacking]
+    quarantined = {d: why for d, why in (quarantined or {}).items() if d in (*before, date) and d not in lacking}
+    if date in quarantined:
+        raise UserError(f"the test day {date} is quarantined ({quarantined[date]}). Fix: replace that day's logs (a "
+                        "changed file is judged again), or accept it: dlrmflow days --model NAME accept "
+                        f"{date} --why '...'.")
+    present = [d for d in before if d not in lacking and d not in quarantined]
     needed = config.min_days or config.train_days
     if len(present) < needed:
-        listed = ", ".join(f"{d} ({uri})" for d, uri in lacking.items())
+        left = [f"{len(lacking)} are missing: " + ", ".join(f"{d} ({uri})" for d, uri in lacking.items())] \
+            if lacking else []
+        left += [f"{len(quarantined)} quarantined: " + "; ".join(f"{d} ({why})" for d, why in quarantined.items())] \
+            if quarantined else []
+        accept = ", accept a quarantined day (dlrmflow days --model NAME accept DATE)" if quarantined else ""
         raise UserError(f"the window for {date} needs {needed} of the {config.train_days} days before it, but "
-                        f"{len(lacking)} are missing: {listed}. Fix: add those days' logs, or lower --min-days.")
+                        f"{' and '.join(left)}. Fix: add those days' logs{accept}, or lower --min-days.")
     val = min(config.val_days, len(present) - 1)
     return Window(tuple(templates), date, tuple(present[:len(present) - val]), tuple(present[len(present) - val:]),
-                  tuple(lacking.items()))
+                  tuple(lacking.items()), tuple(sorted(quarantined.items())))
 
 
 def _missing(templates: list[str], day: dt.date) -> str | None:

@@ -23,6 +23,11 @@ class InputFile(BaseModel):
     size: int
     version: str    # local: mtime, inode and ctime; remote: ETag (else mtime)
 
+    @property
+    def identity(self) -> str:
+        """What tells this file's bytes from a rewrite's: its size and version (a verdict on a day is keyed by it)."""
+        return f"{self.size}:{self.version}"
+
 
 def split_mapping(item: str) -> tuple[str | None, str]:
     """'test=PATH' -> ('test', PATH); a plain path (or an existing path containing '=') -> (None, path)."""

@@ -130,6 +130,10 @@ class StoredProfiles:
             found.append((f.uri, json.loads(text) if text else None))
         return found
 
+    def identities(self) -> dict[str, str]:
+        """Input URI -> its identity (``InputFile.identity``)."""
+        return {f.uri: f.identity for f in self.job.inputs}
+
     def unseen(self, groups: dict[str, list[str]], dataset: str) -> dict[str, dict[str, float]]:
         """Per group of input files (name -> their URIs) and vocabulary feature: the share of the files' values (their
         stored all-rows counts) that the vocabulary of ``dataset`` holds no index for. A feature is left out where

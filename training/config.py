@@ -9,13 +9,16 @@ is what ``dlrmflow evaluate`` takes besides the run (``training.evaluate.evaluat
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from common.config import apply_overrides, validate
+from common.config import apply_overrides, filled_in, validate
 from common.errors import UserError
 from common.store import RUNS, filesystem, inside, read_text, store_of
 from feature_spec import file_uri
@@ -399,3 +402,37 @@ class PlanConfig(BaseModel):
     batch_size: int | None = Field(None, ge=1, description="Per-rank batch size the planner assumes (default: the "
                                    "config's global data.batch_size / world size).")
     out: str | None = Field(None, description="Also write the plan text to this path or URI.")
+
+
+class FlowTrainConfig(TrainConfig):
+    """TrainConfig whose dataset the flow fills in (the train flow's `dataset`, the pipeline's preprocessed one)."""
+
+    dataset: SkipJsonSchema[str | None] = filled_in(None)
+
+    def on(self, dataset: str) -> TrainConfig:
+        """The TrainConfig of these settings on ``dataset``."""
+        return TrainConfig.model_validate({**self.model_dump(), "dataset": dataset})
+
+
+def default_train() -> FlowTrainConfig:
+    """The default preset's training settings."""
+    return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
+
+
+def config_hash(train: TrainConfig) -> str:
+    """A short hash of a training config (dataset included): the suffix of the default run names."""
+    data = train.model_dump(mode="json")
+    data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
+    data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
+    if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
+        data["data"].pop("holdout_rows")   # added later, used only without a val split (then resolved: set): names
+        data["data"].pop("holdout_fraction")   # of runs that validate on a split stay
+    if data["sharding"]["profile"] == "auto":   # the default since 'cpu' was: it decides the plan, not the model
+        data["sharding"]["profile"] = "cpu"     # (DCP reshards a checkpoint between plans): runs keep their names
+    for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
+        if not optimizer["weight_decay"]:
+            optimizer.pop("weight_decay")   # added later (0: none): unset, names stay
+    if data.get("init_from") and data["init_from"].get("store") is None:
+        data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()

@@ -277,7 +277,7 @@ def test_the_forms_preset_applies_to_the_fields_left_at_their_defaults():
 def test_default_run_names_survive_the_arch_rename():
     """The hash in a run's default name is the one from before `model` became `arch`, so `dlrmflow run` again
     finds (and resumes) the runs made before it."""
-    from nightly.config import config_hash
+    from training.config import config_hash
     from training.config import TrainConfig
 
     assert config_hash(TrainConfig.preset("default")) == "03c92e09a0"

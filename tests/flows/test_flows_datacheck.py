@@ -41,7 +41,7 @@ def said(monkeypatch):
     monkeypatch.setattr(task_module, "get_run_logger", lambda: log)
     monkeypatch.setattr(flow_errors, "get_run_logger", lambda: log)   # where a failed task logs its error
     monkeypatch.setattr(task_module.events, "emit", lambda *a: told["events"].append(a))
-    monkeypatch.setattr(task_module.artifacts, "data_checks", lambda checks, date: told["tables"].append(checks))
+    monkeypatch.setattr(task_module.artifacts, "data_checks", lambda checks, date, left_out=None: told["tables"].append(checks))
     monkeypatch.setattr(task_module.artifacts, "model_history", lambda *a: told["history"].append(a))
     monkeypatch.setattr(task_module.artifacts, "data_drift", lambda *a: None)
     return told
@@ -77,9 +77,11 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
     state = _night(no_labels, tmp_path)()   # the task fails with the UserError (flows.errors.user_errors)
     assert state.is_failed() and isinstance(state.data, UserError)
     message = state.message
-    assert message.startswith(f"the night {DATE}: 2 data check(s) failed: day {DATE}: label_rate 0 outside [")
+    assert message.startswith(f"the night {DATE}: the test day {DATE} is quarantined: 2 data check(s) failed: day "
+                              f"{DATE}: label_rate 0 outside [")
     assert f"day {DATE}: min_positives 0 < 10" in message and "--on-data-check warn" in message
-    [(event, model, payload)] = said["events"]
+    quarantined, (event, model, payload) = said["events"]
+    assert quarantined[:2] == ("dlrmflow.data.day_quarantined", "ctr") and quarantined[2]["day"] == DATE.isoformat()
     assert (event, model, payload["failed"], payload["on_data_check"]) == \
         ("dlrmflow.data.check_failed", "ctr", 2, "fail")
     [line] = registry.history(registry.model_uri(str(tmp_path / "store"), "ctr"))
@@ -92,6 +94,135 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
 def test_warn_lets_the_night_go_on_with_the_failures(no_labels, tmp_path, said):
     summary = _night(no_labels, tmp_path, "warn")().summary
     assert [c["check"] for c in summary["failed"]] == ["label_rate", "min_positives"]
-    assert summary["on_data_check"] == "warn" and len(said["events"]) == 1
+    assert summary["on_data_check"] == "warn" and len(said["events"]) == 2   # day_quarantined, check_failed
     assert registry.history(registry.model_uri(str(tmp_path / "store"), "ctr")) == []   # compete records it
     assert any("is not promoted" in w for w in said["warnings"])
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory):
+    """Nine drifting synthetic days, 11-01..11-09, 3000 rows each."""
+    root = tmp_path_factory.mktemp("week")
+    write_days(SynthConfig(out=str(root), days=9, start="2026-11-01", rows_per_day=3000, seed=7, workers=1))
+    return root
+
+
+def _labels_0(part: Path) -> None:
+    part.write_text("".join("0" + line[1:] for line in part.read_text().splitlines(keepends=True)))
+
+
+def _gate(logs, store, date: dt.date, **config):
+    """A night's plan, preprocessing and data gate as the pipeline runs them (the task's body, no server)."""
+    config = PipelineConfig(store=str(store), model="ctr", preprocess={"inputs": [f"{logs}/{{date}}/part-*"]},
+                            window={"train_days": 3, "min_days": 2}, **config)
+    plan = plan_night(config, Store(config.store), date)
+    state = task_module.check_data.fn(plan, run(plan.preprocess))
+    return plan, state
+
+
+def test_one_bad_day_is_judged_once_and_left_out_of_the_nights_after_it(week, tmp_path, said):
+    """Issue 34's night: a day whose labels are all 0 fails its own night and only that one; the nights after it
+    train without it (down to min_days), naming it where it is left out, never blaming the good days; a re-uploaded
+    (repaired) day is judged again; the operator's override stands; every verdict is recorded once."""
+    logs = tmp_path / "logs"
+    shutil.copytree(week, logs)
+    bad = next((logs / "2026-11-05").glob("part-*"))
+    good_bytes = bad.read_bytes()
+    _labels_0(bad)
+    store = tmp_path / "store"
+    model = registry.model_uri(str(store), "ctr")
+
+    plan, state = _gate(logs, store, dt.date(2026, 11, 5))   # its own night: the test day is quarantined
+    assert state.is_failed() and state.message.startswith("the night 2026-11-05: the test day 2026-11-05 is "
+                                                          "quarantined: 2 data check(s) failed: day 2026-11-05: "
+                                                          "label_rate 0 outside [")
+    assert "dlrmflow days --model ctr accept 2026-11-05" in state.message
+    assert {v["day"]: v["verdict"] for v in registry.day_verdicts(model)} == {
+        "2026-11-02": "accepted", "2026-11-03": "accepted", "2026-11-04": "accepted", "2026-11-05": "quarantined"}
+
+    for day, train, val in ((6, ["2026-11-03"], ["2026-11-04"]), (7, ["2026-11-04"], ["2026-11-06"]),
+                            (8, ["2026-11-06"], ["2026-11-07"])):   # left out, the validation day moves
+        plan, gate = _gate(logs, store, dt.date(2026, 11, day))
+        assert [d.isoformat() for d in plan.window.train] == train and [d.isoformat() for d in plan.window.val] == val
+        assert not gate.failed and gate.summary["failed"] == [] and not gate.left_out
+        assert list(gate.summary["left_out"]) == ["2026-11-05"]
+        assert "label_rate 0 outside" in gate.summary["left_out"]["2026-11-05"]
+        assert "quarantined days left out: 2026-11-05" in plan.window.describe()
+    lines = registry.day_verdicts(model)
+    assert [v["day"] for v in lines] == ["2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05", "2026-11-06",
+                                         "2026-11-07", "2026-11-08"]   # each day judged once
+    assert all(v["verdict"] == "accepted" for v in lines if v["day"] != "2026-11-05")
+    assert not any("2026-11-06" in w or "2026-11-07" in w for w in said["warnings"])   # no good day blamed
+
+    bad.write_bytes(good_bytes)   # the repaired day re-uploaded: new files, judged again, accepted, read again
+    plan, gate = _gate(logs, store, dt.date(2026, 11, 7))
+    assert [d.isoformat() for d in plan.window.days] == ["2026-11-04", "2026-11-05", "2026-11-06", "2026-11-07"]
+    assert [(v["day"], v["verdict"]) for v in registry.day_verdicts(model)][-1] == ("2026-11-05", "accepted")
+    assert gate.summary["left_out"] == {}
+
+
+def test_a_day_quarantined_mid_window_plans_the_night_again_and_an_operator_overrides(week, tmp_path, said):
+    """A window day judged for the first time tonight (a first night) and quarantined is left out at once (the
+    gate says so and the pipeline plans again); the operator's quarantine and acceptance stand (who and why
+    recorded); a cut file re-uploaded in full is judged again."""
+    logs = tmp_path / "logs"
+    shutil.copytree(week, logs)
+    part = next((logs / "2026-11-03").glob("part-*"))
+    whole = part.read_bytes()
+    part.write_bytes(b"".join(whole.splitlines(keepends=True)[:100]))   # cut: 100 of 3000 rows
+    store = tmp_path / "store"
+    model = registry.model_uri(str(store), "ctr")
+
+    plan, gate = _gate(logs, store, dt.date(2026, 11, 5))   # first night: 11-02..11-04 and the test day judged now
+    assert set(gate.left_out) == {dt.date(2026, 11, 3)} and "rows 100 outside" in gate.left_out[dt.date(2026, 11, 3)]
+    assert not gate.failed   # the test day is fine: judged against the accepted days only
+    replanned = plan_night(plan.config, Store(str(store)), dt.date(2026, 11, 5))   # as the pipeline does
+    assert [d.isoformat() for d in replanned.window.days] == ["2026-11-02", "2026-11-04", "2026-11-05"]
+
+    part.write_bytes(whole)   # re-uploaded in full: judged again at the next night that reads it
+    plan, gate = _gate(logs, store, dt.date(2026, 11, 6))
+    assert dt.date(2026, 11, 3) in plan.window.days and gate.summary["left_out"] == {}
+    assert [v["verdict"] for v in registry.day_verdicts(model) if v["day"] == "2026-11-03"] == ["quarantined",
+                                                                                                 "accepted"]
+
+    from nightly.config import DaysConfig
+    from nightly.days import listing, run_days
+
+    run_days(DaysConfig(store=str(store), model="ctr", action="quarantine", day="2026-11-04", why="bot traffic",
+                        by="ana"))
+    plan, gate = _gate(logs, store, dt.date(2026, 11, 6))
+    assert dt.date(2026, 11, 4) not in plan.window.days
+    assert gate.summary["left_out"]["2026-11-04"] == "bot traffic; by operator ana"
+    rows = {r["day"]: r for r in listing(model)}
+    assert (rows["2026-11-04"]["verdict"], rows["2026-11-04"]["by"], rows["2026-11-04"]["why"]) == (
+        "quarantined", "operator ana", "bot traffic")
+    run_days(DaysConfig(store=str(store), model="ctr", action="accept", day="2026-11-04", why="checked: real",
+                        by="ana"))
+    plan, _ = _gate(logs, store, dt.date(2026, 11, 6))
+    assert dt.date(2026, 11, 4) in plan.window.days
+
+
+
+def test_the_days_command_lists_and_overrides_in_one_line_errors(tmp_path):
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    model = registry.model_uri(str(store), "ctr")
+    registry.record_verdicts(model, [{"day": "2026-11-05", "files": {"a": "1:2"}, "verdict": "quarantined",
+                                      "failed": [], "by": "data gate", "why": "label_rate 0", "at": "t"}])
+
+    def days(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "flows", "days", "--model", "ctr", "--store", str(store), *args],
+                              capture_output=True, text=True, timeout=120)
+
+    listed = days()
+    assert listed.returncode == 0 and "2026-11-05  quarantined  data gate" in listed.stdout, listed.stderr
+    refused = days("accept", "2026-11-05")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "needs the day and why" in refused.stderr
+    accepted = days("accept", "2026-11-05", "--why", "a sale", "--by", "ana")
+    assert accepted.returncode == 0 and "day 2026-11-05 accepted by operator ana (a sale)" in accepted.stderr
+    assert registry.day_verdicts(model)[-1]["files"] == {"a": "1:2"}   # the files the gate judged
+    unknown = subprocess.run([sys.executable, "-m", "flows", "days", "--model", "nope", "--store", str(store)],
+                             capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "model nope has no folder" in unknown.stderr and "Traceback" not in unknown.stderr

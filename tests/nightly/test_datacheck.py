@@ -8,6 +8,7 @@ import datetime as dt
 import gzip
 import hashlib
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,14 @@ def _check(root: Path, store: Path, days: list[str] = DAYS, champion: str | None
         shares = stored.unseen({"test": [u for u, _ in files[days[-1]]], "before": [u for u, _ in files[before]]},
                                champion)
         unseen = shares["test"], shares["before"], before
-    return datacheck.check(stats, DataCheckConfig(), *unseen)
+    return datacheck.judge(stats, {}, [], DataCheckConfig(), *unseen).checks
+
+
+def _summary(checks: list[datacheck.Check], mode: str, test_day: str = TEST) -> dict:
+    """The night's summary of ``checks`` as ``judge`` leaves them: a day with a failed check quarantined."""
+    verdicts = {c.day: {"verdict": datacheck.QUARANTINED if any(not o.passed for o in checks if o.day == c.day)
+                        else datacheck.ACCEPTED, "by": datacheck.GATE} for c in checks}
+    return datacheck.summary(datacheck.Judgment(checks, verdicts, []), mode, test_day)
 
 
 def _one(checks, day: str, feature: str | None, check: str) -> datacheck.Check:
@@ -77,8 +85,9 @@ def _one(checks, day: str, feature: str | None, check: str) -> datacheck.Check:
     return found
 
 
-def _before(logs: Path) -> list[list[str]]:
-    return [r for d in DAYS[:-1] for r in _rows(next((logs / d).glob("part-*")))]
+def _before_days(logs: Path) -> list[list[list[str]]]:
+    """The rows of each day before the test day."""
+    return [_rows(next((logs / d).glob("part-*"))) for d in DAYS[:-1]]
 
 
 def test_drifting_synthetic_days_pass_every_check(logs, tmp_path):
@@ -90,18 +99,17 @@ def test_drifting_synthetic_days_pass_every_check(logs, tmp_path):
     assert {c.feature for c in checks if c.check == "missing" and c.day == TEST} == \
         {f"I{k}" for k in range(1, 14)} | {f"C{k}" for k in range(1, 27)}
     rows = _one(checks, TEST, None, "rows")   # each day against the days before it: the median of four
-    assert (rows.value, rows.threshold) == (3000, [1500, 6000]) and "the median 3000 of the 4 days before" in rows.text()
+    assert (rows.value, rows.threshold) == (3000, [1500, 6000]) and "the median 3000 of the 4 accepted days before" in rows.text()
 
 
 def test_a_day_with_all_labels_0_fails_the_label_rate_and_the_positives(logs, tmp_path):
     root = _faulty(logs, tmp_path, lambda rows: [["0", *r[1:]] for r in rows])
     checks = _check(root, tmp_path / "store")
-    before = _before(logs)
-    rate = sum(r[LABEL] == "1" for r in before) / len(before)
+    rate = statistics.median(sum(r[LABEL] == "1" for r in day) / len(day) for day in _before_days(logs))
     label = _one(checks, TEST, None, "label_rate")
     assert not label.passed and label.value == 0 and label.threshold == pytest.approx([rate * 0.5, rate * 1.5])
     assert label.text() == (f"day {TEST}: label_rate 0 outside [{rate * 0.5:.4g}, {rate * 1.5:.4g}] "
-                            f"({rate:.4g} of the 4 days before +-50%)")
+                            f"(the median {rate:.4g} of the 4 accepted days before +-50%)")
     positives = _one(checks, TEST, None, "min_positives")
     assert positives.text() == f"day {TEST}: min_positives 0 < 10" and not positives.passed
     assert all(c.passed for c in checks if c.day != TEST)
@@ -111,7 +119,7 @@ def test_a_day_with_5_percent_of_the_rows_fails_the_rows_check(logs, tmp_path):
     root = _faulty(logs, tmp_path, lambda rows: rows[:150])
     checks = _check(root, tmp_path / "store")
     rows = _one(checks, TEST, None, "rows")
-    assert rows.text() == f"day {TEST}: rows 150 outside [1500, 6000] (0.5x-2x the median 3000 of the 4 days before)"
+    assert rows.text() == f"day {TEST}: rows 150 outside [1500, 6000] (0.5x-2x the median 3000 of the 4 accepted days before)"
 
 
 def _renamed(value: str) -> str:
@@ -125,14 +133,17 @@ def test_a_replaced_categorical_fails_its_drift_and_unseen_checks(logs, tmp_path
     store = tmp_path / "store"
     champion = run(PreprocessConfig(inputs=_inputs(root, DAYS[:-1]), out=str(store), progress=False))  # up to 11-04
     checks = _check(root, store, champion=champion)
-    before = [r[c] for r in _before(logs) if r[c]]
+    days = [[r[c] for r in day if r[c]] for day in _before_days(logs)]
+    before = [v for day in days for v in day]
     today = [r[c] for r in _rows(next((root / TEST).glob("part-*"))) if r[c]]
     top = max(set(before), key=before.count)   # gone from the day; renamed, it is new there
-    gaps = {int(top, 16): before.count(top) / len(before), int(_renamed(top), 16): today.count(_renamed(top)) / len(today)}
+    gaps = {int(top, 16): statistics.median(day.count(top) / len(day) for day in days),
+            int(_renamed(top), 16): today.count(_renamed(top)) / len(today)}
     drift = _one(checks, TEST, "C6", "drift")
     assert not drift.passed and drift.value == pytest.approx(max(gaps.values()))
     assert drift.text() == (f"day {TEST}, feature C6: drift {drift.value:.4g} > 0.1 (largest change of a top-20 "
-                            f"value's share against the 4 days before, at value {max(gaps, key=gaps.get)})")
+                            f"value's share against the median of the 4 accepted days before, at value "
+                            f"{max(gaps, key=gaps.get)})")
     unseen = _one(checks, TEST, "C6", "unseen")   # against 11-04, which the champion never trained on
     assert not unseen.passed and unseen.value == 1.0 and "on 2026-11-04 + 0.2" in unseen.text()
     assert [f.feature for f in datacheck.failed(checks)] == ["C6", "C6"]
@@ -145,7 +156,9 @@ def test_a_numerical_shift_fails_its_psi(logs, tmp_path):
     checks = _check(root, tmp_path / "store")
     psi = _one(checks, TEST, "I5", "psi")
     assert not psi.passed and psi.value > 0.5   # 0.72: the zeros stay
-    assert psi.text() == f"day {TEST}, feature I5: psi {psi.value:.4g} > 0.2 (PSI over fixed bins against the 4 days before)"
+    assert psi.text() == (f"day {TEST}, feature I5: psi {psi.value:.4g} > 0.2 (PSI over fixed bins against the median "
+                          "of the 4 accepted days "
+                        "before)")
     assert [f.feature for f in datacheck.failed(checks)] == ["I5"]
 
 
@@ -154,14 +167,15 @@ def test_a_missing_share_jump_fails_the_missing_check(logs, tmp_path):
     root = _faulty(logs, tmp_path, lambda rows: [[*r[:i], "" if k % 2 else r[i], *r[i + 1:c], "" if k % 3 else r[c],
                                                   *r[c + 1:]] for k, r in enumerate(rows)])
     checks = _check(root, tmp_path / "store")
-    before, test = _before(logs), _rows(next((root / TEST).glob("part-*")))
+    test = _rows(next((root / TEST).glob("part-*")))
     for name, col in (("I2", i), ("C3", c)):
         share = sum(not r[col] for r in test) / len(test)
-        theirs = sum(not r[col] for r in before) / len(before)
+        theirs = statistics.median(sum(not r[col] for r in day) / len(day) for day in _before_days(logs))
         found = _one(checks, TEST, name, "missing")
         assert not found.passed and found.value == pytest.approx(share)
         assert found.text() == (f"day {TEST}, feature {name}: missing {share:.4g} outside "
-                                f"[{max(0, theirs - 0.1):.4g}, {theirs + 0.1:.4g}] ({theirs:.4g} of the 4 days before "
+                                f"[{max(0, theirs - 0.1):.4g}, {theirs + 0.1:.4g}] (the median {theirs:.4g} of the 4 accepted "
+                                "days before "
                                 "+-0.1)")
     assert {f.feature for f in datacheck.failed(checks)} == {"I2", "C3"}
 
@@ -180,7 +194,7 @@ def test_real_criteo_rows_split_into_days_pass(tmp_path):
 
 def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
     failed = datacheck.Check(TEST, "I5", "psi", 1.7, "<=", 0.2, False, "PSI over fixed bins against the 4 days before")
-    summary = datacheck.summary([failed, datacheck.Check(TEST, None, "rows", 3000, "in", [1500, 6000], True)], "warn")
+    summary = _summary([failed, datacheck.Check(TEST, None, "rows", 3000, "in", [1500, 6000], True)], "warn")
     refusal = f"gate data_check: 1 data check(s) failed ({failed.text()})"
     model = registry.model_uri(str(tmp_path), "m")
     metrics = {"auc": 0.7, "logloss": 0.45, "rows": 3000, "positives": 750, "base_logloss": 0.56, "calibration": 1.0,
@@ -196,7 +210,7 @@ def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
     assert first["decision"] == "kept" and registry.load_champion(model) is None
     assert first["reason"].endswith(f"fails {refusal}")
     assert first["data_checks"]["failed"] == [failed.row()] and first["data_checks"]["on_data_check"] == "warn"
-    assert night("2026-11-05", 0.7, datacheck.summary([], "warn"))["decision"] == "first"
+    assert night("2026-11-05", 0.7, _summary([], "warn"))["decision"] == "first"
     better = night("2026-11-06", 0.8, summary, metrics)   # better than the champion on the same rows, but
     assert better["decision"] == "kept" and better["reason"].startswith(f"champion kept: {refusal}; log loss")
     assert registry.load_champion(model).date == "2026-11-05"
@@ -209,7 +223,7 @@ def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
 
 def test_a_night_failed_on_data_is_recorded_once_and_decides_nothing(tmp_path):
     model = registry.model_uri(str(tmp_path), "m")
-    summary = datacheck.summary([datacheck.Check(TEST, None, "rows", 150, "in", [1500, 6000], False)], "fail")
+    summary = _summary([datacheck.Check(TEST, None, "rows", 150, "in", [1500, 6000], False)], "fail")
     line = registry.record_data_failed(model, TEST, DAYS, summary, "1 data check(s) failed: ...")
     assert registry.record_data_failed(model, TEST, DAYS, summary, "1 data check(s) failed: ...") == line
     assert registry.history(model) == [line] and line["decision"] == registry.DATA_FAILED
@@ -235,7 +249,7 @@ def test_drift_by_night_is_drawn_from_the_history():
     def line(date: str, value: float | None) -> dict:
         checks = [datacheck.Check(date, "C1", "drift", value, "<=", 0.1, value <= 0.1),
                   datacheck.Check(date, "I1", "psi", value * 2, "<=", 0.2, True)] if value is not None else []
-        return {"date": date, "decision": "kept", "data_checks": datacheck.summary(checks, "warn") if checks else None}
+        return {"date": date, "decision": "kept", "data_checks": _summary(checks, "warn", date) if checks else None}
 
     for lines in ([line("2026-11-04", 0.02), line("2026-11-05", None), line("2026-11-06", 0.3)], []):
         png = data_drift_png(lines, "ctr")

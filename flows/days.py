@@ -1,0 +1,24 @@
+"""The `days` flow: a model's days and the data gate's verdicts, in the UI (a form: list, accept or quarantine a
+day, with why); ``nightly.days`` does the work, the flow shows the listing as a table artifact."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from flows import artifacts
+from flows.errors import user_errors
+from nightly.config import DaysConfig
+from nightly.days import run_days
+
+
+@flow(name="days", log_prints=True)
+@user_errors
+def days(config: DaysConfig) -> list[dict]:
+    """List a model's days and their verdicts, or accept or quarantine one (who and why recorded).
+
+    Args:
+        config: The store, the model, what to do and, to accept or quarantine, the day and why.
+    """
+    rows = run_days(config, say=get_run_logger().info)
+    artifacts.model_days(rows, config.model)
+    return rows
