@@ -18,6 +18,10 @@
 Both live under a ``Mirror``: for a local store, the store itself (or ``work_dir``); for a remote store
 (s3://...), the store, so that workers on other machines share them, each worker reading and writing them
 through a local cache folder (``work_dir``, else ``<temp>/dlrmflow-work``) laid out like the store.
+
+A full disk is ``common.space.NoSpace`` (the part's path, the free space, the fix): ``FileParts.create`` refuses
+before a file is parsed when the local folder of its parts has less free space than the input file's size (about
+what its parsed parts take), and every write of a part (atomic: ``common.atomic``) that finds no space says so.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import atomic_dir, atomic_path, write_atomic, write_uri
 from common.lease import Lease, LeaseHeld, acquire, holder, store_lease, wait_released
+from common.space import check_free, writing
 from common.store import FILES, WORK, filesystem
 from feature_spec import join_uri, path_segment
 
@@ -42,6 +47,8 @@ LEASE_SUFFIX = ".lease"        # _work/<dataset key>.lease: the preprocessing le
 DATASET_LEASE_STALE_S = 300.0  # renewed by a heartbeat every fifth of it: only a crashed job's lease expires
 DATASET_LEASE_WAIT_S = 24 * 3600.0
 _COMPLETE = ".complete"   # in a remote store: the marker beside a folder part, written after its files
+NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes parsed parts that no dataset needs), or point --work-dir "
+                "(or --store) at a filesystem with room; running the same command again resumes from the parts made")
 
 
 @dataclass(frozen=True)
@@ -83,10 +90,10 @@ class Mirror:
             return True   # a cached part is the same: a part's key fixes its content
         fs, path, folder = self._remote(local)
         if not folder:
-            with atomic_path(local) as tmp:
+            with writing(local, NO_SPACE_FIX), atomic_path(local) as tmp:
                 fs.get_file(path, tmp)
             return True
-        with atomic_dir(local) as tmp:
+        with writing(local, NO_SPACE_FIX), atomic_dir(local) as tmp:
             files = [f for f in fs.find(path) if not f.endswith(_COMPLETE)]
             targets = [str(tmp / Path(f).relative_to(path)) for f in files]
             for t in targets:
@@ -122,7 +129,8 @@ class Mirror:
 
     def write_text(self, local: Path, text: str) -> None:
         """Write a file part (atomically) and push it."""
-        write_atomic(local, text)
+        with writing(local, NO_SPACE_FIX):
+            write_atomic(local, text)
         self.push(local)
 
     def remove(self, local: Path) -> None:
@@ -245,7 +253,10 @@ class FileParts:
         return cls(mirror.cache / FILES / key, mirror)
 
     def create(self, identity: dict) -> None:
-        """Make the folder and record the file's identity (once)."""
+        """Make the folder and record the file's identity (once); NoSpace when the local folder of the parts has
+        less free space than the input file's ``size`` (the identity's; about what its parsed parts take)."""
+        check_free(self.root, int(identity.get("size") or 0), f"the parsed parts of {identity.get('uri')}",
+                   "about the input file's size", NO_SPACE_FIX)
         if not self.mirror.complete(self.root / _ENTRY):
             self.mirror.write_text(self.root / _ENTRY, json.dumps(identity, sort_keys=True))
 

@@ -3,7 +3,11 @@ checksums, vocabularies, the output feature spec and ``_SUCCESS`` (written last)
 
 A dataset folder with ``_SUCCESS`` is finished: it is never written again (every write here refuses, checked
 again just before each file is committed), and each split file must come out at the size its planned rows
-give, or it is not committed."""
+give, or it is not committed.
+
+A full disk is ``common.space.NoSpace`` (the file, the free space, the fix): ``write_splits`` refuses before writing
+when a local dataset's filesystem has less free space than the split files' planned bytes, and a write that finds
+none says so (its partial file removed)."""
 
 from __future__ import annotations
 
@@ -19,12 +23,15 @@ from fsspec.implementations.local import LocalFileSystem
 
 from common.atomic import atomic_open, write_uri
 from common.errors import UserError
+from common.space import check_free, writing
 from common.store import filesystem
 from feature_spec import FeatureSpec, join_uri, path_segment, save
 
 from . import lists
 
 SUCCESS = "_SUCCESS"
+NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes what the store no longer needs), or point --store "
+                "elsewhere; running the same command again resumes from the parts already made")
 VERIFIED = "_VERIFIED"   # its verification record (inspect.verify_once): the one file added after SUCCESS
 _COPY_BYTES = 16 << 20
 
@@ -93,7 +100,7 @@ def _put(dataset: str, rel: str, sources: list[Path], chunks=_copied, size: int 
     fs, path = filesystem(join_uri(dataset, rel))
     digest = hashlib.sha256()
     written = 0
-    with atomic_open(path, "wb", fs) as out:
+    with writing(join_uri(dataset, rel), NO_SPACE_FIX), atomic_open(path, "wb", fs) as out:
         if chunks is _copied and isinstance(fs, LocalFileSystem) and hasattr(os, "copy_file_range"):
             written = _copy_local(sources, out, digest)
         else:
@@ -117,6 +124,7 @@ def write_splits(dataset: str, parts: list[Path], splits: list[str], files: list
     the bytes each file must have (by relative path); returns checksums by relative path."""
     refuse_finished(dataset)
     sizes = sizes or {}
+    check_free(dataset, sum(sizes.values()), f"the split files of {dataset}", "their planned bytes", NO_SPACE_FIX)
     jobs = [(f"{split}/{name}", f"{split}/{name}", _copied) for split in splits for name in files]
     jobs += [(f"{split}/{name}", f"{split}/{lengths}", lists.offsets_chunks)
              for split in splits for lengths, name in (offsets or {}).items()]

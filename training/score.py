@@ -7,6 +7,10 @@ the rows' positions (a Parquet file with one row per scored row: file, row, id, 
 Parquet (written atomically, then its completion marker ``<out>.complete``: ``common.atomic.mark_complete``;
 readers check it with ``models.scoring.check_scores``) and returns the row count and, when there are labels, the metrics
 (``training.metrics.compute_metrics``). Training never reads raw rows: preprocessing encodes them first.
+
+A full disk is ``common.space.NoSpace`` (the output, the free space, the fix): ``write_scores`` refuses before
+writing when a local output's filesystem has less free space than the rows' positions and probabilities take, and a
+write that finds none says so (the partial output removed).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from common.atomic import atomic_open, mark_complete, unmark
 from common.errors import UserError
+from common.space import check_free, writing
 from common.store import filesystem
 from training.data import rank_slice
 from training.launchers import Launcher, RankJob, RankOutput, build_launcher
@@ -29,6 +34,7 @@ from training.rundir import RunDir
 
 META = "meta.json"
 PROBABILITY, LABEL = "probability", "label"
+NO_SPACE_FIX = "free space on {mount}, or write the scores to a filesystem with room (--out)"
 
 
 def part_name(rank: int) -> str:
@@ -132,8 +138,11 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
     stream, pending = probabilities(parts), np.empty(0, np.float32)
     probs, labels, rows = [], [], 0
     fs, path = filesystem(out)
+    world = json.loads((Path(parts) / META).read_text())["world_size"]
+    need = Path(positions).stat().st_size + sum((Path(parts) / part_name(r)).stat().st_size for r in range(world))
+    check_free(out, need, f"the scores {out}", "the rows' positions and probabilities", NO_SPACE_FIX)
     unmark(path, fs)   # until the new marker, readers take the output for unfinished
-    with atomic_open(path, "wb", fs) as f, pq.ParquetWriter(f, schema) as writer:
+    with writing(out, NO_SPACE_FIX), atomic_open(path, "wb", fs) as f, pq.ParquetWriter(f, schema) as writer:
         for table in source.iter_batches(batch_size=1 << 16):
             while len(pending) < table.num_rows:
                 pending = np.concatenate([pending, next(stream)])
@@ -146,7 +155,8 @@ def write_scores(positions: str | Path, parts: str | Path, out: str) -> dict[str
                 labels.append(table.column(LABEL).to_numpy())
     if len(pending) or next(stream, None) is not None:
         raise RuntimeError(f"{parts}: more probabilities than positions")   # a bug, not a user error
-    mark_complete(path, fs, rows=rows)
+    with writing(out, NO_SPACE_FIX):
+        mark_complete(path, fs, rows=rows)
     summary: dict[str, Any] = {"rows": rows, "out": out}
     if labels and rows:
         summary |= compute_metrics(np.concatenate(probs), np.concatenate(labels).astype(np.float32))
