@@ -37,15 +37,15 @@ ENV_STORE = "DLRMFLOW_STORE"
 SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 BLOCK_KEYS = SECRET_VARIABLES + ("AWS_ENDPOINT_URL", "AWS_REGION")
 _SCHEMES = ("file", "s3", "s3a", "memory")
-# fail in seconds, not minutes, when an endpoint does not answer
-_CHECK_OPTIONS = {"skip_instance_cache": True,
-                  "config_kwargs": {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attempts": 1}}}
 
 
 def storage_options(uri: str) -> dict[str, Any]:
-    """fsspec options for ``uri`` from the environment (an S3 endpoint for s3:// URIs)."""
+    """fsspec options for ``uri`` from the environment, the same in every process (torchrun's ranks included): for
+    s3:// URIs the endpoint (``AWS_ENDPOINT_URL``) and the client's timeouts and retries (``s3_client_config``)."""
+    if not uri.startswith(("s3://", "s3a://")):
+        return {}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    return {"endpoint_url": endpoint} if uri.startswith(("s3://", "s3a://")) and endpoint else {}
+    return {**({"endpoint_url": endpoint} if endpoint else {}), "config_kwargs": s3_client_config()}
 
 
 def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -141,15 +141,20 @@ class Store:
         return self.join(SYNTHETIC, f"criteo-days-{rows_per_day}-seed{seed}")
 
     def check(self) -> None:
-        """Fail fast with a clear error when the store cannot be written: a missing bucket, missing or
-        wrong credentials, an endpoint that does not answer. Writes and removes one small file."""
+        """Fail fast with a one-line error when the store cannot be written: a read-only folder or bucket (its
+        root, and its models/ where a night's last writes go: the promotion), a missing bucket, missing or wrong
+        credentials, an endpoint that is unreachable or does not answer (within ``s3_client_config``'s timeouts
+        and retries). Writes and removes one small file in each place."""
         if not self.is_s3:
             fs, root = filesystem(self.uri)
             try:
                 fs.makedirs(root, exist_ok=True)
-                self._probe(fs, root)
+                for place in (root, posixpath.join(root, MODELS)):
+                    if place == root or fs.isdir(place):
+                        self._probe(fs, place)
             except OSError as e:
-                raise UserError(f"store '{self.uri}' is not writable: {e}. Fix: choose another --store.") from None
+                raise store_error(e, self.uri) or UserError(
+                    f"store '{self.uri}' is not writable: {e}. Fix: choose another --store.") from None
             return
         self._check_s3()
 
@@ -164,24 +169,25 @@ class Store:
             raise UserError(f"store '{self.uri}': no AWS credentials. Fix: set AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY (or a profile, or --credentials-block NAME).")
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
-        fs = fsspec.filesystem("s3", **_CHECK_OPTIONS)
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **storage_options(self.uri))
+        fs.retries = 1   # s3fs's own loop (5 tries) on top of botocore's: the check is bounded by botocore's alone
         root = self.uri.split("://", 1)[1]
         try:
             fs.ls(bucket)
-            self._probe(fs, root)
+            for place in (root, posixpath.join(root, MODELS)):   # a bucket policy may deny writes under a prefix
+                self._probe(fs, place)
         except FileNotFoundError:
             raise UserError(f"store '{self.uri}': bucket '{bucket}' does not exist at {endpoint}. "
                             "Fix: create it, or check AWS_ENDPOINT_URL.") from None
-        except PermissionError as e:
-            raise UserError(f"store '{self.uri}': access denied at {endpoint} ({e}). Fix: check the credentials "
-                            "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and the bucket policy.") from None
         except (OSError, BotoCoreError, ClientError) as e:
-            raise UserError(f"store '{self.uri}': cannot reach {endpoint}: {type(e).__name__}: {e}. Fix: check "
-                            "AWS_ENDPOINT_URL, AWS_REGION and the network.") from None
+            raise store_error(e, self.uri) or UserError(
+                f"store '{self.uri}': cannot reach {endpoint}: {type(e).__name__}: {e}. Fix: check "
+                "AWS_ENDPOINT_URL, AWS_REGION and the network.") from None
 
     @staticmethod
-    def _probe(fs, root: str) -> None:
-        path = posixpath.join(root, f".dlrmflow-check-{uuid.uuid4().hex[:8]}")
+    def _probe(fs, folder: str) -> None:
+        """Write and remove one small file in ``folder`` (its errors: the filesystem's, for ``store_error``)."""
+        path = posixpath.join(folder, f".dlrmflow-check-{uuid.uuid4().hex[:8]}")
         fs.pipe_file(path, b"ok")
         fs.rm_file(path)
 
@@ -193,3 +199,174 @@ def redact(text: str) -> str:
         if value and len(value) >= 4:
             text = text.replace(value, "***")
     return text
+
+
+# the store's S3 client: its timeouts and retries, read in every process that opens an s3:// URI (storage_options)
+ENV_S3_CONNECT_TIMEOUT = "DLRMFLOW_S3_CONNECT_TIMEOUT_S"
+ENV_S3_READ_TIMEOUT = "DLRMFLOW_S3_READ_TIMEOUT_S"
+ENV_S3_RETRIES = "DLRMFLOW_S3_RETRIES"
+S3_CONNECT_TIMEOUT_S = 10.0   # a TCP connection to the endpoint
+S3_READ_TIMEOUT_S = 30.0      # silence on an open connection (s3fs's own default is 15, botocore's 60)
+S3_RETRIES = 2                # botocore's standard mode: 3 attempts, exponential backoff with jitter
+
+
+def s3_client_config() -> dict[str, Any]:
+    """botocore ``Config`` keywords (s3fs's ``config_kwargs``) of the store's S3 client: the connect and read
+    timeouts in seconds (``$DLRMFLOW_S3_CONNECT_TIMEOUT_S``, ``$DLRMFLOW_S3_READ_TIMEOUT_S``) and the retries
+    after a request's first attempt, standard mode (``$DLRMFLOW_S3_RETRIES``: timeouts, refused or dropped
+    connections, throttling and 5xx answers are retried). s3fs retries a timed-out call up to 5 times more."""
+    return {"connect_timeout": _env_number(ENV_S3_CONNECT_TIMEOUT, S3_CONNECT_TIMEOUT_S),
+            "read_timeout": _env_number(ENV_S3_READ_TIMEOUT, S3_READ_TIMEOUT_S),
+            "retries": {"total_max_attempts": 1 + int(_env_number(ENV_S3_RETRIES, S3_RETRIES, whole=True)),
+                        "mode": "standard"}}
+
+
+def _env_number(name: str, default: float, whole: bool = False) -> float:
+    """``$name`` as seconds > 0 (``whole``: a count >= 0), ``default`` when unset; a UserError for anything else."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0 or (not whole and not 0 < value < float("inf")):
+        what = "a whole number of retries, 0 or more" if whole else "a number of seconds above 0"
+        raise UserError(f"{name}={text!r} is not {what}. Fix: set it to e.g. {default:g}, or unset it for the "
+                        f"default ({default:g}).")
+    return value
+
+
+# the S3 calls that write: denied, the store is read-only for these credentials
+_S3_WRITES = {"PutObject", "CopyObject", "DeleteObject", "DeleteObjects", "CreateMultipartUpload", "UploadPart",
+              "UploadPartCopy", "CompleteMultipartUpload"}
+
+
+def store_error(exc: BaseException, store: str | None = None) -> UserError | None:
+    """The one-line UserError (what, where, how to fix) for a store that cannot be used, found anywhere in
+    ``exc``'s chain of causes: an S3 endpoint unreachable (refused, unknown host, no connection within the connect
+    timeout) or not answering (no reply within the read timeout), S3 access denied (on a write: a store read-only
+    for these credentials), a local file system that is read-only or refuses this user. None for anything else
+    (a UserError included). ``store``: the store's URI when the caller knows it (an S3 error names an S3 store, a
+    local one a local store it happened in; else the message names the endpoint or the path); a local permission
+    error outside the store is not the store's."""
+    import sys
+
+    if isinstance(exc, UserError):
+        return None
+    chain = _causes(exc)
+    if "botocore" in sys.modules:   # no botocore error without botocore
+        found = _s3_error(chain, store)
+        if found is not None:
+            return found
+    for e in chain:
+        if _refused_write(e) and "://" not in str(e.filename or ""):
+            return _local_error(e, store)
+    return None
+
+
+def _refused_write(e: BaseException) -> str | None:
+    """What a local file system said when it refused ``e``'s write (read-only, permission), else None."""
+    import errno
+
+    reasons = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+               errno.EPERM: "operation not permitted"}
+    return reasons.get(e.errno) if isinstance(e, OSError) else None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (``__cause__``, else ``__context__``; a botocore error's wrapped ``error`` too)."""
+    chain: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or any(e is seen for seen in chain):
+            continue
+        chain.append(e)
+        inner = getattr(e, "kwargs", None)
+        todo += [e.__cause__ or e.__context__, inner.get("error") if isinstance(inner, dict) else None]
+    return chain
+
+
+def _s3_error(chain: list[BaseException], store: str | None) -> UserError | None:
+    from botocore.exceptions import (ClientError, ConnectionClosedError, ConnectTimeoutError,
+                                     EndpointConnectionError, ReadTimeoutError)
+
+    for i, e in enumerate(chain):
+        if not isinstance(e, (ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
+                              ReadTimeoutError)):
+            continue
+        endpoint = _endpoint_of(e)
+        s3_store = store if store and store.startswith(("s3://", "s3a://")) else None   # else: inputs, outputs
+        where = f"store '{s3_store}'" if s3_store else "S3"
+        if isinstance(e, ReadTimeoutError):
+            settings = s3_client_config()
+            return UserError(
+                f"{where} not answering: {endpoint} accepted the connection but sent no reply within the "
+                f"{settings['read_timeout']:g} s read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but "
+                f"hung or overloaded); on a slow link raise {ENV_S3_READ_TIMEOUT} ({settings['read_timeout']:g}) or "
+                f"{ENV_S3_RETRIES} ({settings['retries']['total_max_attempts'] - 1}).")
+        if isinstance(e, ClientError):
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = e.response.get("Error", {}).get("Code")
+            if status != 403 and code != "AccessDenied":
+                continue
+            message = e.response.get("Error", {}).get("Message") or code
+            operation = getattr(e, "operation_name", None) or "a request"
+            if operation in _S3_WRITES:
+                prefix = f"{s3_store.rstrip('/')}/*" if s3_store else "the bucket and prefix it writes"
+                return UserError(
+                    f"{where} is read-only for these credentials: {operation} denied at {endpoint} ({message}). "
+                    f"Fix: allow s3:PutObject and s3:DeleteObject on {prefix} (bucket policy or IAM), or use "
+                    "credentials that may write (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).")
+            return UserError(f"{where}: access denied at {endpoint} ({operation}: {message}). Fix: check the "
+                             "credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and the bucket policy.")
+        return UserError(f"{where} unreachable: cannot reach {endpoint} ({_unreachable_reason(e, chain[i + 1:])}). "
+                         "Fix: check AWS_ENDPOINT_URL, that the S3 service runs, and that this machine can reach it.")
+    return None
+
+
+def _endpoint_of(e: BaseException) -> str:
+    """The endpoint (scheme://host:port) that ``e`` met: its request's URL, else the configured one."""
+    found = getattr(e, "kwargs", None)
+    url = found.get("endpoint_url") if isinstance(found, dict) else None
+    if url:
+        parts = urlparse(url)
+        return f"{parts.scheme}://{parts.netloc}"
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+
+
+def _unreachable_reason(e: BaseException, inner: list[BaseException]) -> str:
+    import socket
+
+    from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError
+
+    if isinstance(e, ConnectTimeoutError):
+        return f"no connection within the {s3_client_config()['connect_timeout']:g} s connect timeout"
+    if isinstance(e, ConnectionClosedError):
+        return "the connection closed before a reply"
+    for cause in inner:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return f"host {urlparse(_endpoint_of(e)).hostname!r} not found"
+    deepest = inner[-1] if inner else e
+    return f"{type(deepest).__name__}: {deepest}"
+
+
+def _local_error(e: OSError, store: str | None) -> UserError | None:
+    path = os.fsdecode(e.filename) if e.filename is not None else None
+    local = store if store and "://" not in store else None
+    if local and path and not inside(path, local):
+        local = None   # not the store's file
+    reason = _refused_write(e)
+    if reason == "read-only file system":
+        if local:
+            return UserError(f"store '{local}' is read-only: cannot write {path or local} ({reason}). Fix: choose a "
+                             "writable --store (or $DLRMFLOW_STORE), or remount it read-write.")
+        return UserError(f"cannot write {path or 'a file'}: {reason}. Fix: choose a writable place for it (--store, "
+                         "$DLRMFLOW_STORE or the output path), or remount it read-write.")
+    if not local:
+        return None   # a file of the user's that is not the store's: its own error says more
+    return UserError(f"store '{local}' is not writable by this user: {reason} on {path or local}. Fix: give this "
+                     "user write access to the store's folders (chmod/chown), or choose another --store.")
