@@ -120,6 +120,29 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `dlrmflow inspect D | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # a store that cannot be used (lost or frozen S3, read-only): one line too
+        from common.store import store_error
+
+        error = store_error(e, _store_option(args))
+        if error is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _store_option(args: argparse.Namespace) -> str | None:
+    """The store the command line names (``--store``), if it does: what a store error names."""
+    for dest, value in vars(args).items():
+        if dest.rpartition(":")[2] == "store" and isinstance(value, str):
+            from common.store import Store
+
+            try:
+                return Store(value).uri
+            except UserError:
+                return None
+    return None
 
 
 if __name__ == "__main__":
