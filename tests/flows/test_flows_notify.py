@@ -113,7 +113,8 @@ def test_catchup_latest_skips_a_night_older_than_a_decided_one(prefect_harness, 
     later = (dt.date.today() + dt.timedelta(days=3)).isoformat()
     (store / "models" / "late").mkdir(parents=True)
     (store / "models" / "late" / registry.HISTORY_FILE).write_text(json.dumps({"date": later, "decision": "kept"}) + "\n")
-    config = _failing_night(tmp_path, "late", None).model_copy(update={"catchup": "latest"})
+    failing = _failing_night(tmp_path, "late", None)
+    config = failing.model_copy(update={"night": failing.night.model_copy(update={"catchup": "latest"})})
     out = pipeline(config)
     night = (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     assert out["date"] == night and out["skipped"] == f"catchup latest: the model already decided a later night ({later})"

@@ -1,0 +1,78 @@
+"""Issue 34 §1 end to end (real Prefect, torchrun, `dlrmflow run`): a day whose labels are all 0 fails its own night
+and is quarantined; the next night, killed with SIGKILL mid-training (the command and with it its ranks), runs
+again and trains without the bad day; the bad day is named only where it is the cause, one history line a night."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from flows.pipeline import pipeline
+from helpers.prefect_api import logs_matching, small_pipeline
+from models import registry
+from synthetic.generator import SynthConfig, write_days
+
+
+def _ranks_running(store: Path) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"training.train_worker" in cmd and str(store).encode() in cmd:
+            return True
+    return False
+
+
+def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp_path):
+    logs, store = tmp_path / "logs", tmp_path / "store"
+    write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=11, workers=1))
+    bad = next((logs / "2026-11-05").glob("part-*"))
+    bad.write_text("".join("0" + line[1:] for line in bad.read_text().splitlines(keepends=True)))
+    config = small_pipeline(str(store), preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, model="ctr",
+                            window={"train_days": 3, "min_days": 2})
+
+    first = pipeline(config, date=dt.date(2026, 11, 5), return_state=True)   # its own night fails on it
+    assert first.is_failed() and first.message.startswith("the night 2026-11-05: the test day 2026-11-05 is "
+                                                          "quarantined")
+
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump(config.train.model_dump(mode="json", exclude={"dataset"})))
+    command = [sys.executable, "-m", "flows", "run", "--date", "2026-11-06", "--input", f"{logs}/{{date}}/part-*",
+               "--train-days", "3", "--min-days", "2", "--model", "ctr", "--store", str(store),
+               "--config", str(train_yaml)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}   # its own ephemeral server
+    killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not _ranks_running(store):
+        assert killed.poll() is None and time.monotonic() < deadline, "the night ended before training"
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGKILL)   # the night, mid-training; its ranks die with it
+    killed.wait(30)
+    deadline = time.monotonic() + 30
+    while _ranks_running(store):
+        assert time.monotonic() < deadline, "ranks outlived the killed night"
+        time.sleep(0.2)
+
+    out = pipeline(config, date=dt.date(2026, 11, 6))   # the night again: trains without the bad day
+    run = yaml.safe_load((Path(out["run"]) / "pipeline.yaml").read_text())
+    assert out["decision"]["decision"] == "first" and out["data_checks"]["left_out"].keys() == {"2026-11-05"}
+    assert out["decision"]["window"] == ["2026-11-03", "2026-11-04", "2026-11-06"] and run["date"] == "2026-11-06"
+    assert logs_matching("quarantined days left out: 2026-11-05")
+    model = registry.model_uri(str(store), "ctr")
+    history = registry.history(model)
+    assert [(h["date"], h["decision"]) for h in history] == [("2026-11-05", registry.DATA_FAILED),
+                                                             ("2026-11-06", "first")]
+    assert "2026-11-05" in history[0]["reason"] and "2026-11-06" not in history[0]["reason"]
+    assert history[1]["data_checks"]["failed"] == [] and "2026-11-05" not in history[1]["reason"]
+    verdicts = registry.day_verdicts(model)
+    assert sorted((v["day"], v["verdict"]) for v in verdicts) == [
+        ("2026-11-02", "accepted"), ("2026-11-03", "accepted"), ("2026-11-04", "accepted"),
+        ("2026-11-05", "quarantined"), ("2026-11-06", "accepted")]   # each judged once, the killed night included
