@@ -41,9 +41,11 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,8 @@ CRASH = "DLRMFLOW_EXPORT_CRASH"   # the test hook (see the module doc)
 NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes what the store no longer needs), or export to a "
                 "filesystem with room (--store; `dlrmflow export --out`)")
 ERROR_LINES = 20   # of a failed export child's output, in its error
+RESULT = "dlrmflow-export-error: "   # the line an export child prints its UserError on (JSON after it)
+TMP_FIX = "free space on {mount} (the temporary folder), or set TMPDIR to a folder with room"
 # left out of them: library warnings (python's "file:line: XWarning:" and its 2-space source echo, logging's
 # WARNING:) and the native stack frames of a C++ abort (its "what():" line is kept)
 NOISE = re.compile(r"^(WARNING:|\S+:\d+: \w*Warning: |  (?!File )\S|frame #\d+: |<omitting python frames>)")
@@ -143,9 +147,8 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
             manifest = _write(folder, config, module)
         return manifest
     with tempfile.TemporaryDirectory(prefix="dlrmflow-bundle-", dir=scratch) as tmp:
-        fix = "free space on {mount} (the local temporary folder: $TMPDIR), or set TMPDIR to a folder with room"
-        check_free(tmp, need, what + " (staged locally before its upload)", estimate, fix)
-        with writing(tmp, fix):
+        check_free(tmp, need, what + " (staged locally before its upload)", estimate, TMP_FIX)
+        with writing(tmp, TMP_FIX):
             manifest = _write(Path(tmp), config, module)
         if fs.exists(posixpath.join(path, MANIFEST)):
             fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
@@ -212,37 +215,48 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
     The child inherits this process's environment and working folder (a dataset's relative input spec)."""
     run = RunDir(run)
     fs, path = filesystem(out)
-    with tempfile.TemporaryDirectory(prefix="dlrmflow-export-") as scratch:
-        result, log = Path(scratch) / "result.json", Path(scratch) / "output.log"
-        root = str(Path(__file__).resolve().parents[1])   # the folder that holds the training package
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        cmd = [sys.executable, "-P", "-m", "training.export", "--parent", str(os.getpid()), "--result", str(result),
-               "--scratch", scratch, run.uri, str(step), out]
-        with open(log, "wb") as output:
-            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env)
-            try:
-                code = child.wait()
-            finally:
-                if child.poll() is None:   # this process was interrupted: the child goes with it
-                    child.kill()
-                    child.wait()
-                if child.returncode and isinstance(fs, LocalFileSystem):
-                    remove_temp(path, child.pid)
-        if code == 0:
-            return
-        answer = json.loads(result.read_text()) if result.exists() else {}
-        if "no_space" in answer:
-            raise NoSpace(*answer["no_space"])
-        if "error" in answer:
-            raise UserError(answer["error"])
-        lines = [line for line in log.read_text(errors="replace").splitlines()
-                 if line.strip() and not NOISE.match(line)][-ERROR_LINES:]
+    root = str(Path(__file__).resolve().parents[1])   # the folder that holds the training package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    with writing(tempfile.gettempdir(), TMP_FIX):
+        scratch = tempfile.mkdtemp(prefix="dlrmflow-export-")   # a remote bundle's files before their upload
+    tail: deque[str] = deque(maxlen=ERROR_LINES)
+    answer: dict[str, Any] = {}
+    try:
+        cmd = [sys.executable, "-P", "-m", "training.export", "--parent", str(os.getpid()), "--scratch", scratch,
+               run.uri, str(step), out]
+        # its output through a pipe (not a file: the temporary folder may be on the full disk), its last lines kept
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 env=env, text=True, errors="replace")
+        try:
+            for line in child.stdout:
+                if line.startswith(RESULT):
+                    answer = json.loads(line[len(RESULT):])
+                elif line.strip() and not NOISE.match(line):
+                    tail.append(line.rstrip("\n"))
+            code = child.wait()
+        finally:
+            if child.poll() is None:   # this process was interrupted: the child goes with it
+                child.kill()
+                child.wait()
+            child.stdout.close()
+            if child.returncode and isinstance(fs, LocalFileSystem):
+                remove_temp(path, child.pid)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if code == 0:
+        return
+    if "no_space" in answer:
+        raise NoSpace(*answer["no_space"])
+    if "error" in answer:
+        raise UserError(answer["error"])
+    lines = list(tail)   # library warnings left out
     left = ("its partial bundle was removed" if isinstance(fs, LocalFileSystem) else
             "what it uploaded has no manifest (written last), so it is never taken for a bundle")
+    said = (f" Its last lines:\n{chr(10).join(lines)}\nFix: see those lines (a full disk: free space there)" if lines
+            else " It printed no error. Fix: free space there if the disk is full")
     raise UserError(f"the export of the serving bundle {out} (run {run.uri}, step {step}) failed: its process was "
-                    f"{exit_text(code)}; {left} ({free_text(out)}). Its last lines:\n" + ("\n".join(lines) or "(none)")
-                    + "\nFix: see those lines (a full disk: free space there); running the same command again "
-                    "exports the bundle again.")
+                    f"{exit_text(code)}; {left} ({free_text(out)}).{said}; running the same command again exports the "
+                    "bundle again.")
 
 
 def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:
@@ -415,25 +429,24 @@ def _sha256(path: Path) -> str:
 
 
 def _child(argv: list[str] | None = None) -> int:
-    """The export child of ``export_in_child``: ``export_bundle``, its UserError written to ``--result`` as JSON
-    (``error``; ``no_space``: a NoSpace's what and fix) with exit code 2; any other error ends it with its traceback
-    and exit code 1."""
+    """The export child of ``export_in_child``: ``export_bundle``; its UserError printed as one line, ``RESULT``
+    and JSON (``error``; ``no_space``: a NoSpace's what and fix), with exit code 2; any other error ends it with its
+    traceback and exit code 1."""
     parser = argparse.ArgumentParser(prog="python -P -m training.export", description=export_in_child.__doc__)
     parser.add_argument("run")
     parser.add_argument("step", type=int)
     parser.add_argument("out")
     parser.add_argument("--parent", type=int, required=True, help="the pid to die with")
-    parser.add_argument("--result", required=True, help="where a UserError is written (JSON)")
     parser.add_argument("--scratch", help="a local folder for a remote bundle's files before their upload")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     try:
         export_bundle(args.run, args.step, args.out, scratch=args.scratch)
     except NoSpace as e:
-        write_atomic(args.result, json.dumps({"no_space": [e.what, e.fix]}))
+        print(RESULT + json.dumps({"no_space": [e.what, e.fix]}), flush=True)
         return 2
     except UserError as e:
-        write_atomic(args.result, json.dumps({"error": str(e)}))
+        print(RESULT + json.dumps({"error": str(e)}), flush=True)
         return 2
     return 0
 

@@ -74,9 +74,8 @@ def test_a_crashing_export_child_leaves_the_flow_running_and_the_model_as_it_was
     message = str(caught.value)
     assert re.match(rf"the export of the serving bundle {bundle} \(run {store}/runs/r, step 1\) failed: its process "
                     r"was killed by signal 6 \(SIGABRT\); its partial bundle was removed \(free: \S+ \w*B of \S+ \w*B "
-                    r"on /\S*\)\. Its last lines:\n", message), message
-    assert message.endswith("Fix: see those lines (a full disk: free space there); running the same command again "
-                            "exports the bundle again.")
+                    r"on /\S*\)\.", message), message
+    assert message.endswith("running the same command again exports the bundle again.")
     # nothing half-done: no bundle or temporary folder, no champion, no history line, the lock released
     assert sorted(p.name for p in model.rglob("*")) == [registry.BUNDLES], list(model.rglob("*"))
     assert registry.record_failed(str(model), DATE, "compete", message.splitlines()[0], timeout_s=1)["decision"] \
