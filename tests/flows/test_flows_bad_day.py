@@ -48,7 +48,9 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp
     command = [sys.executable, "-m", "flows", "run", "--date", "2026-11-06", "--input", f"{logs}/{{date}}/part-*",
                "--train-days", "3", "--min-days", "2", "--model", "ctr", "--store", str(store),
                "--config", str(train_yaml)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}   # its own ephemeral server
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}   # the harness's server: no server to start
     killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not _ranks_running(store):
