@@ -159,18 +159,23 @@ def verify_once(dataset: str, say: Callable[[str], None] = print) -> bool:
     """Verify a finished dataset that a run reuses, once per write of it: re-read the files its metadata records a
     checksum of and compare (``verify``'s check), unless its verification record (``writer.VERIFIED``) says that
     this write of it (the stamps of its ``_SUCCESS`` and feature spec) was verified already; then only the files
-    written since (another size or modification time in a listing) are read again. Records what was verified,
-    when, and each file's stamp. Returns whether files were read. A file that differs: a one-line UserError naming
-    the dataset, the file and the fix, and nothing recorded (a run never trains on it)."""
-    _, checksums, sizes = _checksums(dataset)
+    written since (another size or modification time in a listing) are read again, and when none was, one listing
+    and the record are all that is read. Records what was verified, when, and each file's stamp. Returns whether
+    files were read. A file that differs: a one-line UserError naming the dataset, the file and the fix, and nothing
+    recorded (a run never trains on it)."""
     fs, root = filesystem(dataset)
     listed = _listing(fs, root)
     stamps = {rel: _stamp(info) for rel, info in listed.items()}
-    marker = posixpath.join(root.rstrip("/"), writer.VERIFIED)
     written = {"success": stamps.get(writer.SUCCESS), "spec": stamps.get(fspec.SPEC_FILE)}
-    record = _record(fs, marker)
+    record = _record(fs, posixpath.join(root.rstrip("/"), writer.VERIFIED))
     before = bool(record) and written["success"] is not None and all(record.get(k) == v for k, v in written.items())
-    todo = [rel for rel in sorted(checksums) if not before or (record.get("files") or {}).get(rel) != stamps.get(rel)]
+    verified = (record.get("files") or {}) if before else {}
+    # the same spec (its stamp) records the same files: the record's stamps alone say whether one was written since
+    if not verified or any(stamps.get(rel) != stamp for rel, stamp in verified.items()):
+        _, checksums, sizes = _checksums(dataset)
+        todo = [rel for rel in sorted(checksums) if verified.get(rel) is None or verified[rel] != stamps.get(rel)]
+    else:
+        todo = []
     if not todo:
         say(f"dataset {dataset}: verified {record.get('verified_at')}, no file written since: not read again")
         return False
