@@ -9,8 +9,7 @@ from __future__ import annotations
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.client.schemas.schedules import CronSchedule
 
-from training.config import EvaluateConfig
-from training.config import default_train
+from training import EvaluateConfig, default_train
 from flows.config import ServeConfig
 from flows.days import days
 from flows.evaluate import evaluate

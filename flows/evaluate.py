@@ -12,11 +12,8 @@ from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S
-from training.config import EvaluateConfig
-from training.evaluate import check_inputs, completed, evaluate_run
-from training.launchers import LauncherConfig, LocalLauncherConfig
-from training.report import format_table
-from training.rundir import RunDir
+from training import (EvaluateConfig, LauncherConfig, LocalLauncherConfig, RunDir, check_inputs, completed,
+                      evaluate_run, format_table)
 
 
 @task(cache_policy=NONE)  # no retries: a failed evaluation is a bug or bad input, a retry would hide it

@@ -18,8 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.store import Store
-from models import registry
-from models.decision import PROMOTING
+from models import PROMOTING, registry
 from nightly.config import grouped
 
 HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promotion lock to record the failed night

@@ -10,7 +10,7 @@ from flows import artifacts, events
 from flows.errors import user_errors
 from nightly import night
 from nightly.night import DataGate, NightPlan
-from training.rundir import RunDir
+from training import RunDir
 
 
 @task(cache_policy=NONE)

@@ -11,16 +11,15 @@ from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
 from flows.evaluate import rank_env
-from models.config import ScoreConfig
-from models.scoring import score as score_rows
-from training.launchers import LauncherConfig, LocalLauncherConfig
+from models import ScoreConfig, scoring
+from training import LauncherConfig, LocalLauncherConfig
 
 
 @task(cache_policy=NONE)  # no retries: a failed scoring is a bug or bad input, a retry would hide it
 @user_errors
 def run_scoring(config: ScoreConfig, launcher: LauncherConfig | None = None) -> dict:
     log = get_run_logger()
-    return score_rows(config, launcher=launcher, env=rank_env(launcher),
+    return scoring.score(config, launcher=launcher, env=rank_env(launcher),
                       on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
 
 

@@ -16,12 +16,9 @@ from common.errors import UserError
 from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
-from models.registry import champion_init
-from training.checkpoint import Checkpointer
-from training.config import FlowTrainConfig, TrainConfig, default_train
-from training.launchers import LauncherConfig, LocalLauncherConfig, RankOutput, build_launcher
-from training.launchers.output import NOISE
-from training.rundir import RunDir
+from models import champion_init
+from training import (Checkpointer, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, NOISE, RankOutput, RunDir,
+                      TrainConfig, build_launcher, default_train)
 
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
 _BAR = re.compile(r"^train:.*?\|\s*(\d+)/(\d+) \[[^\]]*\]")  # rank 0's tqdm bar, up to its closing bracket

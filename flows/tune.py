@@ -30,9 +30,8 @@ from flows.errors import user_errors
 from flows.evaluate import evaluate
 from flows.train import train
 from models import registry
-from training.config import HOLDOUT, EvaluateConfig, FlowTrainConfig, TrainConfig, config_hash
-from training.launchers import LauncherConfig, LocalLauncherConfig, build_launcher
-from training.rundir import RunDir
+from training import (EvaluateConfig, FlowTrainConfig, HOLDOUT, LauncherConfig, LocalLauncherConfig, RunDir,
+                      TrainConfig, build_launcher, config_hash)
 from tuning import plots, trials as tt
 from tuning.config import SearchSpace, TuneConfig
 from tuning.study import RESUMES, TuneDir, counted, is_baseline, open_study

@@ -18,15 +18,13 @@ from pydantic.json_schema import SkipJsonSchema
 from common.config import apply_overrides, filled_in, store_field, validate
 from common.errors import UserError
 from common.store import check_run_name
-from models.config import GcConfig, PromoteConfig
-from models.registry import NAME_PATTERN as MODEL_NAME, TUNED_FILE, load_tuned, model_uri
+from models import GcConfig, NAME_PATTERN as MODEL_NAME, PromoteConfig, TUNED_FILE, load_tuned, model_uri
 from preprocessing.config import FlowPreprocessConfig, PreprocessConfig
 from preprocessing.dated import is_dated
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
-from training.config import (EvaluateConfig, FlowTrainConfig, TrainConfig, config_hash, default_train,
-                             preset_names)
-from training.launchers import LauncherConfig, LocalLauncherConfig
+from training import (EvaluateConfig, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, TrainConfig, config_hash,
+                      default_train, preset_names)
 
 
 class WindowConfig(BaseModel):

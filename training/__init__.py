@@ -1,0 +1,34 @@
+"""Training: the DLRM/DCNv2 network (``dlrm``), the sharding plan for a hardware topology (``sharding``,
+``topology``), the train loop and its checkpoints, evaluation, scoring ranks, export, the run folder (``rundir``)
+and the launchers (``launchers``: local torchrun, Slurm, Kubernetes). Plain Python, no Prefect import.
+
+This is the package's face: code outside ``training`` imports these names from here (checked by
+tests/test_layout.py). Each is imported on first use from the module that holds it (``_FACE``), so a name from a
+light module (a config, the run folder) costs no torch import.
+"""
+
+from __future__ import annotations
+
+from common.face import lazy
+
+_FACE = {   # name -> the module of this package that holds it (a module's own name: the module)
+    "EvaluateConfig": "config", "FlowTrainConfig": "config", "HOLDOUT": "config", "InitFrom": "config",
+    "PlanConfig": "config", "TrainConfig": "config", "checkpoint_name": "config", "config_hash": "config",
+    "default_train": "config", "preset_names": "config",
+    "RunDir": "rundir",
+    "Checkpointer": "checkpoint", "checkpoint_of": "checkpoint",
+    "check_inputs": "evaluate", "completed": "evaluate", "evaluate_run": "evaluate",
+    "export_bundle": "export", "export_verified": "export", "load_bundle": "export", "predict_split": "export",
+    "LABEL": "score", "PROBABILITY": "score", "predict_parts": "score", "scoring_launcher": "score",
+    "write_scores": "score",
+    "TABLE": "report", "format_table": "report",
+    "format_plan": "sharding", "plan_tables": "sharding",
+    "build_topology": "topology", "resolve_profile": "topology",
+    "spec_pooling_factors": "data",
+    "embedding_tables": "dlrm", "table_name": "dlrm",
+    "LauncherConfig": "launchers", "LocalLauncherConfig": "launchers", "RankOutput": "launchers",
+    "RanksConfig": "launchers", "build_launcher": "launchers", "train_job": "launchers",
+    "NOISE": "launchers.output",
+    "metrics": "metrics", "plots": "plots",
+}
+__all__, __getattr__, __dir__ = lazy(__name__, _FACE)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from common.config import apply_overrides, validate
 from common.errors import UserError
 from common.store import check_run_name, default_store, read_text
-from training.config import TrainConfig, preset_names
+from training import TrainConfig, preset_names
 
 DEFAULT_SPACE = Path(__file__).with_name("default-space.yaml")
 # fields whose choices list the hidden layers: the layer each must end with is added (name -> the field giving it)

@@ -7,8 +7,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from training import metrics as tm
-from training.rundir import RunDir
+from training import RunDir, metrics as tm
 from tuning.study import interrupted, is_baseline
 
 RUN = "run"                  # user attributes of a trial: its run folder's URI,

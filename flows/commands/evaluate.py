@@ -26,8 +26,7 @@ EVERYDAY = ("--run", "--split", "--checkpoint", "--dataset", "--nproc", "--launc
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import NPROC_ALIAS, add_options
-    from training.config import EvaluateConfig
-    from training.launchers import RanksConfig
+    from training import EvaluateConfig, RanksConfig
 
     p.add_argument("--run", required=True, help="run folder or URI written by `dlrmflow train`")
     add_options(p, EvaluateConfig, root="evaluate")
@@ -36,11 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from training.config import EvaluateConfig
-    from training.evaluate import evaluate_run
-    from training.launchers import RanksConfig
-    from training.report import format_table
-    from training.rundir import RunDir
+    from training import EvaluateConfig, RanksConfig, RunDir, evaluate_run, format_table
 
     config = build(EvaluateConfig, args, root="evaluate")
     launch = build(RanksConfig, args, root="launch")

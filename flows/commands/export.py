@@ -26,18 +26,17 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from models.config import ExportConfig
+    from models import ExportConfig
 
     add_options(p, ExportConfig, root="export")
 
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from models.config import ExportConfig
-    from models.scoring import export
+    from models import ExportConfig, scoring
 
     config = build(ExportConfig, args, root="export")
-    manifest = export(config)
+    manifest = scoring.export(config)
     source = manifest["source"]
     print(f"bundle of {source['run']} (step {source['step']}) -> {config.out}: {len(manifest['files'])} files")
     return 0

@@ -22,7 +22,7 @@ examples:
 
 def add_arguments(parser) -> None:
     from flows.options import add_options
-    from models.config import GcConfig
+    from models import GcConfig
 
     add_options(parser, GcConfig, root="gc")
 
@@ -31,8 +31,7 @@ def run(args) -> int:
     import sys
 
     from flows.options import build
-    from models import gc
-    from models.config import GcConfig
+    from models import GcConfig, gc
 
     config = build(GcConfig, args, root="gc")
     report = gc.collect(config, say=lambda line: print(line, file=sys.stderr, flush=True))

@@ -32,7 +32,7 @@ _TABLE_SECTIONS = ("arch", "optimizer", "precision", "sharding")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from training.config import PlanConfig, TrainConfig
+    from training import PlanConfig, TrainConfig
 
     add_options(parser, PlanConfig, root="plan")
     parser.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours: its arch, "
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from flows.options import build
-    from training.config import PlanConfig, TrainConfig
+    from training import PlanConfig, TrainConfig
 
     request = build(PlanConfig, args, root="plan")
     if bool(request.dataset) == bool(request.cardinalities):
@@ -69,10 +69,8 @@ def _spec(request):
 
 def run(args: argparse.Namespace) -> int:
     from common.atomic import write_uri
-    from training.data import spec_pooling_factors
-    from training.dlrm import embedding_tables, table_name
-    from training.sharding import format_plan, plan_tables
-    from training.topology import build_topology, resolve_profile
+    from training import embedding_tables, format_plan, plan_tables, spec_pooling_factors, table_name
+    from training import build_topology, resolve_profile
 
     logging.getLogger().setLevel(logging.ERROR)  # TorchRec warns about data-parallel tables having no shard spec
     request, cfg, batch = _config(args)

@@ -23,7 +23,7 @@ EVERYDAY = ("--run", "--config", "--resume", "--launcher", "--launcher.nodes", "
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import add_options
-    from training.launchers import RanksConfig
+    from training import RanksConfig
 
     p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
     p.add_argument("--config", metavar="LAUNCHER.yaml", help="a launcher config YAML file of yours (kind: slurm|kubernetes, ...)")
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from common.errors import UserError
     from flows.options import build
-    from training.launchers import RanksConfig, build_launcher, train_job
+    from training import RanksConfig, build_launcher, train_job
 
     launcher = yaml.safe_load(open(args.config)) if args.config else {"kind": "slurm"}
     config = build(RanksConfig, args, {"launcher": launcher}, root="launch")

@@ -44,7 +44,7 @@ def build_config(args):
     from common.errors import UserError
     from nightly.config import PipelineConfig
     from flows.options import build, collect
-    from training.config import TrainConfig
+    from training import TrainConfig
 
     given = collect(args, "pipeline")
     base = PipelineConfig().model_dump(mode="json")
@@ -83,8 +83,7 @@ def run(args) -> int:
     plan_night(config, store, date)  # fail fast, before Prefect starts
     if not config.credentials_block:
         store.check()
-    from training.report import format_table
-    from training.rundir import RunDir
+    from training import RunDir, format_table
 
     out = pipeline(config, date)
     run_dir, evaluation = RunDir(out["run"]), out["evaluation"]

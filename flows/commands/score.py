@@ -36,8 +36,8 @@ EVERYDAY = ("--model", "--run", "--checkpoint", "--bundle", "--inputs", "--out",
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import NPROC_ALIAS, add_options
-    from models.config import ScoreConfig
-    from training.launchers import RanksConfig
+    from models import ScoreConfig
+    from training import RanksConfig
 
     add_options(p, ScoreConfig, root="score")
     add_options(p, RanksConfig, root="launch", title="where the ranks run (with --model or --run)",
@@ -46,12 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from models.config import ScoreConfig
-    from models.scoring import score
-    from training.launchers import RanksConfig
-    from training.report import format_table
+    from models import ScoreConfig, scoring
+    from training import RanksConfig, format_table
 
-    summary = score(build(ScoreConfig, args, root="score"), launcher=build(RanksConfig, args, root="launch").launcher)
+    summary = scoring.score(build(ScoreConfig, args, root="score"), launcher=build(RanksConfig, args, root="launch").launcher)
     print(f"\n{summary['rows']:,} rows scored with {summary['run']} (step {summary['step']}) -> {summary['out']}")
     if "auc" in summary:
         print(format_table(summary))

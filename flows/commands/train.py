@@ -36,8 +36,7 @@ EVERYDAY = ("--run", "--dataset", "--config", "--preset", "--resume", "--nproc",
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from flows.options import NPROC_ALIAS, add_options, add_set_option
-    from training.config import TrainConfig, preset_names
-    from training.launchers import RanksConfig
+    from training import RanksConfig, TrainConfig, preset_names
 
     p.add_argument("--run", required=True, help="run folder or URI (s3://bucket/prefix) for config, plan, metrics, "
                    "checkpoints")
@@ -56,8 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def resolve_config(args: argparse.Namespace):
     """The config of this run: file, preset, or the run's own (on --resume), plus the options given."""
     from flows.options import build
-    from training.config import TrainConfig
-    from training.rundir import RunDir
+    from training import RunDir, TrainConfig
 
     run = RunDir(args.run)
     if args.config:
@@ -73,11 +71,9 @@ def resolve_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from training.checkpoint import Checkpointer
-    from training.launchers import RanksConfig, build_launcher
-    from training.rundir import RunDir
+    from training import Checkpointer, RanksConfig, RunDir, build_launcher
 
-    from models.registry import champion_init
+    from models import champion_init
 
     launch = build(RanksConfig, args, root="launch")
     cfg = resolve_config(args)

@@ -26,7 +26,7 @@ EVERYDAY = ("--dataset", "--trials", "--parallel", "--space", "--timeout", "--pr
 
 def add_arguments(p) -> None:
     from flows.options import NPROC_ALIAS, add_options
-    from training.launchers import RanksConfig
+    from training import RanksConfig
     from tuning.config import TuneConfig
 
     add_options(p, TuneConfig, root="tune", title="the search", aliases={"timeout_s": "--timeout"})
@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from flows.options import build
-    from training.launchers import RanksConfig
+    from training import RanksConfig
     from tuning.config import TuneConfig
 
     config = build(TuneConfig, args, root="tune")

@@ -1,0 +1,22 @@
+"""A package's face (its ``__init__``): the names outside code imports from the package, each imported on first use
+from the module that holds it, so a light name (a config) costs no heavy import (PEP 562 ``__getattr__``)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+def lazy(package: str, table: dict[str, str]) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+    """(``__all__``, ``__getattr__``, ``__dir__``) of ``package``'s face: ``table`` maps each name to the module of
+    the package that holds it (a module's own name: the module itself)."""
+    names = sorted(table)
+
+    def getattr_(name: str) -> Any:
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        found = importlib.import_module(f"{package}.{module}")
+        return found if name == module else getattr(found, name)
+
+    return names, getattr_, lambda: names
