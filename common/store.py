@@ -1,5 +1,9 @@
 """The artifact store: one root URI (a local folder or s3://bucket/prefix) for everything, and the only
-module that names its top-level folders (the constants below; ``RunDir`` names what is inside a run).
+module that names its top-level folders (the constants below; ``RunDir`` names what is inside a run). ``Store``
+builds every top-level URI (``run_uri``, ``dataset_uri``, ``model_uri``, ``tune_uri``, ``synthetic_uri``...) and
+converts the locations records keep: a place inside the store is recorded store-relative (``runs/<name>``,
+``datasets/<name>/vocab``: ``Store.relative``) and resolved against the root it has when read (``Store.resolve``),
+so a store restored at another path or copied to another bucket still finds its own champion, runs and datasets.
 
 S3 settings come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), which s3fs/botocore read in every process,
@@ -29,8 +33,12 @@ WORK = "_work"            # <dataset key>/: one preprocessing job's work folder 
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
 TRASH = "_trash"          # <what>-<token>/: a folder gc (models.gc) renamed away and is deleting (local stores)
+TOP = (DATASETS, RUNS, MODELS, TUNES, FILES, WORK, SYNTHETIC, TRASH)   # the top-level folders: a location recorded
+                                                                       # store-relative starts with one of them
 
 RUN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"   # a folder of runs/: one path segment, never "." or ".."
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"   # a folder of models/ (models.registry's NAME_PATTERN)
+DATASET_NAME = r"^(?!\.\.?$)[A-Za-z0-9_.\-]{1,255}$"  # a folder of datasets/: one segment, never "." or ".."
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"
@@ -76,6 +84,32 @@ def check_run_name(name: str, given: str | None = None) -> str:
     return name
 
 
+def check_model_name(name: str) -> str:
+    """``name`` when it can name a folder in a store's ``models/``, else a UserError saying how to fix it."""
+    if not re.fullmatch(MODEL_NAME, name):
+        raise UserError(f"model name {name!r} cannot name a folder. Fix: use letters, digits, '.', '_' or '-' "
+                        "(at most 64, starting with a letter or digit).")
+    return name
+
+
+def check_dataset_name(name: str) -> str:
+    """``name`` when it can name a folder in a store's ``datasets/`` (one path segment), else a UserError."""
+    if not re.fullmatch(DATASET_NAME, name):
+        raise UserError(f"dataset name {name!r} cannot name a folder in the store's {DATASETS}/ folder. Fix: use "
+                        "letters, digits, '_', '.' or '-' (no '/', not '.' or '..'), at most 255.")
+    return name
+
+
+def is_location(text: str) -> bool:
+    """Whether ``text`` is a store-relative location as records keep it (``runs/<name>``, ``datasets/<name>/vocab``):
+    no scheme, not absolute, its first segment one of the store's top-level folders (``TOP``)."""
+    return "://" not in text and not text.startswith("/") and text.split("/", 1)[0] in TOP
+
+
+def _dot_segments(path: str) -> bool:
+    return bool({".", ".."} & set(path.split("/")))
+
+
 def _location(uri: str) -> tuple[str, tuple[str, ...]] | None:
     """(scheme, path segments) of ``uri`` for comparing places: a local path absolute and normalised, s3a as s3;
     None for a remote path with '.' or '..' segments (S3 takes them literally: such a key is no place to trust)."""
@@ -119,15 +153,87 @@ class Store:
         if "@" in urlparse(uri).netloc:
             raise UserError("store URI holds credentials. Fix: pass them in the AWS_* environment variables "
                             "or a Prefect Secret block, never in the URI.")
-        self.uri = os.path.abspath(uri) if "://" not in uri else uri.rstrip("/")
+        if scheme == "file":   # a local store: absolute and normalised ('.' and '..' resolved), a plain path
+            self.uri = os.path.abspath(uri.split("://", 1)[1] if "://" in uri else uri)
+        else:
+            self.uri = uri.rstrip("/")
+            _, _, path = self.uri.partition("://")
+            if _dot_segments(path):
+                bucket, _, prefix = path.partition("/")
+                fixed = f"{scheme}://{bucket}{posixpath.normpath('/' + prefix)}".rstrip("/")
+                raise UserError(f"store '{uri}' has '.' or '..' segments, which {scheme}:// takes literally (a key "
+                                "segment named '..', not the folder above), so the store would refuse its own "
+                                f"records. Fix: name it without them ({fixed}).")
         self.scheme = scheme
         self.is_s3 = scheme in ("s3", "s3a")
+        self._listed: dict[str, set[str]] = {}   # resolve's listings: top-level folder -> the names in it
 
     def join(self, *parts: str) -> str:
         return posixpath.join(self.uri, *parts)
 
     def run_uri(self, run_id: str) -> str:
         return self.join(RUNS, check_run_name(run_id))
+
+    def dataset_uri(self, name: str) -> str:
+        """The folder of the dataset called ``name`` (``<name>-<fingerprint>``: ``preprocessing.job``)."""
+        return self.join(DATASETS, check_dataset_name(name))
+
+    def model_uri(self, name: str) -> str:
+        """The folder of the named model ``name`` (its champion, history and bundles: ``models.registry``)."""
+        return self.join(MODELS, check_model_name(name))
+
+    def runs(self) -> list[str]:
+        """The names of the run folders in ``runs/`` (sorted; entries that cannot name a run left out)."""
+        return self._names(RUNS, RUN_NAME)
+
+    def models(self) -> list[str]:
+        """The names of the model folders in ``models/`` (sorted; entries that cannot name a model left out)."""
+        return self._names(MODELS, MODEL_NAME)
+
+    def _names(self, top: str, pattern: str) -> list[str]:
+        fs, root = filesystem(self.join(top))
+        if not fs.exists(root):
+            return []
+        names = [posixpath.basename(info["name"].rstrip("/")) for info in fs.ls(root, detail=True)
+                 if info.get("type") == "directory"]
+        return sorted(n for n in names if re.fullmatch(pattern, n))
+
+    # ---- locations in records --------------------------------------------------------------------------------
+
+    def relative(self, uri: str) -> str:
+        """``uri`` as a record in this store keeps it: store-relative (``runs/<name>``, ``datasets/<name>/vocab``,
+        ``models/<name>/bundles/<run>``) when it lies in one of the store's top-level folders; else ``uri`` as it
+        is (a place outside the store stays absolute, and is refused where only the store's own may be loaded)."""
+        place, root = _location(uri), _location(self.uri)
+        if place is None or root is None or place[0] != root[0] or place[1][:len(root[1])] != root[1]:
+            return uri
+        rest = place[1][len(root[1]):]
+        return "/".join(rest) if rest and rest[0] in TOP else uri
+
+    def resolve(self, location: str) -> str:
+        """The URI of ``location`` as a record holds it: a store-relative one (``is_location``) joined to this
+        store's root; an absolute one as it is when it lies in this store; one that does not, but whose tail is
+        ``<top-level folder>/<name>[/...]`` with that folder here, found here (the store moved: restored at another
+        path, or copied to another bucket, since the record was written); anything else as it is (the caller
+        refuses what must lie in the store: ``inside``)."""
+        if is_location(location):
+            return self.join(location)
+        if inside(location, self.uri):
+            return location
+        place = _location(location)
+        segments = place[1] if place is not None else ()
+        for i in range(len(segments) - 2, -1, -1):   # the last top-level folder name first
+            if segments[i] in TOP and segments[i + 1] in self._names_in(segments[i]):
+                return self.join(*segments[i:])
+        return location
+
+    def _names_in(self, top: str) -> set[str]:
+        """The names in the top-level folder ``top`` (one listing per folder and ``Store``: records name many)."""
+        if top not in self._listed:
+            fs, root = filesystem(self.join(top))
+            found = fs.ls(root, detail=False) if fs.exists(root) else []
+            self._listed[top] = {posixpath.basename(f.rstrip("/")) for f in found}
+        return self._listed[top]
 
     def tune_uri(self, name: str) -> str:
         """The folder of the tune called ``name`` (its study; its trials are runs)."""

@@ -26,7 +26,7 @@ from prefect.context import FlowRunContext
 
 import feature_spec as fspec
 from common.errors import UserError
-from common.store import RUNS, filesystem, storage_options
+from common.store import Store, filesystem, storage_options
 from training.config import config_hash
 from models import registry
 from models.decision import interval_text
@@ -293,10 +293,8 @@ def _run_row(run: RunDir) -> dict:
 def runs(store_uri: str) -> list[str]:
     """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them.
     Returns the names of the runs that could not be read (listed with the reason, never failing)."""
-    fs, root = filesystem(posixpath.join(store_uri, RUNS))
-    folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)) if fs.exists(root) else []
-    rows = [_run_row(run) for run in (RunDir(posixpath.join(store_uri, RUNS, f)) for f in folders)
-            if run.has_config()]
+    store = Store(store_uri)
+    rows = [_run_row(run) for run in (RunDir(store.run_uri(name)) for name in store.runs()) if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
     return [row["run"] for row in rows if str(row["trained"]).startswith(("config unreadable", "unreadable"))]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import feature_spec as fspec
 from common.errors import UserError
-from common.store import DATASETS
+from common.store import Store
 from feature_spec import FeatureSpec
 
 from . import lists, splits
@@ -70,7 +70,7 @@ class Job:
         mirror = Mirror.locate(config.work_dir, config.out)
         parts = [FileParts.locate(mirror, _digest({**file_identity(f), **parse})) for f in inputs]
         return cls(config, spec, inputs, rule, threshold, transforms, fmt, types, fingerprint,
-                   fspec.join_uri(config.out, DATASETS, key), WorkFolder.locate(config.work_dir, mirror, key),
+                   Store(config.out).dataset_uri(key), WorkFolder.locate(config.work_dir, mirror, key),
                    parts, mirror)
 
     def file_entry(self, i: int) -> dict:
