@@ -26,6 +26,11 @@ completion markers go first (a dataset's ``_SUCCESS``; a run's ``_SUCCESS``, eva
 ``RunDir.is_marker``) and a local folder is then renamed into ``_trash/`` and deleted there, so a gc cut short
 never leaves something that looks complete; the next gc finishes it. An unreadable champion or history stops the
 gc before it removes anything (what that model needs is unknown).
+
+The records name places of the store as the registry reads them (``models.registry``: store-relative, or absolute
+URIs of a store that moved since, found where they are now), and a run's dataset as its config says it, a dataset
+of the store before it moved found in the store now (``common.store.Store.resolve``): a store restored at another
+path keeps what its champion and its recent nights need.
 """
 
 from __future__ import annotations
@@ -243,7 +248,7 @@ def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | N
     fs, root = filesystem(store.uri)
     root = root.rstrip("/")
     local = isinstance(fs, LocalFileSystem)
-    keep_runs, keep_datasets, retired, retired_datasets = _named(store.uri, config.keep_nights)
+    keep_runs, keep_datasets, retired, retired_datasets = _named(store, config.keep_nights)
     listing = _listing(store)
     runs, datasets, works = listing.get(RUNS, {}), listing.get(DATASETS, {}), listing.get(WORK, {})
 
@@ -278,7 +283,7 @@ def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | N
         if TMP in name:
             continue   # a leftover of a killed write: below
         here = _norm(uri(RUNS, name))
-        dataset, readable = _dataset_of(RunDir(uri(RUNS, name)), e)
+        dataset, readable = _dataset_of(RunDir(uri(RUNS, name)), e, store)
         run_dataset[here] = dataset
         reason = None
         if here in keep_runs:
@@ -383,14 +388,14 @@ def _parts(config: GcConfig, store: Store, night: Night | None, work_dir: str | 
     return items
 
 
-def _named(store: str, keep_nights: int) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
+def _named(store: Store, keep_nights: int) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
     """(runs kept, datasets kept, runs retired, datasets retired) by the models' records, URI -> why: each
     champion's run and dataset, the runs and datasets the last ``keep_nights`` decided nights name; those that
     only older nights name. The dataset of a night that failed its data checks (no run) goes with the decided nights
     before it."""
     keep_runs, keep_datasets, retired, retired_datasets = {}, {}, {}, {}
-    for name in registry.model_names(store):
-        model = registry.model_uri(store, name)
+    for name in store.models():
+        model = store.model_uri(name)
         try:
             champion = registry.load_champion(model)
             everything = registry.history(model)
@@ -423,8 +428,9 @@ def _named(store: str, keep_nights: int) -> tuple[dict[str, str], dict[str, str]
             {d: why for d, why in retired_datasets.items() if d not in keep_datasets})
 
 
-def _dataset_of(run: RunDir, e: _Entry) -> tuple[str | None, bool]:
-    """(the dataset a run trains on, whether that could be read): its config.yaml's, else its pipeline.yaml's."""
+def _dataset_of(run: RunDir, e: _Entry, store: Store) -> tuple[str | None, bool]:
+    """(the dataset a run trains on, whether that could be read): its config.yaml's, else its pipeline.yaml's; an
+    absolute URI of the store before it moved found in ``store`` now (``Store.resolve``)."""
     for name, key in ((RunDir.CONFIG, ("dataset",)), (RunDir.PIPELINE, ("train", "dataset"))):
         if name not in e.files:
             continue
@@ -432,7 +438,10 @@ def _dataset_of(run: RunDir, e: _Entry) -> tuple[str | None, bool]:
             value = yaml.safe_load(run.read_text(name))
             for k in key:
                 value = value.get(k) if isinstance(value, dict) else None
-            return (str(value) if value else None), True
+            value = str(value) if value else None
+            if value and ("://" in value or value.startswith("/")):   # a relative one is its writer's: as given
+                value = store.resolve(value)
+            return value, True
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
             return None, False
     return None, True

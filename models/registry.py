@@ -13,6 +13,14 @@ appended to history.jsonl, (4) the bundles of older champions are removed. A re-
 nothing again but repairs what a crash cut short: a missing or unverifiable bundle, a history line missing for
 the champion, a champion.json older than the history's last promotion. Local folders and s3:// alike.
 
+The places these records name in the store (champion.json's run, dataset, vocab and bundle, a history line's run,
+dataset and champion_run) are written store-relative (``runs/<name>``: ``common.store.Store.relative``) and
+resolved against the store's root when read (``Store.resolve``): a store restored at another path, or copied to
+another bucket, keeps its champion. Lines written before hold absolute URIs: one in the store as it is now is
+used as it is; one elsewhere whose ``runs/<name>`` (``datasets/<name>``, ``models/<name>``) is in the store now
+is found there (the store moved); any other keeps its value, and a champion outside the store is refused
+(``champion_to_load``). The days' verdicts (days.jsonl) name input files, not places in the store: as given.
+
 Test hook: ``$DLRMFLOW_CRASH_AFTER`` set to one of ``WRITES`` kills the process (SIGKILL) right after that write
 (tests/models/test_promotion_kill.py); unset, it does nothing.
 """
@@ -23,7 +31,6 @@ import json
 import math
 import os
 import posixpath
-import re
 import signal
 from datetime import datetime, timezone
 from typing import Callable
@@ -33,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
-from common.store import MODELS, filesystem, inside, read_text, store_of
+from common.store import MODEL_NAME, MODELS, Store, check_model_name, filesystem, inside, read_text, store_of
 from models.config import PromoteConfig
 from models.decision import PROMOTING, data_refusals, decide, finite
 from training.config import TrainConfig
@@ -46,7 +53,7 @@ TUNED_FILE = "tuned.yaml"   # the training config the model's latest tune found 
 LOCK_FILE = "promotion.lock"
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
 LOCK_STALE_S = 600.0    # after this a lock is taken to be a crashed holder's; promotion takes seconds
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+NAME_PATTERN = MODEL_NAME   # a model's folder name (common.store names the store's folders)
 CRASH_AFTER = "DLRMFLOW_CRASH_AFTER"   # the test hook (see the module doc)
 WRITES = ("bundle", "champion", "history", "prune")   # a promotion's writes, in order
 SKIPPED = "skipped"   # the decision of a night a catchup policy skipped (record_skipped)
@@ -61,18 +68,20 @@ class Champion(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="The model's name (its folder under models/).")
-    run: str = Field(description="URI of the training run folder.")
+    run: str = Field(description="The training run folder (in champion.json store-relative, runs/<name>; loaded, "
+                     "its URI).")
     step: int = Field(description="The checkpoint step of that run.")
-    dataset: str = Field(description="URI of the dataset the run trained on (its vocab/ holds the vocabularies).")
-    vocab: str = Field(description="URI of the dataset's vocabulary folder.")
+    dataset: str = Field(description="The dataset the run trained on (its vocab/ holds the vocabularies; in "
+                         "champion.json store-relative, datasets/<name>; loaded, its URI).")
+    vocab: str = Field(description="The dataset's vocabulary folder (store-relative in champion.json).")
     date: str = Field(description="The run's date (ISO), the day it was tested on.")
     window: list[str] = Field(default_factory=list, description="The dates it trained and validated on.")
     metrics: dict[str, float | int | str | None] = Field(default_factory=dict, description="auc, logloss, rows "
                                                          "(and positives, base_logloss, calibration, the rows' "
                                                          "fingerprint) on its test day (null: not finite).")
     promoted_at: str = Field(description="When it was promoted (ISO timestamp, UTC).")
-    bundle: str | None = Field(None, description="URI of its serving bundle (`dlrmflow export`), written and "
-                               "verified before this file.")
+    bundle: str | None = Field(None, description="Its serving bundle (`dlrmflow export`), written and verified "
+                               "before this file (store-relative in champion.json, models/<name>/bundles/<run>).")
     bundle_sha256: str | None = Field(None, description="sha256 of the bundle's manifest.json.")
     line: dict | None = Field(None, description="The history line of the decision that promoted it, written here "
                               "before it is appended to history.jsonl (a re-run appends it if a crash came between).")
@@ -80,32 +89,62 @@ class Champion(BaseModel):
 
 def check_name(name: str) -> str:
     """``name`` when it can name a model folder, else a UserError saying how to fix it."""
-    if not re.fullmatch(NAME_PATTERN, name):
-        raise UserError(f"model name {name!r} cannot name a folder. Fix: use letters, digits, '.', '_' or '-' "
-                        "(at most 64, starting with a letter or digit).")
-    return name
+    return check_model_name(name)
 
 
 def model_uri(store: str, name: str) -> str:
-    """``<store>/models/<name>``."""
-    return posixpath.join(store.rstrip("/"), MODELS, check_name(name))
+    """``<store>/models/<name>`` (``common.store.Store.model_uri``)."""
+    return Store(store).model_uri(name)
+
+
+LOCATIONS = ("run", "dataset", "vocab", "bundle")   # champion.json's places in the store
+LINE_LOCATIONS = ("run", "dataset", "champion_run")   # a history line's
 
 
 def load_champion(model: str) -> Champion | None:
-    """The champion of the model folder ``model`` (``<store>/models/<name>``), None when it has none yet."""
+    """The champion of the model folder ``model`` (``<store>/models/<name>``), None when it has none yet; its
+    places resolved against the model's store (the module doc)."""
+    store = model_store_of(model)
     text = _read(model, CHAMPION_FILE)
     if text is None:
         return None
     try:
-        return Champion.model_validate_json(text)
+        champion = Champion.model_validate_json(text)
     except ValidationError as e:
         raise UserError(f"{posixpath.join(model, CHAMPION_FILE)} is not a champion record: {e}. Fix: remove it "
                         "(the next run's challenger becomes the champion), or restore it from a backup.") from None
+    return champion.model_copy(update={**_places(champion.model_dump(include=set(LOCATIONS)), store.resolve),
+                                       "line": _line(champion.line, store.resolve)})
+
+
+def _write_champion(model: str, champion: Champion) -> None:
+    """Write ``champion`` as ``<model>/champion.json``, its places store-relative."""
+    store = model_store_of(model)
+    recorded = champion.model_copy(update={**_places(champion.model_dump(include=set(LOCATIONS)), store.relative),
+                                           "line": _line(champion.line, store.relative)})
+    write_uri(posixpath.join(model, CHAMPION_FILE), recorded.model_dump_json(indent=2))
+
+
+def _places(fields: dict, convert: Callable[[str], str]) -> dict:
+    """``fields`` with each string value converted (``Store.relative`` or ``Store.resolve``); None stays."""
+    return {k: convert(v) if isinstance(v, str) else v for k, v in fields.items()}
+
+
+def _line(line: dict | None, convert: Callable[[str], str]) -> dict | None:
+    """A history line with its places (``LINE_LOCATIONS``) converted."""
+    if not isinstance(line, dict):
+        return line
+    return {**line, **_places({k: line[k] for k in LINE_LOCATIONS if k in line}, convert)}
 
 
 def model_store(model: str) -> str:
     """The store a model folder ``<store>/models/<name>`` lies in."""
     return store_of(model, MODELS)
+
+
+def model_store_of(model: str) -> Store:
+    """``model_store(model)`` as a ``Store`` (UserError for an s3:// one with '.' or '..' segments)."""
+    return Store(model_store(model))
 
 
 def champion_to_load(model: str) -> Champion | None:
@@ -114,7 +153,7 @@ def champion_to_load(model: str) -> Champion | None:
     either runs code, so only what the store itself holds is loaded (the pipeline promotes nothing else)."""
     champion = load_champion(model)
     if champion is not None:
-        store = model_store(model)
+        store = model_store_of(model).uri
         for what, uri in (("run", champion.run), ("bundle", champion.bundle)):
             if uri is not None and not inside(uri, store):
                 raise UserError(f"{posixpath.join(model, CHAMPION_FILE)}: the champion's {what} {uri} lies outside "
@@ -186,7 +225,9 @@ def promotion_lock(model: str, owner: str | None, timeout_s: float = LOCK_TIMEOU
 # --- history and record -------------------------------------------------------------------------------------
 
 def history(model: str) -> list[dict]:
-    """Every line of ``<model>/history.jsonl``, oldest first ([] when the model has none yet)."""
+    """Every line of ``<model>/history.jsonl``, oldest first ([] when the model has none yet); its places
+    resolved against the model's store (the module doc)."""
+    store = model_store_of(model)
     text = _read(model, HISTORY_FILE) or ""
     lines = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -197,7 +238,7 @@ def history(model: str) -> list[dict]:
         except ValueError as e:
             raise UserError(f"{posixpath.join(model, HISTORY_FILE)} line {number} is not JSON ({e}). Fix: repair or "
                             "remove that line.") from None
-    return lines
+    return [_line(line, store.resolve) for line in lines]
 
 
 def day_verdicts(model: str) -> list[dict]:
@@ -396,7 +437,7 @@ def _promote(model: str, challenger: Champion, entry: dict, export, lock) -> Non
     lock.check()
     champion = challenger.model_copy(update={"promoted_at": entry["at"], "bundle": bundle, "bundle_sha256": sha,
                                              "line": entry})
-    write_uri(posixpath.join(model, CHAMPION_FILE), champion.model_dump_json(indent=2))
+    _write_champion(model, champion)
     _written("champion")
 
 
@@ -408,7 +449,8 @@ def _append(model: str, lines: list[dict], entry: dict, lock, say=None) -> list[
     text = _read(model, HISTORY_FILE) or ""
     if text and not text.endswith("\n"):
         text += "\n"
-    write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(entry, allow_nan=False) + "\n")
+    recorded = _line(entry, model_store_of(model).relative)
+    write_uri(posixpath.join(model, HISTORY_FILE), text + json.dumps(recorded, allow_nan=False) + "\n")
     _written("history")
     return [*lines, entry]
 
@@ -431,9 +473,8 @@ def _repair(model: str, challenger: Champion, done: dict, lines: list[dict], cur
                 if say:
                     say(f"{model}: the champion's bundle {bundle} was exported again (it was missing or altered)")
                 lock.check()
-                write_uri(posixpath.join(model, CHAMPION_FILE), current.model_copy(
-                    update={"bundle": bundle, "bundle_sha256": sha, "line": current.line or done})
-                    .model_dump_json(indent=2))
+                _write_champion(model, current.model_copy(
+                    update={"bundle": bundle, "bundle_sha256": sha, "line": current.line or done}))
                 _written("champion")
     _remove_old_bundles(model, lines, lock)
 
@@ -460,19 +501,18 @@ def _written(what: str) -> None:
 
 
 def model_names(store: str) -> list[str]:
-    """The names of the model folders under ``<store>/models/`` (sorted; other entries left out)."""
-    fs, root = filesystem(posixpath.join(store.rstrip("/"), MODELS))
-    names = [posixpath.basename(f.rstrip("/")) for f in (fs.ls(root, detail=False) if fs.exists(root) else [])]
-    return sorted(n for n in names if re.fullmatch(NAME_PATTERN, n))
+    """The names of the model folders under ``<store>/models/`` (sorted; other entries left out:
+    ``Store.models``)."""
+    return Store(store).models()
 
 
 def windows_in_use(store: str) -> dict[str, str]:
     """Per model under ``<store>/models/``: the first day (ISO) of the window its latest night (by date) recorded
     in its history, the oldest day its next nights still read (a window slides one day a night; kept from that
     day itself, in case missing days had shortened it). Models without a recorded window are left out."""
-    found = {}
-    for name in model_names(store):
-        lines = [e for e in history(posixpath.join(store.rstrip("/"), MODELS, name)) if e.get("window")]
+    found, where = {}, Store(store)
+    for name in where.models():
+        lines = [e for e in history(where.model_uri(name)) if e.get("window")]
         if lines:
             found[name] = min(max(lines, key=lambda e: e.get("date") or "")["window"])
     return found

@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from common.config import apply_overrides, filled_in, validate
 from common.errors import UserError
-from common.store import RUNS, filesystem, inside, read_text, store_of
+from common.store import RUNS, Store, filesystem, inside, is_location, read_text, store_of
 from feature_spec import file_uri
 from feature_spec import load as load_spec
 from training.cache import DEFAULT_CACHE_DIR
@@ -184,9 +184,11 @@ class InitFrom(_Section):
 
     Also accepted as a string: ``RUN`` (its best checkpoint) or ``RUN@CHECKPOINT`` (``RUN@best``,
     ``RUN@latest``, ``RUN@1200``). A named model's champion is resolved to its run and step by the
-    flows layer before training."""
+    flows layer before training. A run's config.yaml records ``run`` store-relative when it lies in the run's own
+    store (``recorded``) and reads it back as a URI (``resolved``)."""
 
-    run: str = Field(description="Run folder or URI (local path or s3://...) to initialise from.")
+    run: str = Field(description="Run folder or URI (local path or s3://...) to initialise from; `runs/NAME`: the "
+                     "run NAME of the store of the run being trained (or of `store`).")
     checkpoint: str = Field("best", description="`best` (the latest if the run never validated), `latest` or a step number.")
     optimizer_state: Literal["carry", "reset"] = Field(
         "carry", description="'carry': the embedding accumulators remapped like the rows and the dense optimizer "
@@ -210,11 +212,30 @@ class InitFrom(_Section):
     def _best_latest_or_step(cls, v: Any) -> str:
         return checkpoint_name(v)
 
+    def resolved(self, run_uri: str) -> "InitFrom":
+        """This warm start as the run ``run_uri`` reads it from its config.yaml, ``run`` a URI: a store-relative one
+        (``runs/<name>``) joined to ``store``, by default the store of the run being trained; an absolute one
+        recorded before that store moved found where the run is now (``common.store.Store.resolve``)."""
+        run = Store(self.store or store_of(run_uri, RUNS)).resolve(self.run)
+        return self if run == self.run else self.model_copy(update={"run": run})
+
+    def recorded(self, run_uri: str) -> "InitFrom":
+        """This warm start as the run ``run_uri``'s config.yaml records it: ``run`` store-relative when it lies in
+        the run's own store (``common.store.Store.relative``), and ``store`` left out when it names that store (the
+        default); a run of another store stays as given."""
+        own = Store(store_of(run_uri, RUNS))
+        store = self.store
+        if store is not None and inside(store, own.uri) and inside(own.uri, store):
+            store = None
+        run = own.relative(self.run) if store is None else self.run
+        return self if (run, store) == (self.run, self.store) else self.model_copy(update={"run": run, "store": store})
+
     def check_store(self, run_uri: str) -> None:
         """UserError unless ``run`` lies in ``store``, by default the store of the run being trained (``run_uri``:
-        ``<store>/runs/<name>``; a run elsewhere: the folder it is in)."""
+        ``<store>/runs/<name>``; a run elsewhere: the folder it is in); a store-relative ``run`` (``runs/<name>``)
+        is in it."""
         store = self.store or store_of(run_uri, RUNS)
-        if not inside(self.run, store):
+        if not inside(Store(store).join(self.run) if is_location(self.run) else self.run, store):
             which = "init_from.store" if self.store else f"the store of the run being trained ({run_uri})"
             raise UserError(f"init_from {self.run} lies outside {store}, {which}. A checkpoint's metadata is a "
                             "pickle (loading it runs code), so a warm start reads only runs of that store. Fix: start "

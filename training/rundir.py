@@ -1,7 +1,9 @@
 """The run folder (local path or s3://...) through fsspec: atomic text files and metrics.jsonl.
 
 ``RunDir`` names every file of a run folder (see its constants); the store's layout around it is
-``common.store``'s.
+``common.store``'s. The run's config.yaml records its warm start's run store-relative when it lies in the run's
+store (``training.config.InitFrom.recorded``), and ``load_config`` reads the places it names as they are now: that
+run, and a dataset of the run's store recorded before the store moved (``common.store.Store.resolve``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import Any, Callable
 
 from fsspec.implementations.local import LocalFileSystem
 
+from common.errors import UserError
 from common.folder import Folder
 from common.lease import lease
+from common.store import RUNS, Store, store_of
 from training.config import TrainConfig
 
 
@@ -67,12 +71,26 @@ class RunDir(Folder):
         return self.exists(self.CONFIG)
 
     def save_config(self, cfg: TrainConfig) -> None:
-        """Write the resolved TrainConfig (the ranks read it from here)."""
+        """Write the resolved TrainConfig (the ranks read it from here), its warm start's run store-relative when it
+        lies in the run's store (``InitFrom.recorded``)."""
+        if cfg.init_from is not None:
+            with suppress(UserError):   # no store can hold the run (another scheme): as given
+                cfg = cfg.model_copy(update={"init_from": cfg.init_from.recorded(self.uri)})
         self.write_text(cfg.to_yaml(), self.CONFIG)
 
     def load_config(self) -> TrainConfig:
-        """The run's TrainConfig."""
-        return TrainConfig.from_yaml(self.join(self.CONFIG), **self.options)
+        """The run's TrainConfig, the places it names as URIs where they are now: its warm start's run
+        (``InitFrom.resolved``), and its dataset when the run's store moved since it was written (an absolute URI
+        of the old place whose ``datasets/<name>`` is in the run's store now; a relative one is its writer's)."""
+        cfg = TrainConfig.from_yaml(self.join(self.CONFIG), **self.options)
+        with suppress(UserError):   # no store can hold the run (another scheme, an s3:// path with '..'): as written
+            if cfg.init_from is not None:
+                cfg = cfg.model_copy(update={"init_from": cfg.init_from.resolved(self.uri)})
+            if cfg.dataset and ("://" in cfg.dataset or cfg.dataset.startswith("/")):
+                dataset = Store(store_of(self.uri, RUNS)).resolve(cfg.dataset)
+                if dataset != cfg.dataset:
+                    cfg = cfg.model_copy(update={"dataset": dataset})
+        return cfg
 
     # ---- completion ---------------------------------------------------------------------
     def is_complete(self) -> bool:
