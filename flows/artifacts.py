@@ -27,12 +27,8 @@ from prefect.context import FlowRunContext
 import feature_spec as fspec
 from common.errors import UserError
 from common.store import Store, filesystem, storage_options
-from training.config import config_hash
-from models import registry
-from models.decision import interval_text
-from training import metrics as tm
-from training.report import TABLE
-from training.rundir import RunDir
+from training import RunDir, TABLE, config_hash, metrics as tm
+from models import interval_text, registry
 
 DATASET_FEATURES, DATASET_SUMMARY, DATASET_LOCATION = "dataset-features", "dataset-summary", "dataset-location"
 SHARDING_PLAN, TRAINING_PROGRESS = "sharding-plan", "training-progress"

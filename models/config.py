@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.config import store_field
-from training.config import checkpoint_name
+from training import checkpoint_name
 
 
 class PromoteConfig(BaseModel):

@@ -54,7 +54,7 @@ from models.config import GcConfig
 from preprocessing.dated import day_of
 from preprocessing import work
 from preprocessing.writer import SUCCESS
-from training.rundir import RunDir
+from training import RunDir
 
 TMP_GRACE_S = 3600.0   # a `.tmp-*` file or folder not written for this long was left by a killed write
 TMP = ".tmp-"          # common.atomic's temporary names: <path>.tmp-<pid>

@@ -43,7 +43,7 @@ from common.lease import lease
 from common.store import MODEL_NAME, MODELS, Store, check_model_name, filesystem, inside, read_text, store_of
 from models.config import PromoteConfig
 from models.decision import PROMOTING, data_refusals, decide, finite
-from training.config import TrainConfig
+from training import TrainConfig
 
 CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before

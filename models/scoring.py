@@ -27,14 +27,13 @@ from common.store import filesystem
 from models.config import ExportConfig, ScoreConfig
 from models.decision import RowScores, fingerprint
 from models.registry import CHAMPION_FILE, champion_to_load
-from training.checkpoint import checkpoint_of
-from training.rundir import RunDir
+from training import RunDir, checkpoint_of
 
 
 def export(config: ExportConfig) -> dict[str, Any]:
     """Export the model's champion (or the run's checkpoint) as a serving bundle at ``config.out``; returns
     the bundle's manifest (``training.export.export_bundle``)."""
-    from training.export import export_bundle
+    from training import export_bundle
 
     found = locate_checkpoint(config)
     return export_bundle(found["run"], found["step"], config.out)
@@ -104,7 +103,7 @@ def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: s
                       env: dict[str, str] | None, on_line: Callable[[str], None] | None) -> dict[str, Any]:
     """``score`` with a run's checkpoint: encode with its dataset's vocabularies, predict on ranks (torchrun)."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
-    from training.score import predict_parts, scoring_launcher, write_scores
+    from training import predict_parts, scoring_launcher, write_scores
 
     runner = scoring_launcher(launcher)
 
@@ -128,7 +127,7 @@ def row_scores(out: str) -> RowScores:
     sorted by (file, row) so that two models' scores of the same rows pair up."""
     import numpy as np
 
-    from training.score import LABEL, PROBABILITY
+    from training import LABEL, PROBABILITY
 
     table = read_scores(out, ["file", "row", PROBABILITY, LABEL])
     files = table.column("file").to_numpy(zero_copy_only=False)
@@ -157,8 +156,7 @@ def _score_bundle(config: ScoreConfig, say: Callable[[str], None], folder: str,
     """``score`` with a serving bundle: encode with its vocabularies and input spec, predict in this process.
     ``pinned``: the sha256 its manifest must have (a champion's, from champion.json)."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
-    from training.export import load_bundle, predict_split
-    from training.score import write_scores
+    from training import load_bundle, predict_split, write_scores
 
     bundle = load_bundle(config.bundle, cache=f"{folder}/bundle", manifest_sha256=pinned)
     source = bundle.manifest["source"]

@@ -18,19 +18,15 @@ from typing import Callable
 
 from common.errors import UserError
 from common.store import Store
-from models import registry, scoring
-from models.config import ScoreConfig
-from models.decision import RowScores, paired
+from models import RowScores, ScoreConfig, paired, registry, scoring
 from nightly import datacheck
-from training.config import FlowTrainConfig
+from training import FlowTrainConfig, InitFrom, RunDir, TrainConfig
 from nightly.config import PipelineConfig
 from nightly.window import Window, catchup_skip, window
 from preprocessing.dated import fill_date
 from preprocessing.inputs import expand
 from preprocessing.config import FlowPreprocessConfig
 from preprocessing.profile import StoredProfiles
-from training.config import InitFrom, TrainConfig
-from training.rundir import RunDir
 
 Say = Callable[[str], None]
 METRICS = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration")   # what the gates read of each model
@@ -345,6 +341,6 @@ def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: Dat
 def _export_verified(*args, **kwargs):
     """training.export.export_verified, imported when a champion is exported (it imports torch: seconds that
     a night which promotes nothing need not spend)."""
-    from training.export import export_verified
+    from training import export_verified
 
     return export_verified(*args, **kwargs)

@@ -1,7 +1,8 @@
 """The house rules, read from the sources (ast): imports point only down (flows -> nightly -> models -> {training,
 preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, and the store's
 top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
-config.py, common/, training/rundir.py, models/registry.py) imports neither torch, TorchRec nor Prefect; and
+config.py, common/, training/rundir.py, models/registry.py) imports neither torch, TorchRec nor Prefect; other
+packages import training and models through their faces; and
 common/errors.py's docstring lists every UserError subclass."""
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ STORE_MODULE = "common/store.py"
 # the light tier: what a command's options, a config file or a look at the store may import cheaply
 HEAVY = ("torch", "torchrec", "fbgemm_gpu", "prefect")
 LIGHT_NAMED = ("training/rundir.py", "models/registry.py")
+FACED = ("training", "models")   # packages whose face (``_FACE`` in __init__) is all other packages import of them
+
+
+def face(package: str) -> set[str]:
+    """The names of ``package``'s face: the keys of the ``_FACE`` table in its __init__.py."""
+    tree = ast.parse((REPO / package / "__init__.py").read_text())
+    [table] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and any(getattr(t, "id", None) == "_FACE" for t in node.targets)]
+    return set(ast.literal_eval(table))
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -102,6 +112,7 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
             problems.append(f"{rel}: imports {name} ({package} may import {sorted(ALLOWED[package]) or 'none'})")
         if package != "flows":
             problems += [f"{rel}: imports {name} (Prefect only in flows/)" for name in sorted(names & PREFECT)]
+        problems += _face_problems(rel, package, tree)
         if rel != STORE_MODULE:
             problems += [f"{rel}:{line}: store folder literal {text!r} (name it by common.store's constant)"
                          for line, text in folder_literals(tree)]
@@ -111,6 +122,27 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
                          if isinstance(node, ast.Attribute) and node.attr in ("open", "open_files")
                          and isinstance(node.value, ast.Name) and node.value.id == "fsspec"]
     return problems
+
+
+def _face_problems(rel: str, package: str, tree: ast.AST) -> list[str]:
+    """Imports of a faced package's modules, or of names its face lacks, from another package."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hits = [a.name for a in node.names if a.name.split(".")[0] in set(FACED) & ALLOWED[package]]
+            out += [f"{rel}:{node.lineno}: import {name} (import from the face of {name.split('.')[0]})"
+                    for name in hits]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            top = node.module.split(".")[0]
+            if top not in set(FACED) & ALLOWED[package]:
+                continue
+            if node.module != top:
+                out.append(f"{rel}:{node.lineno}: from {node.module} import ... (import from the face of {top}: "
+                           f"from {top} import NAME)")
+            else:
+                out += [f"{rel}:{node.lineno}: {a.name} is not in the face of {top} ({top}/__init__.py _FACE)"
+                        for a in node.names if a.name not in face(top)]
+    return out
 
 
 def test_the_house_rules_hold():
@@ -144,6 +176,9 @@ def test_a_heavy_import_is_found(tmp_path):
     ("preprocessing/x.py", "preprocessing", 'def f(root):\n    return f"{root}/_work/{key}"\n', "'/_work/'"),
     ("training/x.py", "training", "import fsspec\nfs = fsspec.core.url_to_fs('x')\n", "url_to_fs"),
     ("preprocessing/x.py", "preprocessing", "import fsspec\nf = fsspec.open('s3://b/x', 'rb')\n", "fsspec.open"),
+    ("flows/x.py", "flows", "from training.config import TrainConfig\n", "import from the face of training"),
+    ("nightly/x.py", "nightly", "from models import not_a_name\n", "not_a_name is not in the face of models"),
+    ("flows/x.py", "flows", "import models.registry\n", "import from the face of models"),
 ])
 def test_a_violation_is_found(rel, package, text, expected):
     problems = check({rel: (package, text)})
