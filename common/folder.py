@@ -41,7 +41,11 @@ class Folder:
         return self.fs.exists(self.path(*parts))
 
     def read_text(self, *parts: str) -> str:
-        with self.fs.open(self.path(*parts), "r") as f:
+        """A file's text as it is now: another process (a rank) may have rewritten it since this one listed the
+        folder, and on S3 a read through the listing's cached ETag then fails (s3fs's FileExpired)."""
+        path = self.path(*parts)
+        self.fs.invalidate_cache(path)
+        with self.fs.open(path, "r") as f:
             return f.read()
 
     def write_text(self, text: str, *parts: str) -> None:
