@@ -94,6 +94,18 @@ def message(date: str, model: str | None, stage_name: str, error: str, flow_run_
     return subject, f"{subject}: {error} (flow run {flow_run_name})"
 
 
+def error_of(text: str | None, fallback: str) -> str:
+    """A failed run's error in one line, for its history line, event and notification: the message's first line,
+    and the failing rank's own error line when the message holds one below it (a rank job's failure says which rank
+    failed how, then the rank's last lines, among them ``error (rank N): ...``: the cause, e.g. the damaged
+    checkpoint file)."""
+    lines = (text or "").strip().splitlines()
+    if not lines:
+        return fallback
+    cause = next((line.strip() for line in lines[1:] if line.startswith("error (rank")), None)
+    return f"{lines[0]} {cause}" if cause else lines[0]
+
+
 def night_failed(flow, flow_run, state) -> None:
     """The pipeline's on_failure/on_crashed hook: record the failed night in the model's history, emit
     ``dlrmflow.night.failed`` and notify ``notify_block``."""
@@ -108,7 +120,7 @@ def night_failed(flow, flow_run, state) -> None:
     model = config.get("model")
     date = night.get("date") or str((flow_run.parameters or {}).get("date") or "(undated)")
     stage_name = night.get("stage", "setup")
-    error = ((state.message or "").strip().splitlines() or [f"the run ended {state.type.value.lower()}"])[0]
+    error = error_of(state.message, f"the run ended {state.type.value.lower()}")
     if model and night.get("date") and stage_name != "data check":   # the data gate recorded its own line
         try:
             uri = registry.model_uri(Store(config.get("store")).uri, model)
