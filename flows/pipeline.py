@@ -101,12 +101,11 @@ def due_nights(config: PipelineConfig) -> list[dt.date]:
             if str(r.id) != flow_run.id and not (r.parameters or {}).get("date")]
 
 
-@task(cache_policy=NONE)
-@user_errors
 def plan(config: PipelineConfig, store: Store, day: dt.date | None,
          left_out: dict[dt.date, str] | None = None) -> NightPlan:
     """The night's plan (``nightly.night.plan_night``; ``left_out``: days the data gate quarantined now), the
-    model's records checked before any work."""
+    model's records checked before any work. In the flow's own body, as ``plan_run``: a setting that cannot work
+    is the flow's one error line, no task's."""
     planned = night.plan_night(config, store, day, left_out)
     log = get_run_logger()
     for note in planned.notes:
@@ -119,8 +118,6 @@ def plan(config: PipelineConfig, store: Store, day: dt.date | None,
     return planned
 
 
-@task(cache_policy=NONE)
-@user_errors
 def plan_run(planned: NightPlan, dataset: str) -> RunPlan:
     """The run on the night's dataset (``NightPlan.training``), its pipeline.yaml written."""
     log = get_run_logger()
@@ -156,7 +153,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
             result = {"store": store.uri, "date": day.isoformat(), "skipped": reason}
             events.completed(config.model, result)
             return result
-    planned = plan(config, store, day, return_state=True).result()   # raises its error
+    planned = plan(config, store, day)
     days = planned.window
     if planned.synthetic_inputs():
         events.stage("synthesize")
@@ -170,11 +167,11 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
         if not gate.left_out:
             break
         left_out |= gate.left_out   # days quarantined now: the night again without them (their parses are kept)
-        planned = plan(config, store, day, left_out, return_state=True).result()
+        planned = plan(config, store, day, left_out)
         days = planned.window
         events.stage("preprocess")
         dataset = preprocess(planned.preprocess)
-    run_plan = plan_run(planned, dataset, return_state=True).result()
+    run_plan = plan_run(planned, dataset)
     run = run_plan.run
     events.stage("train")
     train(run.uri, dataset, run_plan.train, planned.config.launcher)

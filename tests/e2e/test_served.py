@@ -22,6 +22,7 @@ from helpers.browser import needs_chromium, page
 from helpers.datasets import assert_same_files
 from helpers.prefect_api import answer, get, post, stamp
 from helpers.processes import until
+from models import registry
 from training.rundir import RunDir
 
 NIGHTS = ("2026-11-04", "2026-11-05")
@@ -84,13 +85,13 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
     with server.serve(*serve_args, name="serve-nights") as serve:
         def pipeline_deployment():
             found = {k: v for k, v in server.deployments().items() if k.endswith("-demo")}   # (a shared server)
-            return found.get("dlrmflow-pipeline-demo") if len(found) == 6 and not any(
+            return found.get("dlrmflow-pipeline-demo") if len(found) == 7 and not any(
                 d["paused"] for d in found.values()) else None
 
-        pipeline = until(pipeline_deployment, 120, "six active deployments", server.proc, serve)
-        assert {k for k in server.deployments() if k.endswith("-demo")} == {   # the model's six
+        pipeline = until(pipeline_deployment, 120, "seven active deployments", server.proc, serve)
+        assert {k for k in server.deployments() if k.endswith("-demo")} == {   # the model's seven
             "dlrmflow-pipeline-demo", "dlrmflow-preprocess-demo", "dlrmflow-train-demo", "dlrmflow-evaluate-demo",
-            "dlrmflow-score-demo", "dlrmflow-tune-demo"}
+            "dlrmflow-score-demo", "dlrmflow-tune-demo", "dlrmflow-days-demo"}   # days: the data gate's verdicts
         assert [s["schedule"]["cron"] for s in pipeline["schedules"]] == [CRON]
         retune = server.deployments()["dlrmflow-tune-demo"]   # the weekly re-tune of the model on its champion's data
         assert [s["schedule"]["cron"] for s in retune["schedules"]] == [TUNE_CRON]
@@ -140,7 +141,9 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
         assert server.artifacts(artifacts.gc_key(str(store)), second_id)
 
         model = store / "models" / "demo"
-        history = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
+        recorded = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
+        assert all(h["run"].startswith("runs/") for h in recorded)   # store-relative: a moved store keeps them
+        history = registry.history(str(model))   # resolved against the store
         assert [h["date"] for h in history] == list(NIGHTS)
         assert history[0]["decision"] == "first" and history[0]["champion"] is None
         _check_the_ui_view_of_a_run(server, first, Path(history[0]["run"]), store, tmp_path)
@@ -152,7 +155,7 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
             assert h["decision"] == ("promoted" if better else "kept"), h
             champion_run = h["run"] if better else champion_run
         assert all(Path(h["run"], RunDir.DONE).is_file() and Path(h["dataset"], "_SUCCESS").is_file() for h in history)
-        champion = json.loads((model / "champion.json").read_text())
+        champion = registry.load_champion(str(model)).model_dump()   # resolved against the store
         assert champion["run"] == champion_run
         # the champion's serving bundle (night 2 scored night 1's champion on its test day), at most one before it
         assert (Path(champion["bundle"]) / "manifest.json").is_file()
