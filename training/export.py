@@ -182,7 +182,9 @@ def verify_bundle(uri: str, run: str, step: int) -> str:
     with tempfile.TemporaryDirectory(prefix="dlrmflow-verify-") as cache, writing(cache):   # only a remote one's
         bundle = load_bundle(uri, cache=cache)
     source = bundle.manifest.get("source") or {}
-    if (source.get("run"), source.get("step")) != (RunDir(run).uri, step):
+    # the run by its name in the store: a store restored at another path keeps its bundles (their manifests hold
+    # the run's URI of when they were written)
+    if (posixpath.basename(str(source.get("run") or "").rstrip("/")), source.get("step")) != (RunDir(run).name, step):
         raise UserError(f"{uri}: the bundle is of run {source.get('run')} step {source.get('step')}, not of {run} "
                         f"step {step}. Fix: re-export it (dlrmflow export).")
     fs, path = filesystem(uri)

@@ -156,3 +156,17 @@ def test_a_rerun_exports_a_missing_or_altered_bundle_again(promoted_twice, tmp_p
         assert verify_bundle(champion.bundle, champion.run, champion.step) == champion.bundle_sha256, damage
         assert registry.history(str(model)) == lines
         shutil.rmtree(bundle)
+
+
+def test_a_store_restored_elsewhere_keeps_a_champion_whose_bundle_verifies(promoted_twice, tmp_path):
+    """The month benchmark's finding: a bundle's manifest names the run by the URI it had when it was written, so
+    after a store moved every champion's bundle was refused ('the bundle is of run OLD, not of NEW'); the run is
+    its name in the store."""
+    store, _ = promoted_twice
+    moved = tmp_path / "restored" / "store"
+    shutil.copytree(store, moved)
+    champion = registry.load_champion(str(moved / "models" / "ctr"))
+    assert champion.run == str(moved / "runs" / "r-b") and champion.bundle.startswith(str(moved))
+    assert verify_bundle(champion.bundle, champion.run, champion.step) == champion.bundle_sha256
+    with pytest.raises(UserError, match="the bundle is of run .*r-b step"):   # still the one checkpoint it is of
+        verify_bundle(champion.bundle, str(moved / "runs" / "r-a"), champion.step)
