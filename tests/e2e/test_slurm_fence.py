@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 from helpers.fake_cluster import executable
 from helpers.paths import REPO
 from helpers.processes import until
+from helpers.fixtures import slurm_script
 from helpers.slow import slow_fixture
 from training.launchers import RankJob, build_launcher
 from training.rundir import RunDir
@@ -60,15 +60,7 @@ with launcher.lease(run, "training", say=print) as held:
 def fence_cluster(tmp_path_factory) -> str:
     """A real two-node Slurm cluster of this module's own (nodes n1 and n2, partition ``local``): its SLURM_CONF.
     Installs slurm-wlm and munge with apt when they are missing; skips where that cannot be done."""
-    script = str(REPO / "infra" / "slurm" / "local-cluster.sh")
-    if os.geteuid() != 0:
-        pytest.skip("a real Slurm cluster needs root (slurmd starts the jobs' processes)")
-    if not (shutil.which("slurmctld") and shutil.which("munged")):
-        if not shutil.which("apt-get"):
-            pytest.skip("slurm-wlm and munge are not installed and there is no apt-get to install them")
-        got = subprocess.run([script, "install"], capture_output=True, text=True, timeout=900)
-        if got.returncode != 0:
-            pytest.skip(f"could not install slurm-wlm and munge: {got.stderr.strip()[-500:]}")
+    script = slurm_script()
     env = {**os.environ, "DLRMFLOW_SLURM_DIR": str(tmp_path_factory.mktemp("slurm-state")),
            "DLRMFLOW_SLURM_PORT": str(CTLD_PORT)}
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=120)

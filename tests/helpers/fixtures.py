@@ -53,11 +53,9 @@ def prefect_server(tmp_path_factory):
         yield server
 
 
-@slow_fixture(scope="session")
-def slurm_cluster() -> str:
-    """A real two-node Slurm cluster on this machine (nodes n1 and n2, partition ``local``), started by
-    infra/slurm/local-cluster.sh: its SLURM_CONF. Installs slurm-wlm and munge with apt when they are missing;
-    skips where that cannot be done (not root, no apt-get, no packages)."""
+def slurm_script() -> str:
+    """infra/slurm/local-cluster.sh, once slurm-wlm and munge are there (installed with apt when missing); skips
+    the test where that cannot be done (not root, no apt-get, no packages)."""
     script = str(REPO / "infra" / "slurm" / "local-cluster.sh")
     if os.geteuid() != 0:
         pytest.skip("a real Slurm cluster needs root (slurmd starts the jobs' processes)")
@@ -67,6 +65,15 @@ def slurm_cluster() -> str:
         got = subprocess.run([script, "install"], capture_output=True, text=True, timeout=900)
         if got.returncode != 0:
             pytest.skip(f"could not install slurm-wlm and munge: {got.stderr.strip()[-500:]}")
+    return script
+
+
+@slow_fixture(scope="session")
+def slurm_cluster() -> str:
+    """A real two-node Slurm cluster on this machine (nodes n1 and n2, partition ``local``), started by
+    infra/slurm/local-cluster.sh: its SLURM_CONF. Installs slurm-wlm and munge with apt when they are missing;
+    skips where that cannot be done (not root, no apt-get, no packages)."""
+    script = slurm_script()
     started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     conf = started.stdout.strip().splitlines()[-1].removeprefix("SLURM_CONF=")
