@@ -11,19 +11,22 @@ another sharding plan. ``checkpoint_of`` finds a run's checkpoint by ``best`` (e
 A full disk is one line on every rank (``common.space.NoSpace``: the checkpoint's path, the free space, the fix), which
 the launcher's failure message shows: before a save, a local run folder with less free space than the newest
 complete checkpoint took refuses it; a save that runs out of space (any rank's write, as DCP reports it) removes the
-incomplete checkpoint and says so.
+incomplete checkpoint and says so. A rank's full disk reaches DCP's report as a plain ``OSError`` (``_storage_writer``):
+DCP pickles each rank's exception to gather them, and torch's zip writer raises a ``RuntimeError`` ("unexpected pos")
+whose ``__context__``, the ENOSPC, pickling drops.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
-from contextlib import suppress
-from typing import Any, Callable
+from contextlib import contextmanager, suppress
+from typing import Any, Callable, Iterator
 
 from common.errors import UserError
-from common.space import NoSpace, check_free, writing
+from common.space import NoSpace, check_free, space_error, writing
 from training.rundir import RunDir
 
 DIR, COMPLETE = RunDir.CHECKPOINTS, RunDir.COMPLETE   # the run folder names them (training.rundir)
@@ -95,11 +98,10 @@ class Checkpointer:
             raise NoSpace(*refusal)
         if write:
             import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
             try:
                 with writing(self.uri(step), NO_SPACE_FIX):
-                    dcp.save(state, storage_writer=FsspecWriter(self.uri(step), **self.run.options))
+                    dcp.save(state, storage_writer=_storage_writer(self.uri(step), self.run.options))
             except NoSpace:
                 if _rank() == 0:   # every rank is past its writes (DCP gathered their results): free the space
                     self._remove_incomplete(step)
@@ -232,6 +234,38 @@ def checkpoint_of(run: RunDir, checkpoint: str | int, dataset: str | None = None
     fallback = "latest" if checkpoint == "best" else None
     step, warning = Checkpointer(run).step_for(checkpoint, fallback=fallback)
     return {"dataset": dataset, "step": step, "warning": warning}
+
+
+def _storage_writer(uri: str, options: dict[str, Any]):
+    """DCP's fsspec writer of checkpoint folder ``uri`` whose writes (a rank's files, rank 0's metadata) raise a full
+    disk as a plain ``OSError`` of its errno (``_space_kept``), so that it survives DCP's pickled gather of the
+    ranks' exceptions and ``common.space.writing`` finds it on every rank."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    class Writer(FsspecWriter):
+        def write_data(self, plan, planner):
+            with _space_kept():   # the files are written here, before the future returns (thread_count threads)
+                return super().write_data(plan, planner)
+
+        def finish(self, metadata, results):
+            with _space_kept():
+                return super().finish(metadata, results)
+
+    return Writer(uri, **options)
+
+
+@contextmanager
+def _space_kept() -> Iterator[None]:
+    """A full disk raised in the block (``common.space.space_error``: also a ``__context__``, as torch's zip writer
+    leaves the ENOSPC under its "unexpected pos" ``RuntimeError``) raised again as a plain, picklable ``OSError``."""
+    try:
+        yield
+    except Exception as e:
+        found = space_error(e)
+        if found is None or found is e:
+            raise
+        raise OSError(found.errno, found.strerror or os.strerror(found.errno),
+                      *([found.filename] if found.filename is not None else [])) from e
 
 
 def _load_planner():

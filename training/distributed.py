@@ -72,21 +72,42 @@ def init(timeout_s: float) -> DistEnv:
     return DistEnv(rank, world, local_rank, local_world, device, backend)
 
 
-def run_rank(work: Callable[[], None]) -> int:
-    """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error for a
-    UserError. Always leaves the process group."""
+def run_rank(work: Callable[[], None], run: str | None = None) -> int:
+    """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error (``error (rank N):
+    ...``, which the launcher's failure message shows) for a UserError, a store that cannot be used
+    (``common.store.store_error``: an S3 endpoint lost or not answering, a read-only store; the store of the run
+    folder ``run`` named) or a full disk (``common.space``: NoSpace naming the file, else ``run``). Always leaves
+    the process group."""
     if "RANK" in os.environ:
         name_process(f"dlrmflow-rank{os.environ['RANK']}")
     try:
         work()
         return 0
-    except UserError as e:
+    except Exception as e:
+        error = e if isinstance(e, UserError) else _named(e, run)
+        if error is None:
+            raise
         # one write: the ranks share stderr, and a print's line and newline could interleave with another rank's
-        sys.stderr.write(f"error (rank {os.environ.get('RANK', 0)}): {e}\n")
+        sys.stderr.write(f"error (rank {os.environ.get('RANK', 0)}): {error}\n")
         sys.stderr.flush()
         return 2
     finally:
         destroy()
+
+
+def _named(error: BaseException, run: str | None = None) -> UserError | None:
+    """The one-line UserError of a rank's ``error`` when it is a store that cannot be used (the store of the run
+    folder ``run``: ``common.store.store_error``) or a full disk or quota (``common.space.no_space`` of the file it
+    names, else of ``run``); None for anything else."""
+    from common.space import no_space, space_error
+    from common.store import RUNS, store_error, store_of
+
+    found = store_error(error, store_of(run, RUNS) if run else None)
+    if found is not None:
+        return found
+    full = space_error(error)
+    where = full.filename if full is not None and full.filename is not None else run
+    return no_space(os.fsdecode(where), full) if full is not None and where is not None else None
 
 
 def name_process(name: str) -> None:

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="{}", help="the EvaluateConfig as JSON (default: its defaults)")
     args = parser.parse_args(argv)
     return distributed.run_rank(
-        lambda: evaluate(RunDir(args.run), EvaluateConfig.from_dict(json.loads(args.config), source="--config")))
+        lambda: evaluate(RunDir(args.run), EvaluateConfig.from_dict(json.loads(args.config), source="--config")),
+        args.run)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", required=True, help="folder (or URI) for the per-rank probability parts")
     args = parser.parse_args(argv)
     return distributed.run_rank(
-        lambda: score(RunDir(args.run), args.step, args.dataset, args.split, args.parts))
+        lambda: score(RunDir(args.run), args.step, args.dataset, args.split, args.parts), args.run)
 
 
 if __name__ == "__main__":

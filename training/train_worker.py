@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="run folder or URI holding the config")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
     args = parser.parse_args(argv)
-    return distributed.run_rank(lambda: train(RunDir(args.run), args.resume))
+    return distributed.run_rank(lambda: train(RunDir(args.run), args.resume), args.run)
 
 
 if __name__ == "__main__":
