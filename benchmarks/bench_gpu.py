@@ -3,7 +3,9 @@
 Phases (``--phases``, all by default; each guarded: a failure is its line's ``error`` and the run goes on):
 
 - env: versions (python, torch, fbgemm_gpu, torchrec, CUDA/HIP, driver), the device (name, memory,
-  capability or gcnArchName) and one fused row-wise Adagrad TBE forward/backward on it.
+  capability or gcnArchName), one fused row-wise Adagrad TBE forward/backward on it, and the parity of the two TBE
+  kernels the plans use against FBGEMM's CPU kernels on the same weights and input (fused row-wise Adagrad: the
+  rows after one step; dense, data_parallel tables: the weights' gradient).
 - quality: the real Criteo sample (10,000 rows) trained the shipped way: ``dlrmflow preprocess`` with the
   ``criteo-sample`` preset's preprocessing (nightly/presets.yaml), ``dlrmflow train --preset criteo-sample``,
   ``dlrmflow evaluate``; test AUC beside the CPU's 0.7414. Skipped where the sample is absent.
@@ -13,6 +15,9 @@ Phases (``--phases``, all by default; each guarded: a failure is its line's ``er
 - ours: ``dlrmflow train`` (1 rank) on a written Criteo-like dataset, the same model (26 tables x 100k rows x dim 64,
   bottom MLP 512-256-64, top MLP 512-256-1), fp32 and bf16 (``precision.dense``), batch 4096 and 32768: steady
   samples/s from metrics.jsonl after the warmup steps (bench_train.py's rule) and the ratio ours / bare.
+- resume: the Criteo sample trained again, SIGKILLed (its process group) once a checkpoint is complete,
+  ``dlrmflow train --resume`` to the same end, evaluated, and exported as a serving bundle (``dlrmflow export``,
+  in WORK/bundle): where it resumed, its steps, test AUC, the bundle's files.
 - sync: our Trainer in one process under ``torch.cuda.set_sync_debug_mode("warn")``: host synchronizations per
   step between log points (the goal: none), at log points, and the source lines they come from.
 - memory: peak device memory (``torch.cuda.max_memory_allocated``) of ours (from the sync run) and of the bare loop.
@@ -41,7 +46,9 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,7 +63,7 @@ sys.path.insert(0, str(REPO))
 import bench_train as bt   # noqa: E402  the Criteo-like model's sizes, its dataset and training config
 from measure import Measurement, run_measured   # noqa: E402
 
-PHASES = ("env", "quality", "bare", "ours", "sync", "memory")
+PHASES = ("env", "quality", "resume", "bare", "ours", "sync", "memory")
 PRECISIONS = ("fp32", "bf16")
 PRESET = "criteo-sample"
 CPU_AUC = 0.7414   # the preset's test AUC on CPU (training/presets/criteo-sample.yaml, seed 0)
@@ -73,10 +80,13 @@ class Sizes:
     steps: int
     log_every: int
     quality_max_steps: int | None   # None: the preset's own stopping rule
+    resume_steps: int               # the resume phase's run: its steps, a checkpoint every resume_steps // 6
 
 
-SIZES = {"cuda": Sizes(bt.ROWS_PER_TABLE, (4096, 32768), warmup=20, steps=100, log_every=10, quality_max_steps=None),
-         "cpu": Sizes(1_000, (64,), warmup=2, steps=4, log_every=2, quality_max_steps=10)}
+SIZES = {"cuda": Sizes(bt.ROWS_PER_TABLE, (4096, 32768), warmup=20, steps=100, log_every=10, quality_max_steps=None,
+                      resume_steps=120),
+         "cpu": Sizes(1_000, (64,), warmup=2, steps=4, log_every=2, quality_max_steps=10,
+                     resume_steps=12)}
 
 
 @dataclass
@@ -88,6 +98,7 @@ class Bench:
     timeout_s: int
     results: dict[str, dict] = field(default_factory=dict)
     _dataset: Path | None = None
+    _criteo_dataset: Path | None = None
     _trainer_runs: dict | None = None
 
     @property
@@ -139,6 +150,27 @@ class Bench:
             self._dataset = bt.write_dataset(root, rows, self.sizes.table_rows)
         return self._dataset
 
+    def criteo_dataset(self) -> tuple[Path, float | None]:
+        """The Criteo sample as a dataset: ``criteo`` itself when preprocessed already (the GPU kit's, by `dlrmflow
+        run --preset criteo-sample`), else preprocessed once here with the preset's settings (and the seconds
+        that took)."""
+        if (self.criteo / "feature_spec.yaml").exists():
+            return self.criteo, None
+        if self._criteo_dataset is None:
+            from common.store import DATASETS
+            from nightly.config import PipelinePreset   # polars, which the GPU image lacks: only here
+
+
+            store = self.work / "criteo-sample"
+            shutil.rmtree(store, ignore_errors=True)
+            hint = PipelinePreset.named(PRESET).preprocess.model_dump(exclude_unset=True)
+            flags = [x for k, v in hint.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+            m = self.cli("preprocess", "preprocess", "--input", self.criteo, "--spec", "criteo", *flags,
+                         "--out", store)
+            (self._criteo_dataset,) = [p.parent for p in (store / DATASETS).glob("*/feature_spec.yaml")]
+            return self._criteo_dataset, round(m.wall_s, 1)
+        return self._criteo_dataset, None
+
     def trainer_runs(self) -> dict:
         """Our Trainer in one process over every config (the sync and memory phases' measurement, made once)."""
         if self._trainer_runs is None:
@@ -164,10 +196,11 @@ def phase_env(b: Bench) -> dict:
 
     info = {"python": platform.python_version(), "torch": torch.__version__, "fbgemm_gpu": version(fbgemm_gpu),
             "torchrec": version(torchrec), "cuda": torch.version.cuda, "hip": torch.version.hip,
-            "driver": driver_version(), "device": device_info(b.device), "tbe": tbe_check(b.device)}
+            "driver": driver_version(), "device": device_info(b.device), "tbe": tbe_check(b.device),
+            "parity": kernel_parity(b.device)}
     if b.device == "cuda":
         torch.cuda.empty_cache()   # the workers' processes get the device
-    if not info["tbe"]["updated"]:
+    if not info["tbe"]["updated"] or not info["parity"]["ok"]:
         info["ok"] = False
     return info
 
@@ -218,8 +251,60 @@ def tbe_check(device: str) -> dict:
     return {"out": list(out.shape), "updated": not torch.equal(before, tbe.split_embedding_weights()[0])}
 
 
+def kernel_parity(device: str, tolerance: float = 1e-4) -> dict:
+    """FBGEMM's two TBE kernels that the sharding plans use, on ``device`` against its CPU kernels with the same
+    weights, indices and output gradient: fused row-wise Adagrad (max |difference| of the rows after one step) and
+    the dense kernel of data_parallel tables (of the weights' gradient, the step being the dense optimizer's).
+    On cpu both sides are the CPU kernel (the check runs; the differences are 0). Also says whether the dense
+    kernel's backward raised PyTorch's 'autograd kernel was not registered' warning (seen with fbgemm-gpu 1.6.0
+    on torch 2.11 CUDA): a right gradient here is what makes training silence it."""
+    import warnings
+
+    import torch
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, DenseTableBatchedEmbeddingBagsCodegen, EmbeddingLocation, SplitTableBatchedEmbeddingBagsCodegen)
+
+    rows, dim, tables, batch, hot = 1000, 64, 2, 64, 3
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, rows, (tables * batch * hot,), generator=gen)
+    offsets = torch.arange(0, tables * batch * hot + 1, hot)
+    grad = torch.randn(batch, tables * dim, generator=gen)
+    init = torch.rand(tables, rows, dim, generator=gen) - 0.5
+    on = {"cpu": (EmbeddingLocation.HOST, ComputeDevice.CPU),
+          "cuda": (EmbeddingLocation.DEVICE, ComputeDevice.CUDA)}
+
+    def fused_step(where: str) -> list[torch.Tensor]:
+        tbe = SplitTableBatchedEmbeddingBagsCodegen([(rows, dim, *on[where])] * tables, learning_rate=0.1,
+                                                    optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD)
+        with torch.no_grad():
+            for w, x in zip(tbe.split_embedding_weights(), init):
+                w.copy_(x)
+        tbe(idx.to(where), offsets.to(where)).backward(grad.to(where))
+        return [w.detach().cpu() for w in tbe.split_embedding_weights()]
+
+    def dense_grad(where: str) -> tuple[torch.Tensor, bool]:
+        tbe = DenseTableBatchedEmbeddingBagsCodegen([(rows, dim)] * tables, use_cpu=where == "cpu")
+        if where != "cpu":
+            tbe = tbe.to(where)
+        with torch.no_grad():
+            tbe.weights.copy_(init.reshape(-1).to(where))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            tbe(idx.to(where), offsets.to(where)).backward(grad.to(where))
+        return tbe.weights.grad.detach().cpu(), any("autograd kernel was not registered" in str(w.message)
+                                                     for w in seen)
+
+    fused = max((a - c).abs().max().item() for a, c in zip(fused_step("cpu"), fused_step(device)))
+    (cpu_grad, _), (dev_grad, warned) = dense_grad("cpu"), dense_grad(device)
+    dense = (cpu_grad - dev_grad).abs().max().item()
+    return {"fused_rowwise_adagrad_max_diff": fused, "dense_grad_max_diff": dense, "dense_grad_norm":
+            round(cpu_grad.norm().item(), 3), "autograd_fallback_warning": warned,
+            "ok": fused <= tolerance and dense <= tolerance and cpu_grad.abs().sum().item() > 0}
+
+
 def phase_quality(b: Bench) -> dict:
-    from common.store import DATASETS, RUNS
+    from common.store import RUNS
     from training.rundir import RunDir
 
     if b.criteo is None or not b.criteo.exists():
@@ -227,16 +312,9 @@ def phase_quality(b: Bench) -> dict:
     store = b.work / "quality"
     shutil.rmtree(store, ignore_errors=True)
     out: dict = {"data": str(b.criteo), "cpu_auc": CPU_AUC}
-    if (b.criteo / "feature_spec.yaml").exists():
-        ds = b.criteo   # preprocessed already (the GPU kit's, by `dlrmflow run --preset criteo-sample`)
-    else:
-        from nightly.config import PipelinePreset
-
-        hint = PipelinePreset.named(PRESET).preprocess.model_dump(exclude_unset=True)
-        flags = [x for k, v in hint.items() for x in (f"--{k.replace('_', '-')}", str(v))]
-        m = b.cli("preprocess", "preprocess", "--input", b.criteo, "--spec", "criteo", *flags, "--out", store)
-        (ds,) = [p.parent for p in (store / DATASETS).glob("*/feature_spec.yaml")]
-        out["preprocess_s"] = round(m.wall_s, 1)
+    ds, preprocess_s = b.criteo_dataset()
+    if preprocess_s is not None:
+        out["preprocess_s"] = preprocess_s
     run = store / RUNS / PRESET
     cap = [] if b.sizes.quality_max_steps is None else ["--max-steps", b.sizes.quality_max_steps]
     m = b.cli("quality-train", "train", "--dataset", ds, "--run", run, "--preset", PRESET, "--nproc", 1, *cap)
@@ -251,6 +329,56 @@ def phase_quality(b: Bench) -> dict:
     if out["auc"] is None or not math.isfinite(out["auc"]):
         out["ok"] = False
     return out
+
+
+def phase_resume(b: Bench) -> dict:
+    from common.store import RUNS
+    from training.rundir import RunDir
+
+    if b.criteo is None or not b.criteo.exists():
+        return {"skipped": f"no Criteo sample (raw {CRITEO_FILE} or a preprocessed dataset): {b.criteo}"}
+    ds, _ = b.criteo_dataset()
+    steps = b.sizes.resume_steps
+    every = steps // 6
+    run = b.work / "resume" / RUNS / PRESET
+    shutil.rmtree(run.parent.parent, ignore_errors=True)
+    rundir = RunDir(str(run))
+    argv = [sys.executable, "-m", "flows.cli", "train", "--dataset", ds, "--run", run, "--preset", PRESET,
+            "--nproc", 1, "--max-steps", steps, "--set", f"checkpoint_every={every}"]
+    log = b.work / "logs" / "resume-killed.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        job = subprocess.Popen(list(map(str, argv)), env=b.env, cwd=str(REPO), stdout=f, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    deadline = time.monotonic() + b.timeout_s
+    try:
+        while not (complete := complete_steps(run)) and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)   # the launcher and its rank: the whole job, as kill -9 of a node
+        job.wait()
+    if not complete:
+        raise RuntimeError(f"no complete checkpoint before the kill (exit {job.returncode}); "
+                           f"{log.read_text()[-1500:]}")
+    killed = {"killed_after_checkpoints": complete, "finished_before_kill": job.returncode == 0}
+    m = b.cli("resume-train", "train", "--run", run, "--resume", "--nproc", 1)
+    resumed = [int(x) for x in re.findall(r"resumed from step (\d+)", m.output)]
+    b.cli("resume-evaluate", "evaluate", "--run", run, "--nproc", 1)
+    bundle = b.work / "bundle"
+    shutil.rmtree(bundle, ignore_errors=True)
+    b.cli("resume-export", "export", "--run", run, "--checkpoint", "best", "--out", bundle)
+    test = rundir.eval_metrics("test")
+    out = killed | {"resumed_from": resumed[0] if resumed else None, "steps": max(complete_steps(run), default=None),
+                    "max_steps": steps, "auc": test["auc"], "best_step": test["step"],
+                    "bundle": sorted(p.name for p in bundle.iterdir())}
+    out["ok"] = (out["resumed_from"] is not None and out["steps"] == steps and math.isfinite(out["auc"])
+                 and "manifest.json" in out["bundle"])
+    return out
+
+
+def complete_steps(run: Path) -> list[int]:
+    """The run's complete checkpoints (a ``_COMPLETE`` marker in ``checkpoints/STEP``), read from the file system."""
+    return sorted(int(p.parent.name) for p in (run / "checkpoints").glob("*/_COMPLETE") if p.parent.name.isdigit())
 
 
 def phase_bare(b: Bench) -> dict:
@@ -323,7 +451,8 @@ def phase_memory(b: Bench) -> dict:
     return {"runs": runs, "ok": all(x["ours_gib"] is not None for x in runs)}
 
 
-PHASE_FUNCTIONS = {"env": phase_env, "quality": phase_quality, "bare": phase_bare, "ours": phase_ours,
+PHASE_FUNCTIONS = {"env": phase_env, "quality": phase_quality, "resume": phase_resume, "bare": phase_bare,
+                   "ours": phase_ours,
                    "sync": phase_sync, "memory": phase_memory}
 
 
@@ -497,13 +626,19 @@ def summary(phase: str, r: dict) -> str:
     if phase == "env":
         d = r["device"]
         acc = f"CUDA {r['cuda']}" if r["cuda"] else f"HIP {r['hip']}" if r["hip"] else "no CUDA/HIP"
+        par = r["parity"]
         return (f"{d['name']} ({d['memory_gib']} GiB, {d['arch']}); python {r['python']}, torch {r['torch']}, "
                 f"fbgemm_gpu {r['fbgemm_gpu']}, torchrec {r['torchrec']}, {acc}, driver {r['driver']}; "
-                f"TBE rows updated: {r['tbe']['updated']}")
+                f"TBE rows updated: {r['tbe']['updated']}; vs the CPU kernels: fused row-wise Adagrad "
+                f"{par['fused_rowwise_adagrad_max_diff']:.1e}, dense gradient {par['dense_grad_max_diff']:.1e}")
     if phase == "quality":
         cap = f" (capped at {r['max_steps']})" if r.get("max_steps") else ""
         return (f"test AUC {r['auc']:.4f} (CPU {r['cpu_auc']}), log loss {r['logloss']:.4f}, best step "
                 f"{r['best_step']} of {r['steps']}{cap}; train {r['train_s']} s, evaluate {r['eval_s']} s")
+    if phase == "resume":
+        return (f"killed after checkpoints {r['killed_after_checkpoints']}, resumed "
+                f"from {r['resumed_from']} to {r['steps']} of {r['max_steps']}; test AUC {r['auc']:.4f}; bundle "
+                f"{len(r['bundle'])} files")
     if phase == "sync":
         if r.get("syncs") == NA_CPU:
             return f"{NA_CPU} (Trainer ran {', '.join(str(x.get('trained_steps', 'error')) for x in r['runs'])} steps)"

@@ -63,6 +63,7 @@ def init(timeout_s: float) -> DistEnv:
     device = choose_device(local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    quiet_fbgemm_warnings()
     backend = backend_for(device)
     if not dist.is_initialized():
         # alone: an in-process store, no port (a free port picked here can be taken before the store binds it)
@@ -70,6 +71,21 @@ def init(timeout_s: float) -> DistEnv:
         dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
                                 **store)
     return DistEnv(rank, world, local_rank, local_world, device, backend)
+
+
+# FBGEMM's warnings that say nothing to act on, repeated at backward steps. The first: FBGEMM's dense TBE op
+# (data_parallel tables) has its autograd inside its kernels, which torch >= 2.11 flags on CPU and CUDA alike; its
+# CUDA gradient equals the CPU kernel's (benchmarks/bench_gpu.py kernel_parity, on an H100: benchmarks/RESULTS.md).
+FBGEMM_NOISE = (r"fbgemm::dense_embedding_codegen_lookup_function: an autograd kernel was not registered",
+                r"TBE B200 optimization: ")
+
+
+def quiet_fbgemm_warnings() -> None:
+    """Ignore ``FBGEMM_NOISE`` in this process."""
+    import warnings
+
+    for message in FBGEMM_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
 def run_rank(work: Callable[[], None], run: str | None = None) -> int:

@@ -37,11 +37,17 @@ def test_every_phase_runs_on_cpu(tmp_path, capsys, monkeypatch):
     r = {x["phase"]: x for x in lines}
 
     assert r["env"]["torch"] and r["env"]["tbe"]["updated"] and r["env"]["device"]["cores"] >= 1
+    parity = r["env"]["parity"]   # CPU against CPU here: the weights copied in, so the two sides agree exactly
+    assert parity["fused_rowwise_adagrad_max_diff"] == 0 == parity["dense_grad_max_diff"] < parity["dense_grad_norm"]
     if CRITEO_10K.exists():
         assert math.isfinite(r["quality"]["auc"]) and 0 < r["quality"]["auc"] < 1
         assert r["quality"]["cpu_auc"] == 0.7414 and r["quality"]["steps"] == 10
+        resume = r["resume"]   # killed after its first checkpoint (every 2 steps of 12), resumed from the latest to the end
+        assert not resume["finished_before_kill"] and resume["resumed_from"] >= max(resume["killed_after_checkpoints"])
+        assert resume["steps"] == resume["max_steps"] == 12 and 0 < resume["auc"] < 1
+        assert {"manifest.json", "model.pt", "weights.pt"} <= set(resume["bundle"])
     else:
-        assert "skipped" in r["quality"]
+        assert "skipped" in r["quality"] and "skipped" in r["resume"]
     configs = {(64, "fp32"), (64, "bf16")}
     assert {(x["batch"], x["dense"]) for x in r["bare"]["runs"]} == configs
     assert all(x["samples_per_s"] > 0 for x in r["bare"]["runs"])
