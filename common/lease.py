@@ -36,7 +36,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from common.errors import UserError
-from common.store import STORE_LEASE, filesystem
+from common.store import STORE_LEASE, filesystem, store_error
 
 
 class LockLost(UserError):
@@ -236,13 +236,22 @@ def _live(held: tuple[bytes, object, float] | None, stale_s: float) -> dict | No
 
 class Lease:
     """A held lease: ``check()`` fails with LockLost once another owner has taken it over; ``renew()`` pushes its
-    expiry ``stale_s`` ahead (a heartbeat thread does it every ``heartbeat_s`` when asked); ``release()`` ends it."""
+    expiry ``stale_s`` ahead (a heartbeat thread does it every ``heartbeat_s`` when asked); ``release()`` ends it.
+
+    No lock is held across a call of the store: a heartbeat that waits on a store that stopped answering (up to
+    ``common.store.s3_bound``) never blocks ``record`` or ``check`` in another thread. Rewrites may so overlap;
+    each is conditional on the version it saw, and one that meets another rewrite of this lease (the lease's
+    token, which only its holder writes) writes again on top of it until the store holds the record as it
+    stands (``record``'s latest fields), so none is lost and neither takes the other for a take-over."""
 
     def __init__(self, name: str, owner: str, lock, data: bytes, version: object, stale_s: float = 0.0,
                  say: Callable[[str], None] | None = None):
         self.name, self.owner, self._lock, self._data, self._version = name, owner, lock, data, version
         self.stale_s, self._say = stale_s, say or logging.getLogger(__name__).info
-        self._mutex = threading.Lock()
+        info = json.loads(data)
+        self._token, self._acquired_at = info["token"], info["acquired_at"]
+        self._extra = _extra_of(info)   # the record's own fields as they stand (record's), written by each rewrite
+        self._mutex = threading.Lock()   # the fields above; never held across a store call
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: LockLost | None = None
@@ -253,15 +262,27 @@ class Lease:
                         "was written. Fix: re-run (a re-run finds the finished work and redoes the rest); raise the "
                         "lease's stale_s if the work under it really takes that long without a heartbeat.")
 
+    def _mine(self, held) -> dict | None:
+        """The record of ``held`` (the lock as read) when it is this lease's (its token), else None."""
+        if held is None:
+            return None
+        info = _holder(held[0], held[2], self.stale_s)
+        return info if info.get("token") == self._token else None
+
+    def _fail(self, held) -> LockLost:
+        """The lease is another owner's now (``held``): remembered (the first finding stays), to raise."""
+        with self._mutex:
+            if self.lost is None:
+                self.lost = self._lost(held)
+            return self.lost
+
     def check(self) -> None:
         """Fail (LockLost) unless this lease is still the one in the store."""
-        with self._mutex:
-            if self.lost is not None:
-                raise self.lost
-            held = self._lock.read()
-            if held is None or held[0] != self._data:
-                self.lost = self._lost(held)
-                raise self.lost
+        if self.lost is not None:
+            raise self.lost
+        held = self._lock.read()
+        if self._mine(held) is None:
+            raise self._fail(held)
 
     def renew(self) -> None:
         """Rewrite the lease with a new expiry (``stale_s`` from now), conditional on it being still ours."""
@@ -270,28 +291,38 @@ class Lease:
     def record(self, fields: dict) -> None:
         """Rewrite the lease's record with ``fields`` among its extra fields (a None value removes one), and a new
         expiry, conditional on it being still ours (LockLost when another owner took it over). A holder records
-        the job it started so (``{"job": {...}}``) and removes it once the job has ended (``{"job": None}``)."""
+        the job it started so (``{"job": {...}}``) and removes it once the job has ended (``{"job": None}``).
+        A store error is raised as it came; the fields stay the record's, written by the next renewal too."""
         self._rewrite(fields)
 
     def _rewrite(self, fields: dict) -> None:
         with self._mutex:
             if self.lost is not None:
                 raise self.lost
-            info = json.loads(self._data)
-            extra = {k: v for k, v in {**info, **fields}.items() if k not in _FIELDS and v is not None}
-            data = _data(self.owner, info["token"], self.stale_s, info["acquired_at"], extra)
-            if not self._lock.replace(self._version, data, renew=True):
-                self.lost = self._lost(self._lock.read())
-                raise self.lost
+            merged = {k: v for k, v in {**self._extra, **fields}.items() if k not in _FIELDS and v is not None}
+            self._extra = json.loads(json.dumps(merged))   # as the store gives it back (tuples as lists...)
+            version = self._version
+        while True:
+            with self._mutex:
+                extra = dict(self._extra)
+            data = _data(self.owner, self._token, self.stale_s, self._acquired_at, extra)
+            self._lock.replace(version, data, renew=True)   # False: another version now, ours or not (read next)
             held = self._lock.read()
-            if held is None or held[0] != data:
-                self.lost = self._lost(held)
-                raise self.lost
-            self._data, self._version = data, held[1]
+            info = self._mine(held)
+            if info is None:
+                raise self._fail(held)
+            with self._mutex:
+                if self.lost is not None:
+                    raise self.lost
+                self._data, self._version = held[0], held[1]
+                if _extra_of(info) == self._extra:   # ours, with the fields as they stand: written
+                    return
+            version = held[1]   # another rewrite of ours came between (or fields changed meanwhile): on top of it
 
     def start_heartbeat(self, every_s: float) -> None:
         """Renew the lease every ``every_s`` seconds in a daemon thread until ``release()``; a failed renewal
-        is kept (``check()`` raises it) and ends the heartbeat."""
+        is kept (``check()`` raises it) and ends the heartbeat. A store that fails a renewal (within its client's
+        bound) is said, as ``common.store.store_error`` puts it, and the next beat tries again."""
         def beat():
             while not self._stop.wait(every_s):
                 try:
@@ -299,8 +330,8 @@ class Lease:
                 except LockLost:
                     self._say(f"lost {self.name}: another owner took it over")
                     return
-                except OSError as e:   # a store hiccup: the next beat tries again before the lease expires
-                    self._say(f"could not renew {self.name} ({e}); retrying")
+                except Exception as e:   # a store hiccup: the next beat tries again before the lease expires
+                    self._say(f"could not renew {self.name} ({_hiccup(e)}); retrying")
 
         self._thread = threading.Thread(target=beat, name=f"lease-heartbeat {self.name}", daemon=True)
         self._thread.start()
@@ -309,15 +340,33 @@ class Lease:
         """Stop the heartbeat and remove the lease if it is still ours (another owner's is left alone)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join()   # a renewal under way ends within the store's bound
         with self._mutex:
             if self.lost is not None:   # another owner's now: leave it alone
                 return
-            try:
-                self._lock.replace(self._version, None)
-            except OSError as e:  # the block's own error matters more; the lease expires by itself
-                self._say(f"could not release {self.name} ({e}); it expires by itself at "
-                          f"{_holder(self._data, 0, 0)['expires_at']}")
+            version = self._version
+        try:
+            if not self._lock.replace(version, None):   # a rewrite of ours came between: the version it left
+                held = self._lock.read()
+                if self._mine(held) is not None:
+                    self._lock.replace(held[1], None)
+        except Exception as e:  # the block's own error matters more; the lease expires by itself
+            self._say(f"could not release {self.name} ({_hiccup(e)}); it expires by itself at "
+                      f"{_holder(self._data, 0, 0)['expires_at']}")
+
+
+def _hiccup(e: Exception) -> str:
+    """What the store said when it failed a renewal or a release (its one line: ``common.store.store_error``, for
+    an S3 endpoint that is lost or does not answer too); ``e`` raised again when it is no store error."""
+    found = store_error(e)
+    if found is None and not isinstance(e, OSError):
+        raise e
+    return str(found or e)
+
+
+def _extra_of(info: dict) -> dict:
+    """A lease record's own fields (``extra``, ``Lease.record``'s): all but those every lease has."""
+    return {k: v for k, v in info.items() if k not in _FIELDS}
 
 
 _FIELDS = ("owner", "host", "pid", "token", "acquired_at", "expires_at")

@@ -13,9 +13,12 @@ torchrun's ranks included (or a Prefect Secret block: ``flows.pipeline``). No se
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
+import socket
+import threading
 import uuid
 from typing import Any
 from urllib.parse import urlparse
@@ -49,22 +52,30 @@ _SCHEMES = ("file", "s3", "s3a", "memory")
 
 def storage_options(uri: str) -> dict[str, Any]:
     """fsspec options for ``uri`` from the environment, the same in every process (torchrun's ranks included): for
-    s3:// URIs the endpoint (``AWS_ENDPOINT_URL``) and the client's timeouts and retries (``s3_client_config``)."""
+    s3:// URIs the endpoint (``AWS_ENDPOINT_URL``), the client's timeouts and retries (``s3_client_config``) and the
+    transport that makes every request keep them (``_bounded_transport``)."""
     if not uri.startswith(("s3://", "s3a://")):
         return {}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    return {**({"endpoint_url": endpoint} if endpoint else {}), "config_kwargs": s3_client_config()}
+    config = s3_client_config()
+    return {**({"endpoint_url": endpoint} if endpoint else {}),
+            "config_kwargs": {**config, **_bounded_transport(config)}}
 
 
 def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``)."""
-    return fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
+    """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``). An S3
+    filesystem makes one try of each call (``S3FS_TRIES``): its client's retries are the only ones (``s3_bound``)."""
+    fs, path = fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
+    if "s3" in fs.protocol:
+        fs.retries = S3FS_TRIES   # on the instance every url_to_fs of the same options gets (fsspec caches it)
+    return fs, path
 
 
 def open_uri(uri: str, mode: str = "rb", compression: str | None = None, **options: Any) -> fsspec.core.OpenFile:
     """The file ``uri`` to open with ``with`` (``compression``: fsspec's, e.g. "infer"); ``options``: ``filesystem``'s.
     With ``filesystem``, the one way from a URI to its bytes."""
-    return fsspec.open(uri, mode, compression=compression, **(options or storage_options(uri)))
+    fs, path = filesystem(uri, **options)
+    return fsspec.core.OpenFile(fs, path, mode, compression=fsspec.core.get_compression(path, compression))
 
 
 def read_text(uri: str, **options: Any) -> str:
@@ -275,9 +286,7 @@ class Store:
             raise UserError(f"store '{self.uri}': no AWS credentials. Fix: set AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY (or a profile, or --credentials-block NAME).")
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, **storage_options(self.uri))
-        fs.retries = 1   # s3fs's own loop (5 tries) on top of botocore's: the check is bounded by botocore's alone
-        root = self.uri.split("://", 1)[1]
+        fs, root = filesystem(self.uri, skip_instance_cache=True, **storage_options(self.uri))
         try:
             fs.ls(bucket)
             for place in (root, posixpath.join(root, MODELS)):   # a bucket policy may deny writes under a prefix
@@ -314,17 +323,102 @@ ENV_S3_RETRIES = "DLRMFLOW_S3_RETRIES"
 S3_CONNECT_TIMEOUT_S = 10.0   # a TCP connection to the endpoint
 S3_READ_TIMEOUT_S = 30.0      # silence on an open connection (s3fs's own default is 15, botocore's 60)
 S3_RETRIES = 2                # botocore's standard mode: 3 attempts, exponential backoff with jitter
+S3FS_TRIES = 1                # s3fs's own loop around each call (its default: 5 tries, on top of botocore's)
 
 
 def s3_client_config() -> dict[str, Any]:
     """botocore ``Config`` keywords (s3fs's ``config_kwargs``) of the store's S3 client: the connect and read
     timeouts in seconds (``$DLRMFLOW_S3_CONNECT_TIMEOUT_S``, ``$DLRMFLOW_S3_READ_TIMEOUT_S``) and the retries
     after a request's first attempt, standard mode (``$DLRMFLOW_S3_RETRIES``: timeouts, refused or dropped
-    connections, throttling and 5xx answers are retried). s3fs retries a timed-out call up to 5 times more."""
+    connections, throttling and 5xx answers are retried). What they bound: ``s3_bound``."""
     return {"connect_timeout": _env_number(ENV_S3_CONNECT_TIMEOUT, S3_CONNECT_TIMEOUT_S),
             "read_timeout": _env_number(ENV_S3_READ_TIMEOUT, S3_READ_TIMEOUT_S),
             "retries": {"total_max_attempts": 1 + int(_env_number(ENV_S3_RETRIES, S3_RETRIES, whole=True)),
                         "mode": "standard"}}
+
+
+def s3_bound(config: dict[str, Any] | None = None) -> float:
+    """The most seconds one call of the store's S3 client (a GET, a PUT, a listing...) takes against an endpoint
+    that stops answering, the rule that ``storage_options`` makes hold (``config``: ``s3_client_config()``'s): each
+    of the call's attempts (1 + the retries; s3fs adds none: ``S3FS_TRIES``) ends after the read timeout without a
+    reply (the connect timeout without a connection, if longer), and botocore's backoff between them is under
+    2**retries - 1 s in all. One exception: an upload whose bytes the endpoint stops taking partway (a body larger
+    than the sockets' buffers, a few MiB) may take up to twice as long, since aiohttp resends an idempotent request
+    (a PUT) once on a fresh connection when its connection breaks. A command or a night makes many calls: each is
+    bounded so."""
+    config = config or s3_client_config()
+    attempts = config["retries"]["total_max_attempts"]
+    return attempts * max(config["connect_timeout"], config["read_timeout"]) + 2 ** (attempts - 1) - 1
+
+
+def _bounded_transport(config: dict[str, Any]) -> dict[str, Any]:
+    """aiobotocore's ``AioConfig`` keywords that make ``config``'s timeouts hold for every request of the client
+    (aiohttp's read timeout starts only once a request's body is sent): its HTTP session sends no ``Expect:
+    100-continue`` (``_BoundedHTTPSession``), and its sockets give up on data the endpoint leaves unacknowledged
+    for the read timeout (``_socket``: Linux's TCP_USER_TIMEOUT; the connect timeout if longer, so that it never
+    cuts a connect short)."""
+    stall_ms = int(1000 * max(config["connect_timeout"], config["read_timeout"]))
+    return {"http_session_cls": _bounded_http_session(),
+            "connector_args": {"socket_factory": functools.partial(_socket, stall_ms)}}
+
+
+def _socket(stall_ms: int, addr_info: tuple) -> socket.socket:
+    """A socket for aiohttp (its ``socket_factory``) that fails (ETIMEDOUT) once data it sent stays unacknowledged,
+    or unsent behind a zero window (an endpoint that stopped reading), for ``stall_ms``."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    if hasattr(socket, "TCP_USER_TIMEOUT") and family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, stall_ms)
+    return sock
+
+
+def _bounded_http_session() -> type:
+    """aiobotocore's HTTP session class, made once per process (aiobotocore imported only for S3 stores):
+
+    * without ``Expect: 100-continue``. botocore adds it to every PUT and POST with a body (``add_expect_header``
+      on ``before-call.s3``); aiohttp then waits for the endpoint's ``100 Continue`` before it sends the body,
+      outside any timeout, so a write to an endpoint that stops answering waited forever (a GET failed within the
+      read timeout). Without it the body is sent at once and the read timeout holds. The header is not signed
+      (botocore leaves ``expect`` out of the signature), so removing it keeps the request valid.
+    * a request whose body the endpoint stopped taking (``_socket``'s ETIMEDOUT while it was sent, which aiohttp
+      reports as a failed connection) raised as the read timeout it is (``ReadTimeoutError``): retried like one,
+      and ``store_error`` says "not answering"."""
+    with _MAKING:
+        made = globals().get("_BoundedHTTPSession")
+        if made is not None:
+            return made
+        import errno
+
+        import aiohttp
+        from aiobotocore.httpsession import AIOHTTPSession
+        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+        class Bounded(AIOHTTPSession):
+            async def send(self, request):
+                request.headers.pop("Expect", None)
+                try:
+                    return await super().send(request)
+                except EndpointConnectionError as e:
+                    cause = e.kwargs.get("error")
+                    if isinstance(cause, aiohttp.ClientOSError) and cause.errno == errno.ETIMEDOUT and \
+                            not isinstance(cause, aiohttp.ClientConnectorError):   # sending, not connecting
+                        raise ReadTimeoutError(endpoint_url=request.url, error=cause) from e
+                    raise
+
+        Bounded.__name__ = Bounded.__qualname__ = "_BoundedHTTPSession"
+        Bounded.__module__ = __name__
+        globals()["_BoundedHTTPSession"] = Bounded
+        return Bounded
+
+
+_MAKING = threading.Lock()   # one _BoundedHTTPSession per process, whichever thread opens S3 first
+
+
+def __getattr__(name: str) -> Any:
+    """``_BoundedHTTPSession`` made on first use (a filesystem's config names it: unpickled in a fresh process)."""
+    if name == "_BoundedHTTPSession":
+        return _bounded_http_session()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _env_number(name: str, default: float, whole: bool = False) -> float:

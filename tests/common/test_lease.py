@@ -3,11 +3,15 @@ is reported by check(), holder/wait_released, the store lease. Real files, threa
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlparse
 
 import fsspec
 import pytest
@@ -129,3 +133,163 @@ def test_s3_lease_renews_is_taken_over_when_stale_and_released(s3_server):
         with pytest.raises(lease.LockLost):
             crashed.renew()
         held.check()
+
+
+def test_overlapping_rewrites_keep_the_lease_and_every_field(tmp_path):
+    """record() from several threads while the heartbeat renews every 10 ms: no lock is held across the store's
+    calls, so the rewrites overlap; none takes another of its own for a take-over, and the record ends with each
+    thread's last fields."""
+    uri = str(tmp_path / "job.lease")
+    with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30, heartbeat_s=0.01) as held:
+        def records(i):
+            for n in range(40):
+                held.record({f"field{i}": [i, n], "gone": None if n % 2 else n})
+
+        threads = [threading.Thread(target=records, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        held.check()
+        held.record({"gone": None})
+        record = lease.holder(uri)
+        assert held.lost is None and record["owner"] == "me"
+        assert {k: v for k, v in record.items() if k.startswith("field")} == {f"field{i}": [i, 39] for i in range(4)}
+        assert "gone" not in record
+    assert lease.holder(uri) is None and not list(tmp_path.iterdir())
+
+
+# --- a frozen S3 endpoint ------------------------------------------------------------------------------------------
+
+FAST_S3 = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_RETRIES": "0"}
+JOB = {"kind": "slurm", "what": "Slurm job 7"}
+
+
+@contextmanager
+def frozen_proxy(target: str):
+    """A real TCP proxy on 127.0.0.1 in front of the S3 endpoint ``target``: it forwards every connection until
+    ``state.frozen`` is set (then it takes every byte, on old connections and new ones, and answers none: an
+    endpoint that froze), and ``state.swallow.set()`` makes it swallow the next request it gets (that connection
+    goes silent, ``state.swallowed`` is set; the others forward). Yields (URL, state)."""
+    up = urlparse(target)
+    server = socket.create_server(("127.0.0.1", 0))
+    state = SimpleNamespace(frozen=False, swallow=threading.Event(), swallowed=threading.Event(), lock=threading.Lock())
+    opened: list[socket.socket] = [server]
+
+    def pump(src, dst, silent, outbound):
+        while True:
+            try:
+                data = src.recv(1 << 16)
+            except OSError:
+                return
+            if not data:
+                break
+            if outbound:
+                with state.lock:
+                    if state.swallow.is_set() and not silent:
+                        state.swallow.clear()
+                        silent.append(True)
+                        state.swallowed.set()
+            if state.frozen or silent:
+                continue
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def accept():
+        while True:
+            try:
+                conn = server.accept()[0]
+                upstream = socket.create_connection((up.hostname, up.port))
+            except OSError:   # closed: the test is over
+                return
+            opened.extend([conn, upstream])
+            silent: list[bool] = []   # this connection's: swallowed
+            for src, dst, outbound in ((conn, upstream, True), (upstream, conn, False)):
+                threading.Thread(target=pump, args=(src, dst, silent, outbound), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", state
+    finally:
+        for s in opened:
+            s.close()
+
+
+def timed(call, limit: float):
+    """(seconds, the exception ``call()`` raised or None) within ``limit`` s: a call still waiting then fails the
+    test (left behind in a daemon thread) instead of hanging it."""
+    done: list = []
+
+    def run():
+        start = time.monotonic()
+        try:
+            call()
+            done.append((time.monotonic() - start, None))
+        except Exception as e:   # what the store raised: the test looks at it
+            done.append((time.monotonic() - start, e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert done, f"still waiting after {limit:g} s"
+    return done[0]
+
+
+def test_a_lease_on_a_frozen_endpoint_fails_within_the_bound(s3_server, monkeypatch):
+    """The store's endpoint freezes while a run holds its lease: recording the job (a conditional PUT) fails after
+    one attempt of the read timeout with the store's one line, the heartbeat says the same and goes on, and once
+    the endpoint is back the next renewal writes the record as it stands (the job too)."""
+    from common.store import s3_bound, store_error
+
+    uri, said = "s3://store/runs/r1/_run.lease", []
+    with frozen_proxy(os.environ["AWS_ENDPOINT_URL"]) as (endpoint, proxy):
+        for key, value in {**FAST_S3, "DLRMFLOW_S3_READ_TIMEOUT_S": "1", "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        held = lease.acquire(uri, "run r1", "run lease", "runs/r1", timeout_s=0, stale_s=60, say=said.append,
+                             heartbeat_s=0.2)
+        proxy.frozen = True
+        took, error = timed(lambda: held.record({"job": JOB}), 10)
+        assert str(store_error(error, "s3://store")) == (
+            f"store 's3://store' not answering: {endpoint} accepted the connection but sent no reply within the 1 s "
+            "read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but hung or overloaded); on a slow link "
+            "raise DLRMFLOW_S3_READ_TIMEOUT_S (1) or DLRMFLOW_S3_RETRIES (0).")
+        assert 1 <= took < s3_bound() + 2
+        until(lambda: [s for s in said if "could not renew" in s], 10, "the heartbeat's failed renewal")
+        assert f"could not renew the run lease of runs/r1 (S3 not answering: {endpoint} accepted the connection " \
+               "but sent no reply within the 1 s read timeout. Fix: " in said[0] and said[0].endswith("; retrying")
+        proxy.frozen = False
+        until(lambda: (lease.holder(uri) or {}).get("job") == JOB, 10, "the next renewal")
+        held.check()
+        held.release()
+    assert held.lost is None and lease.holder(uri) is None
+
+
+def test_record_is_not_blocked_by_a_hung_heartbeat(s3_server, monkeypatch):
+    """The heartbeat's request is swallowed (that connection never answers; the endpoint serves the others): the
+    flow's own record() of its job is written at once, not after the heartbeat's call gives up (it held the
+    lease's lock across the store call: a flow waited on it for 24 min)."""
+    uri, said = "s3://store/runs/r1/_run.lease", []
+    with frozen_proxy(os.environ["AWS_ENDPOINT_URL"]) as (endpoint, proxy):
+        for key, value in {**FAST_S3, "DLRMFLOW_S3_READ_TIMEOUT_S": "3", "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        held = lease.acquire(uri, "run r1", "run lease", "runs/r1", timeout_s=0, stale_s=60, say=said.append,
+                             heartbeat_s=0.2)
+        first = lease.holder(uri)["expires_at"]
+        proxy.swallow.set()
+        assert proxy.swallowed.wait(5)   # a beat's request: it waits for the 3 s read timeout
+        took, error = timed(lambda: held.record({"job": JOB}), 10)
+        assert error is None and took < 1.5 and not said   # the heartbeat still waits
+        assert lease.holder(uri)["job"] == JOB
+        until(lambda: said, 10, "the hung renewal to give up")
+        assert "could not renew the run lease of runs/r1 (S3 not answering: " in said[0]
+        until(lambda: lease.holder(uri)["expires_at"] > first and len(said) == 1, 10, "a later renewal")
+        held.check()
+        assert lease.holder(uri)["job"] == JOB
+        held.release()
+    assert held.lost is None and lease.holder(uri) is None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from common.store import Store, filesystem, s3_client_config, storage_options, store_error
+from common.store import Store, filesystem, s3_bound, s3_client_config, storage_options, store_error
 from helpers.fixtures import S3_ENV
 from helpers.paths import BIN, REPO
 from helpers.processes import free_port, process_group, wait_for_port
@@ -88,8 +88,14 @@ def test_s3_timeouts_and_retries_from_the_environment(monkeypatch):
     monkeypatch.setenv("DLRMFLOW_S3_READ_TIMEOUT_S", "7")
     monkeypatch.setenv("DLRMFLOW_S3_RETRIES", "0")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    assert storage_options("s3://b/p") == {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": {
-        "connect_timeout": 2.5, "read_timeout": 7.0, "retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    options = storage_options("s3://b/p")
+    config = options["config_kwargs"]
+    assert options == {"endpoint_url": "http://127.0.0.1:9", "config_kwargs": config}
+    assert {k: config[k] for k in ("connect_timeout", "read_timeout", "retries")} == {
+        "connect_timeout": 2.5, "read_timeout": 7.0, "retries": {"total_max_attempts": 1, "mode": "standard"}}
+    assert config["http_session_cls"].__name__ == "_BoundedHTTPSession"   # the transport that keeps them
+    assert config["connector_args"]["socket_factory"].args == (7000,)       # unacknowledged data: the read timeout
+    assert s3_bound(config) == 7.0
     assert storage_options("/local/store") == {} == storage_options("memory://x")
     for name, bad in [("DLRMFLOW_S3_READ_TIMEOUT_S", "0"), ("DLRMFLOW_S3_CONNECT_TIMEOUT_S", "soon"),
                       ("DLRMFLOW_S3_RETRIES", "-1"), ("DLRMFLOW_S3_RETRIES", "1.5")]:
@@ -107,16 +113,20 @@ def test_s3fs_builds_its_client_with_them(s3_env):
     config = fs.connect().meta.config
     assert (config.connect_timeout, config.read_timeout) == (1.0, 1.0)
     assert config.retries == {"total_max_attempts": 5, "mode": "standard"}
+    assert config.http_session_cls.__name__ == "_BoundedHTTPSession"
+    assert fs.retries == 1   # s3fs's own loop makes one try: botocore's retries are the only ones
+    assert s3_bound() == 5 * 1.0 + 2 ** 4 - 1
 
 
 def test_a_child_process_like_a_rank_reads_the_same_settings(monkeypatch):
     """torchrun's ranks (and Slurm's jobs) inherit the environment and open the store through common.store."""
     monkeypatch.setenv("DLRMFLOW_S3_READ_TIMEOUT_S", "12")
     monkeypatch.setenv("DLRMFLOW_S3_RETRIES", "5")
-    code = "import json; from common.store import storage_options; print(json.dumps(storage_options('s3://b/p')))"
+    code = ("import json; from common.store import storage_options; c = storage_options('s3://b/p')['config_kwargs']; "
+            "print(json.dumps({k: c[k] for k in ('read_timeout', 'retries')}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    config = json.loads(done.stdout)["config_kwargs"]
+    config = json.loads(done.stdout)
     assert config["read_timeout"] == 12.0 and config["retries"]["total_max_attempts"] == 6
 
 
@@ -183,6 +193,60 @@ def test_a_frozen_endpoint_fails_the_command_in_seconds(tmp_path):
         "1 s read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but hung or overloaded); on a slow "
         "link raise DLRMFLOW_S3_READ_TIMEOUT_S (1) or DLRMFLOW_S3_RETRIES (1).")
     assert len(connections) == 2 and took < 20   # the retry was a second connection
+
+
+def timed(call, limit: float):
+    """(seconds, the exception ``call()`` raised) within ``limit`` s: a call still waiting then fails the test
+    (left behind in a daemon thread) instead of hanging it."""
+    done: list = []
+
+    def run():
+        start = time.monotonic()
+        try:
+            call()
+            done.append((time.monotonic() - start, None))
+        except Exception as e:   # what the store raised: the test looks at it
+            done.append((time.monotonic() - start, e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert done, f"still waiting after {limit:g} s"
+    return done[0]
+
+
+NOT_ANSWERING = ("store 's3://store/dlrm' not answering: {endpoint} accepted the connection but sent no reply within "
+                 "the 1 s read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but hung or overloaded); on "
+                 "a slow link raise DLRMFLOW_S3_READ_TIMEOUT_S (1) or DLRMFLOW_S3_RETRIES (0).")
+
+
+def test_a_write_to_a_frozen_endpoint_fails_within_the_bound(s3_env):
+    """A PUT (fs.pipe, the call every atomic write and lease makes) to an endpoint that accepts and never answers:
+    botocore's ``Expect: 100-continue`` made aiohttp wait for a ``100 Continue`` outside every timeout (still waiting
+    after 400 s); it fails now after one attempt of the read timeout, as a GET does, with the store's one line."""
+    s3_env.setenv("DLRMFLOW_S3_RETRIES", "0")
+    with frozen_endpoint() as (endpoint, connections):
+        s3_env.setenv("AWS_ENDPOINT_URL", endpoint)
+        fs, _ = filesystem("s3://store/dlrm")
+        assert s3_bound() == 1.0
+        took, error = timed(lambda: fs.pipe("store/dlrm/runs/r1/config.yaml", b"x: 1"), 10)
+        read_took, _ = timed(lambda: fs.cat_file("store/dlrm/runs/r1/config.yaml"), 10)
+    assert str(store_error(error, "s3://store/dlrm")) == NOT_ANSWERING.format(endpoint=endpoint)
+    assert 1 <= took < s3_bound() + 2 and 1 <= read_took < s3_bound() + 2
+    assert len(connections) == 2   # one attempt each: neither botocore nor s3fs tried again
+
+
+def test_an_upload_the_frozen_endpoint_stops_taking_fails_within_the_bound(s3_env):
+    """A body larger than the sockets' buffers (16 MiB, one PutObject): the endpoint stops reading it partway,
+    before the read timeout starts; the sockets give up on data left unacknowledged for the read timeout, and
+    aiohttp resends a PUT once on a fresh connection: twice the bound at most (``s3_bound``)."""
+    s3_env.setenv("DLRMFLOW_S3_RETRIES", "0")
+    with frozen_endpoint() as (endpoint, connections):
+        s3_env.setenv("AWS_ENDPOINT_URL", endpoint)
+        fs, _ = filesystem("s3://store/dlrm")
+        took, error = timed(lambda: fs.pipe("store/dlrm/runs/r1/checkpoints/10/__0_0.distcp", bytes(16 << 20)), 20)
+    assert str(store_error(error, "s3://store/dlrm")) == NOT_ANSWERING.format(endpoint=endpoint)
+    assert 1 <= took < 2 * s3_bound() + 3 and len(connections) <= 2
 
 
 @pytest.mark.slow   # `dlrmflow run` (the audit hook counts it: it would start torchrun); ~15 s, mostly imports
