@@ -4,9 +4,12 @@ file (no pass over the data). Every night's checks go into a ``data-checks`` tab
 a day quarantined now emits ``dlrmflow.data.day_quarantined`` (the pipeline plans the night again without it); a
 quarantined test day emits ``dlrmflow.data.check_failed`` and, with ``night.on_data_check: fail``, fails the night
 naming day, feature, check, value and threshold (``warn``: the night trains, and ``compete`` refuses the
-promotion)."""
+promotion). A day whose parse fails on its own file is quarantined as well (``parse_failed``): the test day fails
+the night naming it, an older day is left out when the pipeline plans the night again."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
@@ -57,3 +60,20 @@ def check_data(planned: NightPlan, dataset: str | None = None) -> DataGate:
                     f"again), accept it (dlrmflow days --model {config.model or 'NAME'} accept {days.date} --why "
                     "'...'), loosen the threshold (--data-check.*), or pass --on-data-check warn to train without "
                     "promoting.")
+
+
+def parse_failed(planned: NightPlan, error: UserError) -> dict[dt.date, str]:
+    """After the night's preprocessing failed with ``error``: the window day whose own input file it blames,
+    quarantined by the data gate (``nightly.night.parse_failed``; ``dlrmflow.data.day_quarantined``), as day -> why
+    (the pipeline plans the night again without it); a test day so quarantined fails the night naming it. Any other
+    error (not one day's file, the gate off, a day judged before) is raised again as it is."""
+    failure = night.parse_failed(planned, error, owner=events.flow_run_owner(), say=get_run_logger().info)
+    if failure is None:
+        raise error
+    events.emit(events.DAY_QUARANTINED, planned.config.model, {"day": failure.line["day"], "why": failure.line["why"],
+                                                               "date": planned.window.date.isoformat()})
+    if failure.reason:
+        raise UserError(f"the night {planned.window.date}: {failure.reason}.")
+    get_run_logger().warning("data gate: day %s is quarantined (%s): the night is planned again without it",
+                             failure.day, failure.line["why"])
+    return {failure.day: failure.line["why"]}

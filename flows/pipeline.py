@@ -3,11 +3,12 @@
 ``nightly.night``'s (Prefect-free); the flow adds the schedule, logs, artifacts and events.
 
 A run may be for a date (inputs with ``{date}``, or a window of synthetic days): its days pass the data gate after
-preprocessing (``flows.datacheck``), it trains on the window of days before the date, tests on the date, and with
-a model name competes with that model's champion (``flows.promote``). A re-run finds finished work: the synthetic
-data, the dataset (by fingerprint), a completed training run (or its checkpoints, to resume) are reused, and the
-log says so. A failed or crashed run emits an event and notifies (``flows.events``); ``night.catchup: latest``
-skips a scheduled night made stale by a newer one (``nightly.night.skip_reason``)."""
+preprocessing (``flows.datacheck``; a day whose own file fails its parse is quarantined too), it trains on the window
+of days before the date, tests on the date, and with a model name competes with that model's champion
+(``flows.promote``). A re-run finds finished work: the synthetic data, the dataset (by fingerprint), a completed
+training run (or its checkpoints, to resume) are reused, and the log says so. A failed or crashed run emits an event
+and notifies (``flows.events``); ``night.catchup: latest`` skips a scheduled night made stale by a newer one
+(``nightly.night.skip_reason``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from prefect.cache_policies import NONE
 from common.errors import UserError
 from common.store import BLOCK_KEYS, Store, filesystem
 from flows import artifacts, events
-from flows.datacheck import check_data
+from flows.datacheck import check_data, parse_failed
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
 from flows.preprocess import preprocess
@@ -118,6 +119,22 @@ def plan(config: PipelineConfig, store: Store, day: dt.date | None,
     return planned
 
 
+def preprocessed(config: PipelineConfig, store: Store, planned: NightPlan,
+                 left_out: dict[dt.date, str]) -> tuple[NightPlan, str]:
+    """The night's plan and its dataset (the ``preprocess`` subflow). A dated night whose preprocessing fails on one
+    window day's own file has that day quarantined by the data gate (``flows.datacheck.parse_failed``: the test day
+    fails the night) and is planned again without it (``left_out`` gets it), as for a day the checks quarantine."""
+    while True:
+        try:
+            return planned, preprocess(planned.preprocess)
+        except UserError as e:
+            quarantined = parse_failed(planned, e)   # raises unless an older day of the window is to blame
+            if set(quarantined) & set(left_out):   # left out already: never planned again in a loop
+                raise
+            left_out |= quarantined
+        planned = plan(config, store, planned.window.date, left_out)
+
+
 def plan_run(planned: NightPlan, dataset: str) -> RunPlan:
     """The run on the night's dataset (``NightPlan.training``), its pipeline.yaml written."""
     log = get_run_logger()
@@ -158,19 +175,19 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     if planned.synthetic_inputs():
         events.stage("synthesize")
         synthesize(store, planned.config.synthetic, days.days if days else None, return_state=True).result()
-    events.stage("preprocess")
-    dataset = preprocess(planned.preprocess)
     gate, left_out = None, {}
+    events.stage("preprocess")
+    planned, dataset = preprocessed(config, store, planned, left_out)
+    days = planned.window
     while days and planned.config.night.on_data_check != "off":
         events.stage("data check")
         gate = check_data(planned, dataset, return_state=True).result()
         if not gate.left_out:
             break
         left_out |= gate.left_out   # days quarantined now: the night again without them (their parses are kept)
-        planned = plan(config, store, day, left_out)
-        days = planned.window
         events.stage("preprocess")
-        dataset = preprocess(planned.preprocess)
+        planned, dataset = preprocessed(config, store, plan(config, store, day, left_out), left_out)
+        days = planned.window
     run_plan = plan_run(planned, dataset)
     run = run_plan.run
     events.stage("train")

@@ -6,7 +6,8 @@ thresholds of ``DataCheckConfig`` (docs/nightly.md).
 ``day_stats`` sums a day's file profiles; ``judge`` checks a window's days (``Check``: day, feature, check, value,
 threshold, passed) and gives each its verdict: accepted, or quarantined with its failed checks. A verdict stands
 (a model's ``days.jsonl``, ``models.registry.record_verdicts``) until the day's files change or an operator
-overrides it (``dlrmflow days``). A quarantined day is left out of every window (``nightly.window``); a quarantined
+overrides it (``dlrmflow days``); ``unparsed`` is the verdict on a day whose parse failed on its own file (no
+profile to judge). A quarantined day is left out of every window (``nightly.window``); a quarantined
 test day fails the night (``on_data_check: fail``) or keeps the champion (``warn``: ``decision.decide`` refuses with
 its checks). ``summary`` is what the model's history records of a night."""
 
@@ -273,6 +274,14 @@ def judge(days: list[DayStats], files: dict[str, dict[str, str]], lines: list[di
         if line["verdict"] == ACCEPTED:
             accepted.append(day)
     return Judgment(checks, verdicts, new)
+
+
+def unparsed(day: str, files: dict[str, str], error: str, at: str = "") -> dict:
+    """The gate's verdict on a day whose parse failed on one of its own ``files`` (URI -> identity) with ``error``
+    (its one line): quarantined, without checks (a failed parse stores no profile to check). It stands as
+    ``judge``'s verdicts do, until the day's files change or an operator overrides it."""
+    return {"day": day, "files": files, "verdict": QUARANTINED, "failed": [], "by": GATE,
+            "why": f"its parse failed: {error}", "at": at}
 
 
 def unseen_reference(days: list[str], window: list[str], date: str) -> str | None:

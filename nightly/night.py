@@ -2,9 +2,9 @@
 scheduled night, ``plan_night`` what a run (a dated night, or a plain run) does before any work (the preset or tuned
 config applied, the window, the preprocessing), ``NightPlan.training`` what it trains once its dataset is known (the
 run, the warm start from the champion, the resolved pipeline.yaml), ``check_days`` the data gate's verdict on the
-window's days and ``compete`` the challenger against the champion (scored, decided and recorded by
-``models.registry``). The flows (``flows.pipeline`` and its tasks) call these, one call per task, and add what only
-Prefect has: the due scheduled runs, logs, artifacts and events."""
+window's days (``parse_failed`` on a day whose own file failed its parse) and ``compete`` the challenger against the
+champion (scored, decided and recorded by ``models.registry``). The flows (``flows.pipeline`` and its tasks) call
+these, one call per task, and add what only Prefect has: the due scheduled runs, logs, artifacts and events."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from training import FlowTrainConfig, InitFrom, RunDir, TrainConfig
 from nightly.config import PipelineConfig
 from nightly.window import Window, catchup_skip, window
 from preprocessing.dated import fill_date
+from preprocessing.errors import blamed
 from preprocessing.inputs import expand
 from preprocessing.config import FlowPreprocessConfig
 from preprocessing.profile import StoredProfiles
@@ -259,6 +260,44 @@ def record_gate_failed(plan: NightPlan, gate: DataGate, dataset: str | None, own
         days = plan.window
         registry.record_data_failed(plan.model, days.date.isoformat(), [d.isoformat() for d in days.days],
                                     gate.summary, gate.reason, owner=owner, say=say, dataset=dataset)
+
+
+@dataclass(frozen=True)
+class ParseFailure:
+    """A window day quarantined by the data gate because its parse failed on one of its own files: the day, its
+    verdict line and, for the test day, the night's failure (``reason``; None: the night is planned again without
+    the day, as for a day ``check_days`` quarantines)."""
+
+    day: dt.date
+    line: dict
+    reason: str | None
+
+
+def parse_failed(plan: NightPlan, error: BaseException, owner: str | None = None,
+                 say: Say = _quiet) -> ParseFailure | None:
+    """The data gate's verdict on the window day whose input file ``error`` blames (``preprocessing.errors.blamed``:
+    a gzip cut short, malformed rows beyond the budget, bytes that cannot be read...): quarantined, why: the error's
+    first line, recorded in the model's days.jsonl by the day's files now (``datacheck.unparsed``; a re-uploaded day
+    is judged again). None, the error standing as it is, when it blames no file of the window's days (a full disk, a
+    lost store, a setting), ``night.on_data_check`` is off, or the day has a standing verdict: a day is judged once,
+    so a day accepted (by an operator, or before a setting changed) whose parse fails fails the night with the
+    parse's error."""
+    days, uri = plan.window, blamed(error)
+    if days is None or uri is None or plan.config.night.on_data_check == "off":
+        return None
+    day = days.owns(uri)
+    files = _identities(days.templates, day) if day in days.days else None
+    if files is None or (plan.model and datacheck.standing(registry.day_verdicts(plan.model), day.isoformat(),
+                                                             files) is not None):
+        return None
+    line = datacheck.unparsed(day.isoformat(), files, (str(error).splitlines() or [type(error).__name__])[0],
+                              at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    if plan.model:
+        registry.record_verdicts(plan.model, [line], owner=owner, say=say)
+    say(f"data gate: day {day} {line['verdict']} ({line['why']})")
+    reason = (f"the test day {day} is quarantined: {line['why']} Later windows leave the day out until its files "
+              "change (then it is judged again)") if day == days.date else None
+    return ParseFailure(day, line, reason)
 
 
 def _unseen(plan: NightPlan, stored: StoredProfiles, files: dict, checked: list[dt.date],

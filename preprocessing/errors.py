@@ -1,4 +1,5 @@
-"""Input errors that name the file, the line and the column, and the bad-row policy."""
+"""Input errors that name the file, the line and the column, the bad-row policy, and which input file's own bytes
+an error is about (``blame``/``blamed``: what a dated night's data gate quarantines a day for)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ from common.errors import UserError
 
 class InputError(UserError):
     """An input file that cannot be read (missing, unreadable URI, truncated archive)."""
+
+
+_BLAMED = "dlrmflow_input_file"   # the attribute ``blame`` sets (kept when the error is pickled: a Dask worker's)
+
+
+def blame(error: UserError, uri: str) -> UserError:
+    """``error`` marked as caused by the bytes of input file ``uri`` alone: a truncated or corrupt archive, bytes
+    after its end, malformed rows (``--on-bad-row error``, or beyond ``--max-bad-fraction``), a header or value
+    that cannot be read, a numerical that does not fit the output dtype. A dated night quarantines that file's day
+    (``nightly.night.parse_failed``); so never mark what is not the file's own fault: a missing or unlistable file,
+    a lost store, a full disk, a setting that cannot work."""
+    setattr(error, _BLAMED, uri)
+    return error
+
+
+def blamed(error: BaseException) -> str | None:
+    """The input file whose bytes caused ``error`` (``blame``), else None."""
+    uri = getattr(error, _BLAMED, None)
+    return uri if isinstance(uri, str) else None
 
 
 class BadRowError(UserError):
@@ -34,8 +54,9 @@ class BadRows:
         """One bad row at a 1-based line (or row for Parquet) of the file."""
         if self.policy == "error":
             where = f"{self.uri}: line {line}" + (f", column {column}" if column else "")
-            raise BadRowError(f"{where}: {problem} Fix: correct or remove the row, or run with "
-                              "--on-bad-row skip to skip and count malformed rows (up to --max-bad-fraction).")
+            raise blame(BadRowError(f"{where}: {problem} Fix: correct or remove the row, or run with "
+                                    "--on-bad-row skip to skip and count malformed rows (up to --max-bad-fraction)."),
+                        self.uri)
         with self._lock:
             self.count += 1
 

@@ -10,6 +10,7 @@ Parquet is read in row batches with pyarrow. Memory is bounded by the block size
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import mmap
 import os
@@ -25,7 +26,7 @@ import polars as pl
 from common.prefetch import Prefetcher
 from common.store import open_uri
 
-from .errors import BadRows, InputError
+from .errors import BadRows, InputError, blame
 from .parallel import ordered
 
 try:   # ISA-L inflates a .gz 2.0-2.2x faster than zlib, same bytes (benchmarks/bench_gzip.py); zlib without isal
@@ -76,13 +77,18 @@ def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
     except FileNotFoundError:
         raise InputError(f"{uri}: the file does not exist (any more). Fix: check the input path.") from None
     except TrailingData as e:
-        raise InputError(f"{uri}: {e} (another file appended, or a copy that wrote past the end?). Fix: re-create "
-                         "the file, or cut it at that byte if what comes before is complete.") from None
+        raise blame(InputError(f"{uri}: {e} (another file appended, or a copy that wrote past the end?). Fix: "
+                               "re-create the file, or cut it at that byte if what comes before is complete."),
+                    uri) from None
     except (EOFError, zlib.error, INFLATE.error, OSError) as e:
-        raise InputError(f"{uri}: cannot be read ({type(e).__name__}: {e}); a compressed file may be truncated. "
-                         "Fix: re-download or re-create the file.") from None
+        error = InputError(f"{uri}: cannot be read ({type(e).__name__}: {e}); a compressed file may be truncated. "
+                           "Fix: re-download or re-create the file.")
+        # the file's own bytes (cut short, corrupt, not gzip); any other OSError (a dropped connection, a refused
+        # permission) may be no fault of the file's
+        raise (blame(error, uri) if isinstance(e, _CORRUPT) else error) from None
 
 
+_CORRUPT = (EOFError, zlib.error, INFLATE.error, gzip.BadGzipFile)   # a compressed file's own bytes are bad
 _COMPRESSED = re.compile(r"\.(gz|bz2|xz|lzma|zst|zstd|zip|lz4|snappy)$", re.IGNORECASE)
 _PROBE = 1 << 16
 
@@ -245,9 +251,9 @@ def _read_lines(uri, blocks: Iterator[bytes | memoryview], fmt: Format, types, b
         try:
             text = head.decode()
         except UnicodeDecodeError as e:
-            raise InputError(f"{uri}: line 1, the header, holds a byte that is not UTF-8 ({head[e.start:e.end]!r} at "
-                             f"byte {e.start + 1}). Fix: write the header in UTF-8 (iconv -f LATIN1 -t UTF-8 converts "
-                             "a Latin-1 file).") from None
+            raise blame(InputError(f"{uri}: line 1, the header, holds a byte that is not UTF-8 "
+                                   f"({head[e.start:e.end]!r} at byte {e.start + 1}). Fix: write the header in UTF-8 "
+                                   "(iconv -f LATIN1 -t UTF-8 converts a Latin-1 file)."), uri) from None
         columns = next(csv.reader([text], delimiter=fmt.separator))
         blocks = _chain(body, blocks)
         line = 2

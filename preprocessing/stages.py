@@ -36,7 +36,7 @@ from common.errors import UserError
 from feature_spec import categorical_file_name
 
 from . import fastparse, lists, parallel, profile, readers, splits, vocab
-from .errors import BadRows
+from .errors import BadRows, blame
 from .job import Job
 from .transforms import SPLIT_COLUMN, Transforms, check_numerical, numerical_max, to_intermediate
 from .work import WorkFolder
@@ -160,14 +160,15 @@ def _check_bad(job: Job, metas: list[dict]) -> None:
 def check_bad_rows(bad: int, rows: int, limit: float, resumable: bool = True, where: str | None = None) -> None:
     """The bad-row budget: UserError when more than ``limit`` of all rows (``rows`` good + ``bad``) are bad,
     or when there are no good rows (``resumable``: the message says that a rerun reuses the parsed files).
-    ``where``: the one input file these rows are of (then a file with no rows at all passes): the budget holds
-    for each input file, and so for each day of a dated window."""
+    ``where``: the one input file these rows are of (then a file with no rows at all passes, and the error blames
+    it: ``errors.blame``): the budget holds for each input file, and so for each day of a dated window."""
     total = bad + rows
     if bad and bad > limit * total:
-        raise UserError((f"input file {where}: " if where else "")
-                        + f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
-                        f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction"
-                        + ("; the parsed files are kept, so a rerun does not parse them again." if resumable else "."))
+        kept = "; the parsed files are kept, so a rerun does not parse them again." if resumable else "."
+        error = UserError((f"input file {where}: " if where else "")
+                          + f"{bad} of {total} rows are malformed ({bad / total:.2%}), more than --max-bad-fraction "
+                          f"{limit:g}. Fix: correct the inputs or raise --max-bad-fraction{kept}")
+        raise blame(error, where) if where else error
     if total - bad == 0 and where is None:
         raise UserError("the inputs hold no rows. Fix: check the input files.")
 

@@ -12,7 +12,7 @@ from common.errors import UserError
 from feature_spec import FeatureSpec, categorical_dtype
 
 from . import lists
-from .errors import BadRows
+from .errors import BadRows, blame
 from .hashing import hash_values
 
 _OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
@@ -129,8 +129,11 @@ def to_intermediate(df: pl.DataFrame, transforms: Transforms, lines: np.ndarray,
         kept = df if ok is None else df.filter(ok)
         names = [n for n, _ in transforms.numerical]
         missing.update(zip(names, kept.select(pl.col(n).fill_nan(None).is_null().sum() for n in names).row(0)))
-    check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {_lines_kept(lines, ok)[i]}",
-                    lambda name, i: df.filter(ok)[name][i] if ok is not None else df[name][i])
+    try:
+        check_numerical(out, transforms, max_abs, lambda i: f"{bad.uri}: line {_lines_kept(lines, ok)[i]}",
+                        lambda name, i: df.filter(ok)[name][i] if ok is not None else df[name][i])
+    except NumericalRangeError as e:   # a value in this file's rows (a part parsed for another dtype: encode_batch)
+        raise blame(e, bad.uri)
     for c in transforms.categorical:
         if c.hash_buckets is not None:
             index = lists.hashed(out[c.name], c.hash_buckets, hashed_index) if c.multi_valued \

@@ -1,10 +1,12 @@
 """Issue 34 §1 end to end (real Prefect, torchrun, `dlrmflow run`): a day whose labels are all 0 fails its own night
 and is quarantined; the next night, killed with SIGKILL mid-training (the command and with it its ranks), runs
-again and trains without the bad day; the bad day is named only where it is the cause, one history line a night."""
+again and trains without the bad day; the bad day is named only where it is the cause, one history line a night.
+An older window day whose gzip is cut short is quarantined by its failed parse, and its night planned again."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import os
 import signal
 import subprocess
@@ -36,12 +38,18 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp
     write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=11, workers=1))
     bad = next((logs / "2026-11-05").glob("part-*"))
     bad.write_text("".join("0" + line[1:] for line in bad.read_text().splitlines(keepends=True)))
+    cut = next((logs / "2026-11-02").glob("part-*"))   # its parse fails: a gzip cut short
+    packed = gzip.compress(cut.read_bytes())
+    cut.unlink()
+    cut = cut.with_name(f"{cut.name}.gz")
+    cut.write_bytes(packed[:len(packed) // 2])
     config = small_pipeline(str(store), preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, model="ctr",
                             window={"train_days": 3, "min_days": 2})
 
     first = pipeline(config, date=dt.date(2026, 11, 5), return_state=True)   # its own night fails on it
     assert first.is_failed() and first.message.startswith("the night 2026-11-05: the test day 2026-11-05 is "
-                                                          "quarantined")
+                                                          "quarantined")   # planned again without 11-02 first
+    assert logs_matching("data gate: day 2026-11-02 is quarantined (its parse failed: ")
 
     train_yaml = tmp_path / "train.yaml"
     train_yaml.write_text(yaml.safe_dump(config.train.model_dump(mode="json", exclude={"dataset"})))
@@ -73,8 +81,11 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp
     assert [(h["date"], h["decision"]) for h in history] == [("2026-11-05", registry.DATA_FAILED),
                                                              ("2026-11-06", "first")]
     assert "2026-11-05" in history[0]["reason"] and "2026-11-06" not in history[0]["reason"]
+    assert history[0]["window"] == ["2026-11-03", "2026-11-04", "2026-11-05"]   # planned again without 11-02
+    assert "2026-11-02" not in history[0]["reason"]
+    assert history[0]["data_checks"]["left_out"]["2026-11-02"].startswith(f"its parse failed: {cut}: cannot be read")
     assert history[1]["data_checks"]["failed"] == [] and "2026-11-05" not in history[1]["reason"]
     verdicts = registry.day_verdicts(model)
     assert sorted((v["day"], v["verdict"]) for v in verdicts) == [
-        ("2026-11-02", "accepted"), ("2026-11-03", "accepted"), ("2026-11-04", "accepted"),
+        ("2026-11-02", "quarantined"), ("2026-11-03", "accepted"), ("2026-11-04", "accepted"),
         ("2026-11-05", "quarantined"), ("2026-11-06", "accepted")]   # each judged once, the killed night included

@@ -1,11 +1,13 @@
 """flows.datacheck.check_data's glue, no server: the window of a dated pipeline config, preprocessed for real, is
 checked from its stored profiles; a failed check emits ``dlrmflow.data.check_failed`` and, with `fail`, fails the
 night before training with day, check, value and threshold and records the night in the model's history; with
-`warn` the night goes on (its summary goes to compete, which keeps the champion)."""
+`warn` the night goes on (its summary goes to compete, which keeps the champion). A day whose parse fails on its own
+file (``flows.datacheck.parse_failed``) is quarantined as well: its own night fails, later windows leave it out."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import logging
 import shutil
 from pathlib import Path
@@ -20,6 +22,7 @@ from nightly.config import PipelineConfig
 from nightly.night import plan_night
 from models import registry
 from preprocessing import run
+from preprocessing.errors import blame, blamed
 from synthetic.generator import SynthConfig, write_days
 
 DATE = dt.date(2026, 11, 5)
@@ -201,6 +204,126 @@ def test_a_day_quarantined_mid_window_plans_the_night_again_and_an_operator_over
     plan, _ = _gate(logs, store, dt.date(2026, 11, 6))
     assert dt.date(2026, 11, 4) in plan.window.days
 
+
+
+def _cut_gzip(folder: Path) -> bytes:
+    """The day's file replaced by its gzip cut in the middle (an upload cut short); returns the file's bytes."""
+    part = next(folder.glob("part-*"))
+    whole = part.read_bytes()
+    packed = gzip.compress(whole)
+    part.unlink()
+    (folder / f"{part.name}.gz").write_bytes(packed[:len(packed) // 2])
+    return whole
+
+
+def _preprocessed(logs, store, date: dt.date, **preprocess):
+    """A night's plan and preprocessing as the pipeline runs them (``flows.pipeline.preprocessed``, no server): a
+    failed parse goes to the gate (``flows.datacheck.parse_failed``: it raises for the test day and for any error
+    not of one day's file), the night is planned again without the day it quarantined."""
+    config = PipelineConfig(store=str(store), model="ctr", window={"train_days": 3, "min_days": 2},
+                            preprocess={"inputs": [f"{logs}/{{date}}/part-*"], **preprocess})
+    left_out: dict = {}
+    plan = plan_night(config, Store(config.store), date)
+    while True:
+        try:
+            return plan, run(plan.preprocess), left_out
+        except UserError as e:
+            left_out |= task_module.parse_failed(plan, e)
+        plan = plan_night(config, Store(config.store), date, left_out)
+
+
+def test_a_test_day_whose_parse_fails_fails_its_night_and_is_left_out_after_it(week, tmp_path, said):
+    """Issue 34 §1 for a day whose parse fails (a gzip cut short): the gate quarantines it by its files (no profile
+    to judge), its own night fails naming it, the next night trains without it saying so, and the day re-uploaded
+    whole (new files) is judged again and read."""
+    from nightly.days import listing
+
+    logs = tmp_path / "logs"
+    shutil.copytree(week, logs)
+    whole = _cut_gzip(logs / "2026-11-05")
+    [cut] = (logs / "2026-11-05").glob("*.gz")
+    store = tmp_path / "store"
+    model = registry.model_uri(str(store), "ctr")
+
+    with pytest.raises(UserError) as failed:
+        _preprocessed(logs, store, dt.date(2026, 11, 5))
+    assert str(failed.value).startswith(f"the night 2026-11-05: the test day 2026-11-05 is quarantined: its parse "
+                                        f"failed: {cut}: cannot be read (EOFError: ")
+    assert "Later windows leave the day out until its files change" in str(failed.value)
+    [line] = registry.day_verdicts(model)
+    assert (line["day"], line["verdict"], line["by"]) == ("2026-11-05", "quarantined", "data gate")
+    assert list(line["files"]) == [str(cut)] and line["why"].startswith(f"its parse failed: {cut}: cannot be read")
+    assert [(e[0], e[2]["day"]) for e in said["events"]] == [("dlrmflow.data.day_quarantined", "2026-11-05")]
+    [row] = listing(model)   # dlrmflow days
+    assert (row["day"], row["verdict"], row["by"], row["why"]) == ("2026-11-05", "quarantined", "data gate",
+                                                                   line["why"])
+
+    plan, dataset, left_out = _preprocessed(logs, store, dt.date(2026, 11, 6))   # trains without it
+    assert not left_out and [d.isoformat() for d in plan.window.days] == ["2026-11-03", "2026-11-04", "2026-11-06"]
+    assert f"quarantined days left out: 2026-11-05 (its parse failed: {cut}: " in plan.window.describe()
+    gate = task_module.check_data.fn(plan, dataset)
+    assert not gate.failed and list(gate.summary["left_out"]) == ["2026-11-05"]   # what its history line records
+    assert gate.summary["left_out"]["2026-11-05"] == f"{line['why']}; by data gate"
+
+    cut.unlink()
+    (logs / "2026-11-05" / cut.stem).write_bytes(whole)   # re-uploaded whole: new files, judged again, read
+    plan, dataset, left_out = _preprocessed(logs, store, dt.date(2026, 11, 7))
+    assert dt.date(2026, 11, 5) in plan.window.days and not left_out
+    gate = task_module.check_data.fn(plan, dataset)
+    assert gate.summary["left_out"] == {} and not gate.failed
+    assert [(v["verdict"], v["by"]) for v in registry.day_verdicts(model) if v["day"] == "2026-11-05"] == [
+        ("quarantined", "data gate"), ("accepted", "data gate")]
+
+
+def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_file_is_blamed(week, tmp_path, said):
+    """A window day whose rows are malformed beyond --max-bad-fraction (or any of them under --on-bad-row error) is
+    quarantined and the night planned again without it (it trains); an operator's acceptance of it stands, so its
+    parse error comes back as it is; an error not of one day's file (or with the gate off) quarantines nothing."""
+    from nightly.config import DaysConfig
+    from nightly.days import run_days
+
+    logs = tmp_path / "logs"
+    shutil.copytree(week, logs)
+    part = next((logs / "2026-11-03").glob("part-*"))
+    lines = part.read_bytes().splitlines(keepends=True)
+    part.write_bytes(b"".join(b"a\tb\n" if k % 10 == 0 else line for k, line in enumerate(lines)))   # 10% bad
+    store = tmp_path / "store"
+    model = registry.model_uri(str(store), "ctr")
+
+    with pytest.raises(UserError) as raised:   # --on-bad-row error (the default): blamed on its first bad row
+        run(plan_night(PipelineConfig(store=str(store), window={"train_days": 3},
+                                      preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}),
+                       Store(str(store)), dt.date(2026, 11, 5)).preprocess)
+    assert blamed(raised.value) == str(part) and str(raised.value).startswith(f"{part}: line 1: ")
+
+    plan, dataset, left_out = _preprocessed(logs, store, dt.date(2026, 11, 5), on_bad_row="skip")
+    assert list(left_out) == [dt.date(2026, 11, 3)]
+    assert left_out[dt.date(2026, 11, 3)].startswith(f"its parse failed: input file {part}: 300 of 3000 rows are "
+                                                     "malformed (10.00%), more than --max-bad-fraction 0.001.")
+    assert [d.isoformat() for d in plan.window.days] == ["2026-11-02", "2026-11-04", "2026-11-05"]
+    assert any("2026-11-03 is quarantined" in w and "planned again without it" in w for w in said["warnings"])
+    gate = task_module.check_data.fn(plan, dataset)
+    assert not gate.failed and list(gate.summary["left_out"]) == ["2026-11-03"]
+    assert {v["day"]: v["verdict"] for v in registry.day_verdicts(model)} == {
+        "2026-11-02": "accepted", "2026-11-03": "quarantined", "2026-11-04": "accepted", "2026-11-05": "accepted"}
+
+    recorded = registry.day_verdicts(model)
+    for error in (UserError(f"no space left on the device of {part}"),   # names the file, blames none
+                  blame(UserError("bad"), str(part))):   # blames it, but the gate is off
+        config = {"on_data_check": "off"} if blamed(error) else {}
+        off = plan_night(PipelineConfig(store=str(store), model="ctr", window={"train_days": 3, "min_days": 2},
+                                        preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, **config),
+                         Store(str(store)), dt.date(2026, 11, 4))
+        with pytest.raises(UserError) as raised:
+            task_module.parse_failed(off, error)
+        assert raised.value is error
+    assert registry.day_verdicts(model) == recorded
+
+    run_days(DaysConfig(store=str(store), model="ctr", action="accept", day="2026-11-03", why="read it", by="ana"))
+    with pytest.raises(UserError) as again:   # accepted: read again, and its parse fails again as it is
+        _preprocessed(logs, store, dt.date(2026, 11, 6), on_bad_row="skip")
+    assert str(again.value).startswith(f"input file {part}: 300 of 3000 rows are malformed")
+    assert registry.day_verdicts(model)[-1]["by"] == "operator ana"   # nothing recorded after the acceptance
 
 
 def test_the_days_command_lists_and_overrides_in_one_line_errors(tmp_path):
