@@ -23,6 +23,7 @@ from helpers.datasets import assert_same_files
 from helpers.prefect_api import answer, get, post, stamp
 from helpers.processes import until
 from models import registry
+from training import NOISE
 from training.rundir import RunDir
 
 NIGHTS = ("2026-11-04", "2026-11-05")
@@ -54,7 +55,8 @@ def _check_the_ui_view_of_a_run(server, night: dict, run: Path, store: Path, tmp
     logs = server.logs(train_run["id"])
     for r in evaluations:
         assert (20, f"[rank 0] step {r['step']}: val auc {r['auc']:.4f} logloss {r['logloss']:.4f}") in logs
-    assert any(level == 30 and "Warning" in message for level, message in logs)  # library warnings
+    # library warnings (Python's, logging's, c10's W-lines: training.NOISE) at WARNING, tagged with their rank
+    assert any(level == 30 and NOISE.match(message.split("] ", 1)[-1]) for level, message in logs)
     assert not [m for level, m in logs if level < 30 and ("Warning: " in m or "Memory per rank" in m)]
 
     # the pipeline run's Artifacts tab (the V2 UI honours ?tab=): its own plots; then a plot's page

@@ -79,7 +79,7 @@ def test_a_disk_full_partway_through_a_checkpoint_file_is_no_space_and_the_parti
 
 def test_a_full_disk_reaches_dcps_gather_as_an_oserror(tmp_path):
     """Without a tmpfs: the error a rank's write raises is pickled by DCP's gather; what the writer raises for a
-    full disk under torch's zip error keeps its errno across pickling (the zip error alone does not)."""
+    full disk under torch's zip error keeps its errno across pickling (the zip error alone does not, in a rank)."""
     def zip_error():
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -88,7 +88,9 @@ def test_a_full_disk_reaches_dcps_gather_as_an_oserror(tmp_path):
 
     with pytest.raises(RuntimeError) as raw:
         zip_error()
-    assert space_error(raw.value) is not None and space_error(pickle.loads(pickle.dumps(raw.value))) is None
+    # pickled plainly the zip error loses its ENOSPC (__context__ is not pickled); not asserted here: where tblib's
+    # pickling support is installed (Dask's distributed does it, in a suite's process) the context is kept
+    assert space_error(raw.value) is not None
     with pytest.raises(OSError) as kept, _space_kept():
         zip_error()
     found = space_error(pickle.loads(pickle.dumps(kept.value)))
