@@ -17,10 +17,11 @@ night counts from the end, -1 being the last; a fault whose night is past ``--ni
 - bad days, each in its own night's test day (the windows of the nights after it hold it): all labels 0
   (``labels_zero``, 6: a bad label day in the middle of the later windows), a byte that is not UTF-8 (``non_utf8``,
   9), a file cut mid-line (``cut_mid_line``, 13), 5% of the usual rows (``few_rows``, 20), I10 values of 70000 >
-  65504, float16's largest (``overflow``, 27). The data gate quarantines the first and the fourth by itself (its
-  verdicts in models/NAME/days.jsonl) and the nights after train without them on their own; the others fail their
-  parse, so no verdict is made: after their night the operator quarantines the day with ``dlrmflow days --model M
-  quarantine D --why ...`` (both models), the documented fix in place of the old one (moving the file away);
+  65504, float16's largest (``overflow``, 27). The data gate quarantines each by itself (its verdicts in
+  models/NAME/days.jsonl): the first and the fourth by their checks, the others, whose parse fails on their own
+  file, with the verdict "its parse failed: ..." (5d16de3); the nights after train without them on their own. Where
+  the gate made no verdict on a day whose parse failed, the operator quarantines it after its night (``dlrmflow days
+  --model M quarantine D --why ...``, both models) so that the month goes on, and a claim fails;
 - kill -9 of the run's process group during preprocessing (``kill_preprocess``: long, 3) and training
   (``kill_train``: short, 4), and after each promotion write (``$DLRMFLOW_CRASH_AFTER``: ``crash_bundle`` short 2,
   ``crash_champion`` long 8, ``crash_history`` short 15, ``crash_prune`` long 22; re-armed each night until it fires
@@ -43,8 +44,10 @@ night counts from the end, -1 being the last; a fault whose night is past ``--ni
 - S3 lost mid-night (``s3``, -3: the last night but two): a third model ``remote`` whose store is a bucket on a moto
   server this script starts (its own clean copies of the days as inputs) runs the night before (its first night)
   and this night, on which the server is frozen (SIGSTOP: it accepts connections and never answers) once a
-  checkpoint of the night's run is complete on S3; the run must end in one line naming the store within the
-  DLRMFLOW_S3_* bounds (connect 3 s, read 5 s, 1 retry here), leaving no process; the server is then let go on
+  checkpoint of the night's run is complete on S3; the run must end in one line naming the store (``store
+  's3://...' not answering``, no rank traceback) within 3 x ``common.store.s3_bound()`` of the DLRMFLOW_S3_*
+  settings (connect 3 s, read 5 s, 1 retry here: 11 s a call) after the freeze, leaving no process; the server is
+  then let go on
   (SIGCONT; also when the run is still alive ``HANG_S`` after the freeze: hung, its stacks dumped with py-spy when
   installed) and the night run again;
 - the store moved (``move``, -2: before the last night but one): the store's folder renamed (same filesystem) and
@@ -97,7 +100,7 @@ AT = {   # what happens on which night (see the module doc); --at NAME=N overrid
 }
 DATA_FAULTS = ("labels_zero", "non_utf8", "cut_mid_line", "few_rows", "overflow")
 GATE_FAULTS = {"labels_zero", "few_rows"}            # quarantined by the data gate itself
-PARSE_FAULTS = {"non_utf8", "cut_mid_line", "overflow"}   # their parse fails: the operator quarantines the day
+PARSE_FAULTS = {"non_utf8", "cut_mid_line", "overflow"}   # their parse fails: the gate quarantines the day (5d16de3)
 KILLS = {"kill_preprocess": ("long", "preprocess"), "kill_train": ("short", "train")}
 CRASHES = {"crash_bundle": ("short", "bundle"), "crash_champion": ("long", "champion"),
            "crash_history": ("short", "history"), "crash_prune": ("long", "prune")}
@@ -401,7 +404,8 @@ class Month:
         self.nights: list[dict] = []
         self.faults: dict[str, dict] = {}       # date -> {fault, night, what, words}
         self.ops: list[dict] = []               # the operational faults: what was done, what the runs said
-        self.operator: list[dict] = []          # dlrmflow days quarantine calls
+        self.operator: list[dict] = []          # dlrmflow days quarantine calls (where the gate made no verdict)
+        self.parse_verdicts: dict = {}          # "model date" -> the gate's verdict on a day whose parse failed
         self.champions: dict[tuple, dict] = {}  # (model, run, step, bundle sha256) -> what was checked
         self.env: dict = {}
         self.tag = uuid.uuid4().hex[:12]
@@ -568,6 +572,25 @@ class Month:
 def _last_lines(log: str, k: int = 3) -> str:
     lines = [x for x in Path(log).read_text(errors="replace").splitlines() if x.strip()]
     return " / ".join(lines[-k:])[:600]
+
+
+def _rank_traceback(log: str) -> bool:
+    """Whether a rank died of an exception (its traceback relayed by torchrun: ``ProcessRaisedException``, "Process N
+    terminated with the following error", or a ``[rank N]`` line's traceback), not of its one line and an exit code
+    (torchrun's own ``ChildFailedError`` traceback, relayed whenever a rank fails, is not a rank's)."""
+    text = Path(log).read_text(errors="replace")
+    return ("ProcessRaisedException" in text or "terminated with the following error" in text
+            or any("[rank" in x and "Traceback (most recent call last)" in x for x in text.splitlines()))
+
+
+def s3_bound_here() -> float:
+    """``common.store.s3_bound()`` of this script's DLRMFLOW_S3_* settings (S3_ENV): one call's most seconds."""
+    from unittest import mock
+
+    from common.store import s3_bound, s3_client_config
+
+    with mock.patch.dict(os.environ, S3_ENV):
+        return s3_bound(s3_client_config())
 
 
 def _error_line(log: str) -> str | None:
@@ -757,7 +780,8 @@ def remote_night(m: Month, n: int, day: dt.date, lose: bool) -> dict:
               poll=freeze_when_checkpointed(m, day, record) if lose else None)
     record.update(rc=a.rc, wall_s=round(a.wall), orphans=a.orphans, error=_error_line(a.log),
                   traceback="Traceback" in (_error_line(a.log) or ""),
-                  traceback_in_log="Traceback" in Path(a.log).read_text(errors="replace"))
+                  traceback_in_log="Traceback" in Path(a.log).read_text(errors="replace"),
+                  rank_traceback=_rank_traceback(a.log))
     if lose:
         record["fired"] = record.get("frozen_at") is not None
         if record["fired"]:
@@ -932,7 +956,7 @@ def main() -> int:
                         op.update(rc=a.rc, wall_s=round(a.wall), error=_error_line(a.log),
                                   traceback="Traceback" in (_error_line(a.log) or ""),
                                   traceback_in_log="Traceback" in Path(a.log).read_text(errors="replace"),
-                                  orphans=a.orphans, log=a.log)
+                                  rank_traceback=_rank_traceback(a.log), orphans=a.orphans, log=a.log)
                         if op["op"] == "disk_checkpoint":
                             op["incomplete_left"] = [str(c) for r in m.store.glob(f"runs/{model}-{day}-*")
                                                      for c in r.glob("checkpoints/*") if c.is_dir()
@@ -964,11 +988,14 @@ def main() -> int:
                         fired[-1]["final"] = final.get("decision")
                         if final.get("decision") in PROMOTING:
                             armed.pop(model, None)
-            # the operator's fix of a day whose parse fails (no verdict was made): quarantined for each model
+            # a day whose parse fails: the data gate's own verdict (5d16de3); where it made none, the operator's fix
             f = m.faults.get(day.isoformat())
             if f and f["fault"] in PARSE_FAULTS:
                 for model in MODELS:
-                    m.operator_quarantine(model, day, f"{f['fault']}: its parse fails (month.py's operator)")
+                    verdict = next((v for v in reversed(m.verdicts(model)) if v.get("day") == day.isoformat()), None)
+                    m.parse_verdicts[f"{model} {day}"] = verdict
+                    if not verdict or verdict.get("verdict") != "quarantined":
+                        m.operator_quarantine(model, day, f"{f['fault']}: its parse fails (month.py's operator)")
             if m.moto is not None and n == m.when("s3") - 1:
                 remote.append(remote_night(m, n, day, lose=False))
             if m.moto is not None and n == m.when("s3"):
@@ -1108,10 +1135,25 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
                    + f"; quarantined days: {sorted({v['day'] for k in MODELS for v in m.verdicts(k) if v.get('verdict') == 'quarantined'})}"
                    + (f"; blamed: {blamed[:5]}" if blamed else "; no good day in a failed check, a quarantine or a log's failure line")))
 
-    # the operator's quarantines of the days whose parse fails
-    if m.operator:
-        bad_op = [o for o in m.operator if o["rc"] != 0]
-        claims.append(("the operator's quarantine (dlrmflow days) of each day whose parse fails", not bad_op,
+    # a day whose parse fails: quarantined by the data gate itself (its verdict "its parse failed: ..."), no operator
+    for date, f in sorted(m.faults.items()):
+        if f["fault"] not in PARSE_FAULTS:
+            continue
+        words = [w.format(date=date, path=day_file(m.logs, dt.date.fromisoformat(date)), **f["words"])
+                 for w in FAULT_NAMES[f["fault"]]]
+        for model in MODELS:
+            v = m.parse_verdicts.get(f"{model} {date}") or {}
+            why = str(v.get("why") or "")
+            by_operator = [o for o in m.operator if o["model"] == model and o["day"] == date]
+            final = next((x for x in reversed(m.verdicts(model)) if x.get("day") == date), {})
+            ok = (v.get("verdict") == "quarantined" and v.get("by") == "data gate"
+                  and why.startswith("its parse failed: ") and words[0] in why and not by_operator and final.get("verdict") == "quarantined")
+            claims.append((f"bad day {f['fault']} ({date}) quarantined by the data gate itself ({model})", ok,
+                           f"days.jsonl after its night: {v.get('verdict')} by {v.get('by')!r}: {why[:200]!r}"
+                           + (f"; **the operator had to quarantine it** (rc {[o['rc'] for o in by_operator]})"
+                              if by_operator else "; no operator")))
+    if m.operator:   # only where the gate made no verdict (a claim above fails for each)
+        claims.append(("no operator quarantine needed (dlrmflow days)", False,
                        "; ".join(f"{o['model']} {o['day']} rc {o['rc']}" for o in m.operator)))
 
     # the operational faults
@@ -1136,10 +1178,12 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
             claims.append((f"disk full at {'a checkpoint' if what == 'checkpoints' else 'the export'}: named, nothing "
                            "half-written left, the night trained after space was freed",
                            o.get("filled") is not None and o["rc"] != 0 and spaced(err) and not o["traceback"]
+                           and not o.get("rank_traceback")
                            and not left and spaced(line.get("reason") or "")
                            and o["rerun"]["rc"] == 0 and o["rerun"]["decision"] in DECIDED,
                            f"{o['model']} {o['date']}: filled {o.get('filled')}; sizes {o.get('sizes')}; rc {o['rc']}: "
-                           f"{err[:300]!r}; history: {line.get('decision')}; left: {left or 'nothing'}; "
+                           f"{err[:300]!r}; a rank's traceback in its log: {o.get('rank_traceback')}; history: "
+                           f"{line.get('decision')}; left: {left or 'nothing'}; "
                            f"re-run rc {o['rerun']['rc']} ({o['rerun']['decision']})"))
         if o["op"] == "twice":
             lines = [e for e in histories[o["model"]] if e.get("date") == o["date"]]
@@ -1188,19 +1232,22 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
         if not r["lose"]:
             claims.append((f"the S3 model's first night ({r['date']})", r["rc"] == 0, f"rc {r['rc']} in {r['wall_s']} s"))
             continue
-        bound = 5 * (1 + int(S3_ENV["DLRMFLOW_S3_RETRIES"])) * float(S3_ENV["DLRMFLOW_S3_READ_TIMEOUT_S"])
+        bound = s3_bound_here()   # one call's most seconds (common.store.s3_bound of S3_ENV's settings)
         err = r.get("error") or ""
         claims.append(("S3 lost mid-night: one line naming the store within the bounds, no process left, the re-run "
                        "ends the night",
-                       r.get("fired") and r.get("hung_s") is None and r["rc"] != 0 and f"s3://{BUCKET}/store" in err
-                       and not r["traceback"] and not r["orphans"] and r.get("failed_after_s", 1e9) <= 3 * bound
+                       bool(r.get("fired")) and r.get("hung_s") is None and r["rc"] != 0
+                       and f"store 's3://{BUCKET}/store'" in err and not r["traceback"]
+                       and not r.get("rank_traceback") and not r["orphans"]
+                       and r.get("failed_after_s", 1e9) <= 3 * bound
                        and r["rerun"]["rc"] == 0 and not r["rerun"]["orphans"],
                        f"frozen when {r.get('when')}; "
                        + (f"**still running {r['hung_s']} s after** (stacks: {r.get('stacks')}), the server let go on; "
                           if r.get("hung_s") is not None else "")
-                       + f"ended {r.get('failed_after_s')} s after the freeze (5 x (retries + 1) x "
-                       f"read timeout = {bound:.0f} s); rc {r['rc']}: {err[:300]!r}; a traceback in its log: "
-                       f"{r.get('traceback_in_log')}; orphans: {r['orphans'] or 'none'}; re-run: "
+                       + f"ended {r.get('failed_after_s')} s after the freeze (claim: <= 3 x s3_bound() = "
+                       f"{3 * bound:.0f} s; one call {bound:.0f} s); rc {r['rc']}: {err[:400]!r}; a rank's traceback "
+                       f"in its log: {r.get('rank_traceback')} (any traceback: {r.get('traceback_in_log')}); orphans: "
+                       f"{r['orphans'] or 'none'}; re-run: "
                        f"{(r['rerun'].get('error') or '')[:200]!r}; re-run rc "
                        f"{r['rerun']['rc']} in {r['rerun']['wall_s']} s, said {r['rerun']['said']}; {REMOTE}'s "
                        f"history: {[(e['date'], e.get('decision')) for e in remote_lines]}"))
@@ -1284,6 +1331,7 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
     _chart(m, full)
     (m.work / "results.json").write_text(json.dumps({
         "nights": m.nights, "faults": m.faults, "ops": m.ops, "operator": m.operator, "hostile": hostile,
+        "parse_verdicts": m.parse_verdicts,
         "remote": remote, "remote_history": remote_lines, "schedule": m.at, "keep_nights": m.args.keep_nights,
         "champions": list(m.champions.values()), "fired": fired,
         "attempts": [a.__dict__ for a in m.attempts], "parses": dict(counts), "wall_s": round(wall),
@@ -1316,18 +1364,21 @@ def report_again(work: Path) -> int:
     m.store = work / "store-final"
     m.disk = Disk(m.fs)   # the tmpfs is gone: its mount point stands for it
     m.nights, m.faults, m.ops, m.operator = saved["nights"], saved["faults"], saved["ops"], saved["operator"]
+    m.parse_verdicts = saved.get("parse_verdicts") or {}
     m.attempts = [Attempt(**a) for a in saved["attempts"]]
     m.champions = {i: c for i, c in enumerate(saved["champions"])}
     for o in m.ops:   # the errors read again from the logs, as this version reads them
         if o.get("log") and o.get("rc") not in (0, None):
             o["error"] = _error_line(o["log"])
             o["traceback"] = "Traceback" in (o["error"] or "")
+            o["rank_traceback"] = _rank_traceback(o["log"])
     for r in saved["remote"]:
         runs = [a for a in m.attempts if a.model == REMOTE and a.date == r["date"]]
         for a in runs:
             if a.role == "nightly":
                 r["error"] = _error_line(a.log)
                 r["traceback"] = "Traceback" in (r["error"] or "")
+                r["rank_traceback"] = _rank_traceback(a.log)
             elif a.role == "re-run" and r.get("rerun"):
                 r["rerun"]["error"] = _error_line(a.log)
     watch = ParseWatch(m.store)
