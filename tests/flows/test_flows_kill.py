@@ -28,7 +28,7 @@ def _rank_pids(run: str) -> list[int]:
     return sorted(pids)
 
 
-def test_killed_rank_fails_clearly_and_rerun_resumes(prefect_harness, tmp_path):
+def test_killed_rank_fails_clearly_and_rerun_resumes(prefect_harness, plain_launches, tmp_path):
     config = small_pipeline(str(tmp_path / "store"), run_name="killed",
                             train={"epochs": 16, "checkpoint_every": 12, "eval_every": 100})
     run = tmp_path / "store" / "runs" / "killed"

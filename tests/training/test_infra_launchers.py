@@ -55,7 +55,7 @@ def test_config_is_a_json_flow_parameter_and_builds_each_launcher():
         launcher_config({"kind": "slurm", "nodez": 2})
 
 
-def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(monkeypatch, tmp_path):
+def test_local_launcher_checks_the_dataset_saves_the_config_and_runs_torchrun(monkeypatch, plain_launches, tmp_path):
     calls = []
     monkeypatch.setattr("training.launchers.local.run_command", lambda *a, **k: calls.append((a, k)) or 7)
     cfg = TrainConfig(dataset=str(write_dataset(tmp_path / "ds", {"train": 64, "val": 32})))

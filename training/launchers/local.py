@@ -68,8 +68,10 @@ class LocalLauncher(Launcher):
     def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine,
               started: Started | None = None) -> int:
         s = self.settings
-        cmd = torchrun_command(job, run.uri, nproc=s.nproc, nnodes=s.nnodes, rdzv_endpoint=s.rdzv_endpoint,
-                               node_rank=s.node_rank)
+        from training.launchers import warm   # here: `python -m training.launchers.warm` finds it not yet imported
+
+        cmd = warm.through_server(torchrun_command(job, run.uri, nproc=s.nproc, nnodes=s.nnodes,
+                                                   rdzv_endpoint=s.rdzv_endpoint, node_rank=s.node_rank))
         if started is None:
             return run_command(cmd, env=self.environment(env), on_line=on_line)
         return run_command(cmd, env=self.environment(env), on_line=on_line, started=started)

@@ -1,0 +1,94 @@
+"""The warm launcher (training.launchers.warm), which the suite's rank jobs go through (helpers/fixtures.py
+``warm_launcher``): a job through it is the plain launch's job, in the client's process group, and ends with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.datasets import write_dataset
+from helpers.paths import REPO
+from helpers.processes import until
+from training.launchers import warm
+
+ARGS = ["--nproc", "2", "--set", "data.batch_size=64", "--set", "log_every=2", "--set", "eval_every=8"]
+
+
+def test_a_local_command_goes_through_the_server_named_in_the_environment(monkeypatch):
+    plain = [sys.executable, "-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--standalone",
+             "-m", "training.train_worker", "run"]
+    monkeypatch.delenv(warm.ENV, raising=False)
+    assert warm.through_server(plain) == plain
+    monkeypatch.setenv(warm.ENV, "/tmp/w.sock")
+    assert warm.through_server(plain) == [*plain[:3], "training.launchers.warm", "/tmp/w.sock", *plain[4:]]
+    assert warm.through_server(["sh", "-c", "sleep 1"]) == ["sh", "-c", "sleep 1"]   # not a launcher: as it is
+
+
+def _train(run: Path, dataset: Path, *extra: str, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    """``dlrmflow train`` in a child; the CPU-seconds of it and every process it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "flows", "train", "--dataset", str(dataset), "--run", str(run), *ARGS,
+                           *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
+
+
+def _group(pgid: int) -> dict[int, int]:
+    """pid -> parent pid of the live processes of process group ``pgid``."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in "ZX" and int(fields[2]) == pgid:
+            found[int(entry)] = int(fields[1])
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_job_through_the_warm_launcher_is_the_plain_one_and_dies_with_its_command(warm_launcher, tmp_path):
+    """Two ranks trained through the server and plainly: the same losses to the bit, the warm one without the
+    imports (its command and what it waited for: under half the plain one's CPU-seconds; the job's own CPU is the
+    server's children's). A long job through it: its launcher and ranks are the server's forks in the command's
+    process group, and a SIGKILL of the command alone ends every one of them."""
+    until(warm_launcher.exists, 60, "the warm launcher's socket")
+    dataset = write_dataset(tmp_path / "ds", {"train": 1024, "val": 256})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    warm_cpu, _ = _train(tmp_path / "warm", dataset, "--set", "epochs=1", env=env)
+    plain_cpu, _ = _train(tmp_path / "plain", dataset, "--set", "epochs=1",
+                          env={k: v for k, v in env.items() if k != warm.ENV})
+    losses = [[r.get("loss") for r in map(json.loads, (tmp_path / name / "metrics.jsonl").open())]
+              for name in ("warm", "plain")]
+    assert losses[0] == losses[1] and len(losses[0]) >= 4
+    assert warm_cpu < plain_cpu / 2, (warm_cpu, plain_cpu)
+
+    server = next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+                  if str(warm_launcher).encode() in Path(f"/proc/{p}/cmdline").read_bytes())
+    long = tmp_path / "long"
+    command = subprocess.Popen([sys.executable, "-m", "flows", "train", "--dataset", str(dataset), "--run", str(long),
+                                *ARGS, "--set", "epochs=200"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
+        client = int(Path(f"/proc/{command.pid}/task/{command.pid}/children").read_text().split()[0])
+        group = _group(client)   # the client leads the job's group (the local launcher's process_group=0)
+        forked = [pid for pid, parent in group.items() if parent == server]
+        assert len(forked) == 1 and len(group) == 4, group   # client, the forked launcher, its two ranks
+    finally:
+        command.send_signal(signal.SIGKILL)
+        command.wait()
+    deadline = time.monotonic() + 15
+    while _group(client) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group(client), "a process of the killed command's job survived"

@@ -1,0 +1,238 @@
+"""A warm launcher for local rank jobs: a server that has imported what every rank job imports (torch, TorchRec,
+the trainer, torchrun: ~4.5 CPU-seconds) forks ``training.launchers.torchrun`` for each job, which then forks the
+ranks as it does on a CPU build. For a machine that starts many small jobs, as the test suite does; off unless
+``$DLRMFLOW_WARM_LAUNCHER`` names the server's socket (``python -m training.launchers.warm --serve SOCKET``).
+
+``training.launchers.local`` then runs ``python -m training.launchers.warm SOCKET TORCHRUN-ARGS`` (the client) in
+the plain launcher's place. The client hands the server its stdin/stdout/stderr, environment, folder and process
+group; the forked launcher takes them, joins the client's process group (so that the local launcher's stop, the
+run lease's fence and a kill of the group reach it and its ranks as before), and is killed with that group when
+the client dies (a SIGKILL included). The client ends with the job's exit status. Where the job cannot be served
+warm (no server, a client in another session: a process group can only be joined within one, a torch build with
+GPU support: its ranks are not forked), the client execs the plain launcher. What differs from a plain launch:
+the forked processes' command line and start-up environment in /proc are the server's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+from training.launchers import torchrun   # its top imports nothing heavy; torch is imported by its functions
+
+ENV = "DLRMFLOW_WARM_LAUNCHER"   # the server's socket, in the environment of the processes that launch jobs
+MODULE = "training.launchers.warm"   # this module's name, also where it runs as __main__
+_HEADER = struct.Struct("!I")
+
+
+# ---- the client (a fresh interpreter per job: imports nothing heavy) ------------------------------------------------
+def through_server(cmd: list[str]) -> list[str]:
+    """A local launcher's command line (``python -u -m training.launchers.torchrun ARGS``) as its client's, when
+    ``$DLRMFLOW_WARM_LAUNCHER`` names a server; else (or for any other command) ``cmd`` itself."""
+    server = os.environ.get(ENV)
+    if not server or torchrun.__name__ not in cmd:
+        return cmd
+    i = cmd.index(torchrun.__name__)
+    return [*cmd[:i], MODULE, server, *cmd[i + 1:]]
+
+
+def client(path: str, argv: list[str]) -> None:
+    """Run torchrun with ``argv`` through the server at ``path``; exits as the job did. Execs the plain launcher
+    when the server is not there or does not serve this client."""
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        payload = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
+                              "pgid": os.getpgid(0), "sid": os.getsid(0)}).encode()
+        socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
+    except OSError:
+        _plain(argv)
+    # the job gets the group's signals itself; this process waits for its status
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    reply = _read_all(conn)
+    status = json.loads(reply) if reply else {"lost": "the warm launcher ended before the job"}
+    if "refused" in status:
+        _plain(argv)
+    if "lost" in status:
+        print(f"dlrmflow: {status['lost']}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if status.get("signal"):
+        signal.signal(status["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), status["signal"])
+    sys.exit(status.get("exit", 1))
+
+
+def _plain(argv: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, "-u", "-m", torchrun.__name__, *argv])
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while chunk := conn.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# ---- the server ---------------------------------------------------------------------------------------------------
+def serve(path: str) -> None:
+    """Import the rank jobs' modules, then fork a launcher for each client at ``path`` until killed (it dies with
+    its parent). A torch build with GPU support serves nothing: its clients launch plainly."""
+    import importlib
+    import selectors
+
+    from common.process import die_with_parent
+
+    die_with_parent()
+    if not torchrun.forks_ranks():
+        return
+    for name in (*torchrun.PRELOAD, "torch.distributed.run", "torch.distributed.elastic.multiprocessing.errors"):
+        importlib.import_module(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}"
+    listener.bind(tmp)
+    listener.listen(64)
+    os.rename(tmp, path)   # clients see the socket once it accepts
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    jobs: dict[int, socket.socket] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is listener:
+                _accept(listener, jobs, (listener, wake_r, wake_w))
+            else:
+                os.read(wake_r, 4096)
+        _reap(jobs)
+
+
+def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds: tuple) -> None:
+    conn, _ = listener.accept()
+    try:
+        request, fds = _receive(conn)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    if request["sid"] != os.getsid(0) or len(fds) != 3:
+        conn.sendall(json.dumps({"refused": "another session"}).encode())
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _become_job(request, fds, [conn.fileno(), *(s if isinstance(s, int) else s.fileno() for s in server_fds),
+                                   *(c.fileno() for c in jobs.values())])
+    for fd in fds:
+        os.close(fd)
+    jobs[pid] = conn
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+    (size,) = _HEADER.unpack_from(data)
+    while len(data) < _HEADER.size + size:
+        more = conn.recv(65536)
+        if not more:
+            raise ValueError("request cut short")
+        data += more
+    return json.loads(data[_HEADER.size:_HEADER.size + size]), fds
+
+
+def _reap(jobs: dict[int, socket.socket]) -> None:
+    while jobs:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = jobs.pop(pid, None)
+        if conn is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            conn.sendall(json.dumps({"signal": -code} if code < 0 else {"exit": code}).encode())
+        except OSError:
+            pass   # the client has gone
+        conn.close()
+
+
+def _become_job(request: dict, fds: list[int], server_fds: list[int]) -> None:
+    """In the forked child: become the client's launcher (its group, stdio, environment, folder), killed with that
+    group when the client dies; run torchrun; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in server_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.setpgid(0, request["pgid"])
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _die_with(request["pid"])
+        sys.stdout.reconfigure(line_buffering=True, write_through=True)   # as ``python -u``
+        sys.stderr.reconfigure(line_buffering=True, write_through=True)
+        sys.argv = [torchrun.__file__, *request["argv"]]
+        try:
+            torchrun.main(request["argv"])
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _die_with(client: int) -> None:
+    """Kill this process's group (this launcher and its ranks) once ``client`` has ended, as a plain launcher dies
+    with its parent: a thread waiting on the client's pidfd."""
+    import select
+    import threading
+
+    try:
+        pidfd = os.pidfd_open(client)
+    except ProcessLookupError:
+        os.killpg(0, signal.SIGKILL)
+        return
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="dlrmflow-die-with-client").start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"]:
+        serve(argv[1])
+    else:
+        client(argv[0], argv[1:])
+
+
+if __name__ == "__main__":
+    main()
