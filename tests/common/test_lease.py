@@ -17,6 +17,7 @@ import fsspec
 import pytest
 
 from common import lease
+from helpers.frozen import timed
 from helpers.paths import REPO
 from helpers.processes import until
 
@@ -219,26 +220,6 @@ def frozen_proxy(target: str):
     finally:
         for s in opened:
             s.close()
-
-
-def timed(call, limit: float):
-    """(seconds, the exception ``call()`` raised or None) within ``limit`` s: a call still waiting then fails the
-    test (left behind in a daemon thread) instead of hanging it."""
-    done: list = []
-
-    def run():
-        start = time.monotonic()
-        try:
-            call()
-            done.append((time.monotonic() - start, None))
-        except Exception as e:   # what the store raised: the test looks at it
-            done.append((time.monotonic() - start, e))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert done, f"still waiting after {limit:g} s"
-    return done[0]
 
 
 def test_a_lease_on_a_frozen_endpoint_fails_within_the_bound(s3_server, monkeypatch):

@@ -8,12 +8,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from common.errors import UserError
 from common.store import Store, filesystem, s3_bound, s3_client_config, storage_options, store_error
 from helpers.fixtures import S3_ENV
 from helpers.paths import BIN, REPO
+from helpers.frozen import frozen_endpoint, timed
 from helpers.processes import free_port, process_group, wait_for_port
 
 FAST = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_READ_TIMEOUT_S": "1", "DLRMFLOW_S3_RETRIES": "1"}
@@ -37,28 +35,6 @@ def s3_env(monkeypatch):
         monkeypatch.setenv(key, value)
     yield monkeypatch
     S3FileSystem.clear_instance_cache()
-
-
-@contextmanager
-def frozen_endpoint():
-    """A real TCP server on 127.0.0.1 that accepts every connection and never answers: (URL, connections)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept():
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:   # closed: the test is over
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}", held
-    finally:
-        server.close()
-        for conn in held:
-            conn.close()
 
 
 def dlrmflow(*args: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -193,26 +169,6 @@ def test_a_frozen_endpoint_fails_the_command_in_seconds(tmp_path):
         "1 s read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but hung or overloaded); on a slow "
         "link raise DLRMFLOW_S3_READ_TIMEOUT_S (1) or DLRMFLOW_S3_RETRIES (1).")
     assert len(connections) == 2 and took < 20   # the retry was a second connection
-
-
-def timed(call, limit: float):
-    """(seconds, the exception ``call()`` raised) within ``limit`` s: a call still waiting then fails the test
-    (left behind in a daemon thread) instead of hanging it."""
-    done: list = []
-
-    def run():
-        start = time.monotonic()
-        try:
-            call()
-            done.append((time.monotonic() - start, None))
-        except Exception as e:   # what the store raised: the test looks at it
-            done.append((time.monotonic() - start, e))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert done, f"still waiting after {limit:g} s"
-    return done[0]
 
 
 NOT_ANSWERING = ("store 's3://store/dlrm' not answering: {endpoint} accepted the connection but sent no reply within "

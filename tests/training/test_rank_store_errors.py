@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import socket
-import threading
 import time
 
 import pytest
 import torch
 
+from helpers.frozen import frozen_endpoint
 from helpers.processes import free_port, one_rank
 from training import distributed
 from training.checkpoint import Checkpointer
@@ -24,28 +23,6 @@ from training.rundir import RunDir
 
 STORE = "s3://store/dlrm"
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")   # the fixture's save, no group
-
-
-@contextlib.contextmanager
-def frozen_endpoint():
-    """An S3 endpoint that has stopped answering (as a SIGSTOPped server): it accepts connections, never replies."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept():
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:   # closed: the test is over
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
-        for conn in held:
-            conn.close()
 
 
 @pytest.fixture
@@ -82,7 +59,7 @@ def launcher_failure(err: str) -> str:
 
 
 def test_a_store_that_stops_answering_during_a_checkpoint_is_the_ranks_one_line(lost_store, monkeypatch):
-    with frozen_endpoint() as endpoint:
+    with frozen_endpoint() as (endpoint, _):
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
         start = time.monotonic()
         code, err = rank(lambda: Checkpointer(RunDir(lost_store)).save(2, {"w": torch.zeros(4)}), lost_store)
