@@ -13,7 +13,8 @@ from prefect import get_run_logger
 from prefect.states import Failed
 
 from common.errors import UserError
-from common.store import Store, store_error
+from common.store import RUNS, Store, store_error, store_of
+from training import RunDir
 
 LOGGED = "dlrmflow_user_error"  # set on a log record (and on the error) once the message is logged
 
@@ -52,8 +53,11 @@ def _failed(error: UserError) -> Failed:
 
 
 def _store_in(args, kwargs) -> str | None:
-    """The store a flow or task works on, by its arguments: a ``Store``, or a config's ``store``; else None."""
+    """The store a flow or task works on, by its arguments: a ``Store``, a config's ``store``, or the store of a run
+    folder (a ``RunDir``: ``STORE/runs/NAME``); else None."""
     for value in (*args, *kwargs.values()):
+        if isinstance(value, RunDir):
+            return store_of(value.uri, RUNS)
         try:
             field = getattr(value, "store", None)
         except Exception:   # a property that fails: not a config

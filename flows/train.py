@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.errors import UserError
-from common.store import redact
+from common.store import redact, store_error
 from flows import artifacts
 from flows.errors import user_errors
 from models import champion_init
@@ -86,13 +86,28 @@ def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: La
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) //
                                                                                 launcher.nproc))
     code = runner.launch(run, config, resume=resume, env=env, on_line=stream, wait_s=OVERLAP_WAIT_S, reuse=True)
-    stream.curve.update()  # the loss after the last evaluation
-    if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
-        artifacts.plan(run)
-    if code != 0:
+    if code == 0:
+        _publish(stream, run)
+        return
+    # the ranks' own failure first (it may be the store's: a store that stopped answering would then take one
+    # bounded wait per read below, and a read's error would replace the rank's line); the reads are best-effort
+    failure = stream.failure("training", code)
+    resume_from = "the latest complete checkpoint"
+    try:
+        _publish(stream, run)
         step = Checkpointer(run).step_of("latest")
         resume_from = f"the checkpoint at step {step}" if step is not None else "the start (no complete checkpoint)"
-        raise TrainingFailed(stream.failure("training", code) + f"Run the pipeline again to resume from {resume_from}.")
+    except Exception as e:   # noqa: BLE001  a store that cannot be used: the failure says what to do
+        if store_error(e) is None:
+            raise
+    raise TrainingFailed(failure + f"Run the pipeline again to resume from {resume_from}.")
+
+
+def _publish(stream: _Stream, run: RunDir) -> None:
+    """The training curve with the loss after the last evaluation, and the plan when rank 0's output lacked it."""
+    stream.curve.update()
+    if not stream.plan_lines and run.exists(RunDir.PLAN):  # output without rank 0's plan (e.g. a lost log)
+        artifacts.plan(run)
 
 
 @flow(name="train", log_prints=True)

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 from common.errors import UserError
 from common.lease import Lease
 from common.lease import lease as hold_lease
-from common.store import filesystem
+from common.store import filesystem, store_error
 from feature_spec import file_uri
 from feature_spec import load as load_spec
 from training.checkpoint import Checkpointer
@@ -219,8 +219,10 @@ class Launcher(ABC):
         if recorded:   # the job has ended: nothing for a take-over to stop
             try:
                 lease.record({"job": None})
-            except OSError as e:   # a store hiccup: the lease is released (or expires) soon after
-                on_line(f"dlrmflow: could not remove the ended job from the run lease ({e})")
+            except Exception as e:   # noqa: BLE001  a store hiccup: the lease is released (or expires) soon after
+                if not isinstance(e, OSError) and store_error(e) is None:
+                    raise
+                on_line(f"dlrmflow: could not remove the ended job from the run lease ({store_error(e) or e})")
         return code
 
     def launch(self, run: RunDir | str, cfg: TrainConfig, *, resume: bool = False,
