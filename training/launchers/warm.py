@@ -122,6 +122,7 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
         conn.close()
         return
     if request["sid"] != os.getsid(0) or len(fds) != 3:
+        print(f"refused pid {request['pid']}: another session", flush=True)
         conn.sendall(json.dumps({"refused": "another session"}).encode())
         conn.close()
         for fd in fds:
@@ -136,6 +137,7 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
     for fd in fds:
         os.close(fd)
     jobs[pid] = conn
+    print(f"forked {pid} for pid {request['pid']}: {' '.join(request['argv'][-3:])}", flush=True)   # the server's log
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
