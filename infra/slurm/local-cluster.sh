@@ -14,6 +14,7 @@
 set -euo pipefail
 
 DIR=${DLRMFLOW_SLURM_DIR:-/tmp/dlrmflow-slurm}
+MUNGED_OURS=/run/munge/dlrmflow-started   # munged was started by this script (any DIR's cluster)
 CONF=$DIR/slurm.conf
 NODES=(n1 n2)
 CTLD_PORT=${DLRMFLOW_SLURM_PORT:-16817}
@@ -79,7 +80,8 @@ start() {
     fi
     chown -R munge:munge /etc/munge 2>/dev/null || true
     mkdir -p /run/munge && chown munge:munge /run/munge 2>/dev/null || true
-    pgrep -x munged >/dev/null || { runuser -u munge -- munged 2>/dev/null || munged --force; }
+    # a munged started here is stopped with the last cluster of this script (stop_munged); one that ran before stays
+    pgrep -x munged >/dev/null || { { runuser -u munge -- munged 2>/dev/null || munged --force; } && touch "$MUNGED_OURS"; }
     write_conf
     export SLURM_CONF=$CONF
     slurmctld -f "$CONF"
@@ -103,10 +105,17 @@ stop() {
         [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
     done
     for _ in $(seq 20); do
-        pgrep -f "slurm(ctld|d) -f $CONF" >/dev/null || return 0
+        pgrep -f "slurm(ctld|d) -f $CONF" >/dev/null || { stop_munged; return 0; }
         sleep 0.25
     done
     pkill -9 -f "slurm(ctld|d) -f $CONF" || true
+    stop_munged
+}
+
+stop_munged() {   # once no cluster (of any DIR) runs: another one started by this script may still use it
+    [ -f "$MUNGED_OURS" ] && ! pgrep -r R,S,D -x slurmctld >/dev/null || return 0   # a zombie has ended
+    pkill -x munged 2>/dev/null || true
+    rm -f "$MUNGED_OURS"
 }
 
 case "${1:-}" in
