@@ -17,15 +17,18 @@ from helpers.prefect_api import logs_matching, small_pipeline
 
 
 def _rank_pids(run: str) -> list[int]:
-    pids = []
+    """The ranks of ``run``'s job: its ``training.train_worker`` processes whose parent is one too (the launcher
+    forks them, so they share its command line; pids wrap around, so the launcher's is not always the lowest)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if b"training.train_worker" in cmd and run.encode() in cmd:
-            pids.append(int(entry.name))
-    return sorted(pids)
+            found[int(entry.name)] = parent
+    return sorted(pid for pid, parent in found.items() if parent in found)
 
 
 def test_killed_rank_fails_clearly_and_rerun_resumes(prefect_harness, plain_launches, tmp_path):
