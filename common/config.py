@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from common.errors import UserError
 from common.store import default_store
+
+
+# libyaml's parser where PyYAML has it (the same safe constructors): the pure-Python one took ~0.1 CPU-second for a
+# Criteo dataset's 20 KB feature spec, which each rank and command reads several times
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, faster: every YAML file of the project (specs, configs, presets) is read by it."""
+    return yaml.load(text, Loader=_YAML_LOADER)
 
 
 def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:

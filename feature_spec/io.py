@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from common.config import load_yaml
 from common.atomic import write_uri
 from common.store import read_text
 
@@ -83,7 +84,7 @@ def load(uri: str, **storage_options: Any) -> FeatureSpec:
         raise SpecError(f"feature spec '{path}' does not exist.",
                         fix="pass a dataset folder written by `dlrmflow preprocess`, or the path of a spec YAML.") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

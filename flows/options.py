@@ -17,11 +17,10 @@ import types
 import typing
 from typing import Any, Iterable, Literal
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
-from common.config import apply_overrides, validate
+from common.config import apply_overrides, load_yaml, validate
 
 _PREFIX = "@"          # dest of a generated option: "@<root>:<dotted.field>"
 SET_DEST = "@set"
@@ -51,7 +50,7 @@ def _flag(path: str) -> str:
 
 def _scalar(text: str):
     """A value as YAML reads it (``3`` -> 3, ``true`` -> True, ``[64, 16]`` -> list, ``none`` -> None)."""
-    value = yaml.safe_load(text)
+    value = load_yaml(text)
     return None if isinstance(value, str) and value.lower() == "none" else value
 
 

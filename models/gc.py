@@ -46,6 +46,7 @@ from typing import Callable
 import yaml
 from fsspec.implementations.local import LocalFileSystem
 
+from common.config import load_yaml
 from common.errors import UserError
 from common.lease import LeaseHeld, holder, store_lease
 from common.store import DATASETS, FILES, RUNS, TRASH, WORK, Store, filesystem
@@ -435,7 +436,7 @@ def _dataset_of(run: RunDir, e: _Entry, store: Store) -> tuple[str | None, bool]
         if name not in e.files:
             continue
         try:
-            value = yaml.safe_load(run.read_text(name))
+            value = load_yaml(run.read_text(name))
             for k in key:
                 value = value.get(k) if isinstance(value, dict) else None
             value = str(value) if value else None

@@ -55,6 +55,7 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 import feature_spec as fspec
+from common.config import load_yaml
 from common.atomic import atomic_dir, remove_temp, write_atomic, write_uri
 from common.errors import UserError
 from common.process import die_with_parent, exit_text
@@ -164,10 +165,8 @@ def bundle_bytes(config: dict[str, Any], module: DLRMInference) -> int:
     weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     dataset = config["source"]["dataset"]
     spec = read_text(posixpath.join(dataset, SPEC))
-    import yaml
-
     vocab = 0
-    for relative in (((yaml.safe_load(spec) or {}).get("metadata") or {}).get("vocab") or {}).values():
+    for relative in (((load_yaml(spec) or {}).get("metadata") or {}).get("vocab") or {}).values():
         fs, path = filesystem(posixpath.join(dataset, str(relative)))
         try:
             vocab += int(fs.size(path) or 0)
@@ -265,9 +264,7 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     """Every file of the bundle into the local ``folder``, the manifest last."""
     dataset = config["source"]["dataset"]
     spec_text = read_text(posixpath.join(dataset, SPEC))
-    import yaml
-
-    metadata = (yaml.safe_load(spec_text) or {}).get("metadata") or {}
+    metadata = (load_yaml(spec_text) or {}).get("metadata") or {}
     settings = metadata.get("preprocessing") or {}
     input_spec = settings.get("spec")
     (folder / SPEC).write_text(spec_text)

@@ -18,10 +18,10 @@ import re
 from typing import Literal, NamedTuple
 
 import torch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from torchrec.distributed.planner.types import HardwareConfig, KernelConfig, Topology, TopologyFactory, TrainerConfig
 
+from common.config import load_yaml
 from common.errors import UserError
 from common.store import read_text
 
@@ -222,7 +222,7 @@ def load_profile(name_or_yaml_path: str) -> HardwareProfile:
         raise UserError(f"unknown hardware profile '{name_or_yaml_path}'. Fix: use {AUTO} (the device's own), "
                         f"one of {', '.join(PROFILES)}, or the path of a profile YAML.")
     try:
-        data = yaml.safe_load(read_text(name_or_yaml_path)) or {}
+        data = load_yaml(read_text(name_or_yaml_path)) or {}
     except FileNotFoundError:
         raise UserError(f"{name_or_yaml_path}: hardware profile YAML does not exist.") from None
     base = data.pop("base", None)
