@@ -11,6 +11,9 @@ import pytest
 from helpers.slow import SLOW_FIXTURES, heavy
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# one OpenMP thread in every process of the suite (the workers' torch and every rank, server and command they start):
+# three workers share two cores, where a second thread only waits for a core (a rank of one job got two otherwise)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["helpers.fixtures"]
 

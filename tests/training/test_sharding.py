@@ -82,11 +82,12 @@ def test_the_configs_names_are_torchrecs():
 
 
 # ---- planning without the hardware ---------------------------------------------------------
-def test_criteo_1tb_on_mi300x_8_vs_64_ranks():
+def test_criteo_1tb_on_mi300x_8_vs_32_ranks():
+    """One node and four (32 ranks, not 64: the planner's time grows with the ranks, 15 CPU-seconds at 64)."""
     tables = tables_of(CRITEO_1TB)
     total = sum(table_bytes(t, t.num_embeddings, t.embedding_dim) for t in tables)
     worst = {}
-    for ws in (8, 64):
+    for ws in (8, 32):
         cfg = ShardingConfig(profile="mi300x")
         plan = plan_tables(tables, cfg, ws, None, 4096)
         topo = build_topology(load_profile("mi300x"), ws)
@@ -99,7 +100,7 @@ def test_criteo_1tb_on_mi300x_8_vs_64_ranks():
         worst[ws] = max(u["hbm"] for u in usage)
         text = format_plan(plan, tables, topo)
         assert "FITS" in text and f"{ws} ranks ({ws // 8} node(s) x 8)" in text
-    assert worst[64] < worst[8] / 4 and worst[8] < 0.9 * 192 * GiB
+    assert worst[32] < worst[8] / 3 and worst[8] < 0.9 * 192 * GiB
 
 
 def test_not_fitting_names_the_need_the_capacity_and_the_fix():
