@@ -201,6 +201,19 @@ class Store:
         """The names of the model folders in ``models/`` (sorted; entries that cannot name a model left out)."""
         return self._names(MODELS, MODEL_NAME)
 
+    def named(self, top: str, name: str, legacy: str) -> str:
+        """The folder name under the top-level folder ``top`` (``RUNS``, ``TUNES``) of a thing whose default name
+        hashes its settings: ``name`` (hashed where the store is left out: ``Store.relative``), unless no folder
+        ``name`` exists but one ``legacy`` does (its name from before, hashed with the store's absolute URIs): a run
+        or tune made then, in a store that has not moved since, is found again (resumed, reused). The one home of
+        that fallback."""
+        if legacy == name:
+            return name
+        fs, root = filesystem(self.join(top))
+        if fs.exists(posixpath.join(root, name)) or not fs.exists(posixpath.join(root, legacy)):
+            return name
+        return legacy
+
     def _names(self, top: str, pattern: str) -> list[str]:
         fs, root = filesystem(self.join(top))
         if not fs.exists(root):

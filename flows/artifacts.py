@@ -259,9 +259,10 @@ _RUN_COLUMNS = ("run", "dataset", "config", "epochs", "world size", "val AUC (be
                 "test log loss", "test NE", "trained")
 
 
-def _run_row(run: RunDir) -> dict:
-    """The runs table's row of ``run``; a run whose files cannot be read (another version's config, a truncated
-    metrics file) gets a row saying so instead of failing the flow that lists it."""
+def _run_row(run: RunDir, store: Store) -> dict:
+    """The runs table's row of ``run`` in ``store`` (its config hash as the default run names hash it: the same
+    wherever the store is); a run whose files cannot be read (another version's config, a truncated metrics file)
+    gets a row saying so instead of failing the flow that lists it."""
     row = dict.fromkeys(_RUN_COLUMNS, "-") | {"run": run.name}
     try:
         cfg = run.load_config()
@@ -278,7 +279,7 @@ def _run_row(run: RunDir) -> dict:
     def num(value):
         return round(value, 4) if isinstance(value, float) else "-"
 
-    return row | {"dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg),
+    return row | {"dataset": posixpath.basename(cfg.dataset.rstrip("/")), "config": config_hash(cfg, store),
                   "epochs": cfg.epochs, "world size": done.get("world_size", "-") if isinstance(done, dict) else "-",
                   "val AUC (best)": num(best.get("auc")), "val log loss": num(best.get("logloss")),
                   "test AUC": num(test.get("auc")), "test log loss": num(test.get("logloss")),
@@ -290,7 +291,7 @@ def runs(store_uri: str) -> list[str]:
     """Every run in ``<store>/runs/`` with its dataset, config hash, size and metrics: one page compares them.
     Returns the names of the runs that could not be read (listed with the reason, never failing)."""
     store = Store(store_uri)
-    rows = [_run_row(run) for run in (RunDir(store.run_uri(name)) for name in store.runs()) if run.has_config()]
+    rows = [_run_row(run, store) for run in (RunDir(store.run_uri(name)) for name in store.runs()) if run.has_config()]
     create_table_artifact(rows, key=runs_key(store_uri), description=f"The runs in {store_uri}/runs "
                           "(validation: the best evaluation during training; test: the evaluate flow's).")
     return [row["run"] for row in rows if str(row["trained"]).startswith(("config unreadable", "unreadable"))]

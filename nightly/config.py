@@ -17,14 +17,14 @@ from pydantic.json_schema import SkipJsonSchema
 
 from common.config import apply_overrides, filled_in, store_field, validate
 from common.errors import UserError
-from common.store import check_run_name
+from common.store import Store, check_run_name
 from models import GcConfig, NAME_PATTERN as MODEL_NAME, PromoteConfig, TUNED_FILE, load_tuned, model_uri
 from preprocessing.config import FlowPreprocessConfig, PreprocessConfig
 from preprocessing.dated import is_dated
 from preprocessing.inputs import split_mapping
 from preprocessing.job import split_rule
-from training import (EvaluateConfig, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, TrainConfig, config_hash,
-                      default_train, preset_names)
+from training import (EvaluateConfig, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, TrainConfig, default_train,
+                      hashed_run, preset_names)
 
 
 class WindowConfig(BaseModel):
@@ -195,8 +195,9 @@ class PipelineConfig(_Model):
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                                           "AWS_ENDPOINT_URL, AWS_REGION). Default: the AWS_* environment variables.")
     run_name: str | None = Field(None, description="Run folder name in the store's runs/ folder (letters, digits, "
-                                 "'_', '.', '-'). Default: "
-                                 "derived from the dataset and the training config, so a re-run resumes the same run. "
+                                 "'_', '.', '-'). Default: derived from the dataset and the training config, so a "
+                                 "re-run resumes the same run (also in the store moved to another path or bucket "
+                                 "prefix). "
                                  "A dated run's name must hold {date} (filled with the run's date).")
     tuned_config: str | None = Field(None, description="Training settings a tune found (`dlrmflow tune`): a "
                                      "training YAML (a tune's best.yaml, local or s3://), or `model`: the latest "
@@ -355,15 +356,16 @@ class PipelineConfig(_Model):
             return load_tuned(uri), f"{uri}/{TUNED_FILE}"
         return TrainConfig.from_yaml(self.tuned_config), self.tuned_config
 
-    def run_id(self, dataset: str, train: TrainConfig, date: date | None = None) -> str:
+    def run_id(self, store: Store, dataset: str, train: TrainConfig, date: date | None = None) -> str:
         """``run_name``, else ``<dataset folder>-<hash of the training config>``; for a dated run
-        ``<model or dataset name>-<date>-<hash>`` (a dated ``run_name`` has ``{date}`` filled with the date)."""
+        ``<model or dataset name>-<date>-<hash>`` (a dated ``run_name`` has ``{date}`` filled with the date). The
+        hash is the same wherever ``store`` is, and a run made before keeps its name (``training.hashed_run``)."""
         if self.run_name:
             return self.run_name.replace(DATE_PLACEHOLDER, date.isoformat()) if date else self.run_name
         folder = dataset.rstrip('/').rsplit('/', 1)[-1]
         if date:
-            return f"{self.model or folder.rsplit('-', 1)[0]}-{date.isoformat()}-{config_hash(train)}"
-        return f"{folder}-{config_hash(train)}"
+            return hashed_run(store, f"{self.model or folder.rsplit('-', 1)[0]}-{date.isoformat()}", train)
+        return hashed_run(store, folder, train)
 
 
 class PipelinePreset(_Model):

@@ -80,7 +80,7 @@ class NightPlan:
         config = self.config
         trained = config.train.on(dataset).resolved()   # validation made explicit: the run's name says it too
         config.check_held_out(trained.eval_split)
-        run = RunDir(self.store.run_uri(config.run_id(dataset, trained, self.day)))
+        run = RunDir(self.store.run_uri(config.run_id(self.store, dataset, trained, self.day)))
         settings = self.warm_started(say) if self.window else config.train
         settings = FlowTrainConfig.model_validate(settings.on(dataset).resolved().model_dump())
         preprocessing = config.preprocess.model_copy(update={"inputs": self.preprocess.inputs})

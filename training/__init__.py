@@ -14,7 +14,7 @@ from common.face import lazy
 _FACE = {   # name -> the module of this package that holds it (a module's own name: the module)
     "EvaluateConfig": "config", "FlowTrainConfig": "config", "HOLDOUT": "config", "InitFrom": "config",
     "PlanConfig": "config", "TrainConfig": "config", "checkpoint_name": "config", "config_hash": "config",
-    "default_train": "config", "preset_names": "config",
+    "default_train": "config", "hashed_run": "config", "preset_names": "config",
     "RunDir": "rundir",
     "Checkpointer": "checkpoint", "checkpoint_of": "checkpoint",
     "check_inputs": "evaluate", "completed": "evaluate", "evaluate_run": "evaluate",

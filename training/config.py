@@ -440,9 +440,14 @@ def default_train() -> FlowTrainConfig:
     return FlowTrainConfig.model_validate(TrainConfig.preset("default").model_dump())
 
 
-def config_hash(train: TrainConfig) -> str:
-    """A short hash of a training config (dataset included): the suffix of the default run names."""
+def config_hash(train: TrainConfig, store: Store | None = None) -> str:
+    """A short hash of a training config (dataset included): the suffix of the default run names (``hashed_run``).
+    ``store``: the store the run is in; a dataset that lies in it is hashed by its store-relative location
+    (``datasets/<name>``, ``Store.relative``), so the store moved to another path or bucket prefix keeps its run
+    names; a dataset outside it, or no store given, by its URI (the names of the runs made before: ``Store.named``)."""
     data = train.model_dump(mode="json")
+    if store is not None and data.get("dataset"):
+        data["dataset"] = store.relative(data["dataset"])
     data["model"] = data.pop("arch")  # hashed by its name before the rename: runs keep their names and resume
     data["data"].pop("cache_max_gib")  # a node's cache bound, added later: no run changes its name for it
     if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:
@@ -457,3 +462,10 @@ def config_hash(train: TrainConfig) -> str:
         data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
     text = json.dumps(data, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+
+
+def hashed_run(store: Store, prefix: str, train: TrainConfig) -> str:
+    """``<prefix>-<config hash>``: the default name of a run of ``train`` in ``store`` (a pipeline run's, a tune's
+    trial's), the same wherever the store is (``config_hash`` with the store); a run made before, named by the hash
+    of its dataset's URI, keeps its name while its folder exists and the new name's does not (``Store.named``)."""
+    return store.named(RUNS, f"{prefix}-{config_hash(train, store)}", f"{prefix}-{config_hash(train)}")

@@ -25,12 +25,13 @@ def test_a_dated_pipeline_with_a_fixed_run_name_is_refused_before_any_work(tmp_p
         PipelineConfig(store=str(tmp_path), run_name="r-{date}").check_dated()
 
 
-def test_a_dated_run_name_is_filled_per_night():
+def test_a_dated_run_name_is_filled_per_night(tmp_path):
     config = PipelineConfig(run_name="ctr-{date}", **DATED)
     config.check_dated()
-    names = {config.run_id("s/datasets/d-1", config.train, dt.date(2026, 11, day)) for day in (2, 3)}
+    store = Store(str(tmp_path / "s"))
+    names = {config.run_id(store, store.dataset_uri("d-1"), config.train, dt.date(2026, 11, day)) for day in (2, 3)}
     assert names == {"ctr-2026-11-02", "ctr-2026-11-03"}
-    assert PipelineConfig(run_name="fixed").run_id("s/datasets/d-1", PipelineConfig().train) == "fixed"
+    assert PipelineConfig(run_name="fixed").run_id(store, store.dataset_uri("d-1"), PipelineConfig().train) == "fixed"
 
 
 def test_two_served_models_register_distinct_deployments(tmp_path):

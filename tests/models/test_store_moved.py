@@ -175,3 +175,32 @@ def test_an_s3_store_with_dot_segments_is_refused_in_one_line(s3_server):
             attempt()
         assert str(refused.value) == expected
     assert s3_server.list_objects_v2(Bucket="store")["KeyCount"] == 0   # nothing was written
+
+
+def test_a_night_planned_again_in_the_moved_store_finds_its_run(tmp_path):
+    """A night's run is named by its training settings with the dataset's store-relative location: the night planned
+    again in the store restored at another path (a re-run, or `dlrmflow run` resuming it) finds its run. A run made
+    before (named by the hash of the dataset's absolute URI), in a store that has not moved, is still found."""
+    from training.config import config_hash
+
+    old, new, day = str(tmp_path / "store"), str(tmp_path / "restored" / "store"), dt.date(2026, 11, 5)
+
+    def planned(root: str) -> tuple[RunDir, TrainConfig]:
+        store = Store(root)
+        plan = plan_night(PipelineConfig(store=root, model="ctr", window={"train_days": 2}), store, day)
+        dataset = store.dataset_uri("ctr-d5")
+        return plan.training(dataset).run, plan.config.train.on(dataset).resolved()
+
+    stores.dataset(old, "ctr-d5")
+    run, trained = planned(old)
+    legacy = RunDir(Store(old).run_uri(f"ctr-2026-11-05-{config_hash(trained)}"))
+    assert run.name == f"ctr-2026-11-05-{config_hash(trained, Store(old))}" != legacy.name
+    legacy.save_config(trained)   # a run the night made before the upgrade: resumed, or reused, in its folder
+    assert planned(old)[0].uri == legacy.uri
+    filesystem(old)[0].rm(legacy.uri, recursive=True)
+
+    run.save_config(trained)
+    (tmp_path / "restored").mkdir()
+    os.rename(old, new)
+    again, _ = planned(new)
+    assert again.name == run.name and again.uri == Store(new).run_uri(run.name) and again.has_config()

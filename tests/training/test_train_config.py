@@ -138,3 +138,40 @@ def test_metrics_match_their_definitions_and_ignore_padding():
     q = np.clip(p, 1e-7, 1 - 1e-7)
     assert log_loss(padded_p, padded_y) == pytest.approx(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))
     assert np.isnan(roc_auc(p, np.zeros_like(p)))
+
+
+def test_a_run_name_is_the_same_wherever_its_store_is(tmp_path):
+    """A dataset in the store is hashed by its store-relative location, so the same config names the same run in the
+    store at another path or bucket prefix; a dataset outside the store is hashed by its URI; a run made before
+    (named by the hash of the dataset's URI) keeps its name while its folder exists and the new one's does not."""
+    from common.store import Store
+    from training.config import config_hash, hashed_run
+
+    base = TrainConfig.preset("default")
+
+    def on(dataset: str) -> TrainConfig:
+        return base.model_copy(update={"dataset": dataset})
+
+    relative = config_hash(on("datasets/criteo-ab12"))
+    for root in (str(tmp_path / "store"), str(tmp_path / "restored" / "store"), "s3://bucket/dlrm",
+                 "s3a://other/copied/dlrm"):
+        store = Store(root)
+        assert config_hash(on(store.dataset_uri("criteo-ab12")), store) == relative, root
+    for root in (str(tmp_path / "store"), str(tmp_path / "restored" / "store")):
+        store = Store(root)
+        assert hashed_run(store, "ctr-2026-11-05", on(store.dataset_uri("criteo-ab12"))) == \
+            f"ctr-2026-11-05-{relative}"
+
+    store = Store(str(tmp_path / "store"))
+    for outside in (str(tmp_path / "elsewhere" / "datasets" / "criteo-ab12"), "s3://bucket/dlrm2/datasets/criteo-ab12"):
+        cfg = on(outside)
+        assert config_hash(cfg, store) == config_hash(cfg) != relative
+        assert hashed_run(store, "r", cfg) == f"r-{config_hash(cfg)}"
+
+    cfg = on(store.dataset_uri("criteo-ab12"))
+    legacy, new = f"ctr-2026-11-05-{config_hash(cfg)}", f"ctr-2026-11-05-{relative}"
+    assert legacy != new
+    (tmp_path / "store" / "runs" / legacy).mkdir(parents=True)   # made before the upgrade: found, resumed
+    assert hashed_run(store, "ctr-2026-11-05", cfg) == legacy
+    (tmp_path / "store" / "runs" / new).mkdir()   # both: the new name's
+    assert hashed_run(store, "ctr-2026-11-05", cfg) == new
