@@ -8,9 +8,11 @@ Slurm/Kubernetes: ``training.launchers``) and returns the metrics that rank 0 wr
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any, Callable
 
 from common.errors import UserError
+from common.store import RUNS, Store, store_of
 from feature_spec import load as load_spec
 from training.checkpoint import checkpoint_of
 from training.config import TEST_SPLIT, EvaluateConfig
@@ -38,10 +40,15 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
 
 def completed(run: RunDir, config: EvaluateConfig, wanted: dict[str, Any]) -> dict[str, Any] | None:
     """The run's evaluation on ``config.split`` when it is already the one ``wanted`` (``check_inputs``: the same
-    checkpoint step and dataset), else None. A record without a log loss is of an evaluation before non-finite
-    predictions were refused: it is done again."""
+    checkpoint step and dataset; a dataset of the run's store recorded before the store moved is found where it is
+    now, ``common.store.Store.resolve``), else None. A record without a log loss is of an evaluation before
+    non-finite predictions were refused: it is done again."""
     previous = run.eval_metrics(config.split) or {}
-    same = (previous.get("step"), previous.get("dataset")) == (wanted["step"], wanted["dataset"])
+    dataset = previous.get("dataset")
+    if isinstance(dataset, str) and dataset != wanted["dataset"]:
+        with suppress(UserError):   # no store can hold the run (another scheme): as recorded
+            dataset = Store(store_of(run.uri, RUNS)).resolve(dataset)
+    same = (previous.get("step"), dataset) == (wanted["step"], wanted["dataset"])
     return previous if same and previous.get("logloss") is not None else None
 
 

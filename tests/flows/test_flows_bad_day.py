@@ -1,7 +1,9 @@
 """Issue 34 §1 end to end (real Prefect, torchrun, `dlrmflow run`): a day whose labels are all 0 fails its own night
 and is quarantined; the next night, killed with SIGKILL mid-training (the command and with it its ranks), runs
 again and trains without the bad day; the bad day is named only where it is the cause, one history line a night.
-An older window day whose gzip is cut short is quarantined by its failed parse, and its night planned again."""
+An older window day whose gzip is cut short is quarantined by its failed parse, and its night planned again. Then the
+store is restored at another path and the night run again there: it finds its run by the same name (the run names
+hash the dataset's store-relative location) and neither trains nor evaluates again."""
 
 from __future__ import annotations
 
@@ -89,3 +91,18 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp
     assert sorted((v["day"], v["verdict"]) for v in verdicts) == [
         ("2026-11-02", "quarantined"), ("2026-11-03", "accepted"), ("2026-11-04", "accepted"),
         ("2026-11-05", "quarantined"), ("2026-11-06", "accepted")]   # each judged once, the killed night included
+
+    # the store restored at another path: the night again there finds its run by the same name and trains nothing
+    moved = tmp_path / "restored" / "store"
+    moved.parent.mkdir()
+    os.rename(store, moved)
+    runs = sorted(p.name for p in (moved / "runs").iterdir())
+    run = moved / "runs" / Path(out["run"]).name
+    stamps = {p: p.stat().st_mtime_ns for p in (run / "_SUCCESS", run / "eval" / "test" / "metrics.json")}
+    again = pipeline(config.model_copy(update={"store": str(moved)}), date=dt.date(2026, 11, 6))
+    assert again["run"] == str(run) and again["metrics"] == out["metrics"]
+    assert logs_matching(f"training already complete, skipping: {run}")
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps   # neither trained nor evaluated again
+    assert sorted(p.name for p in (moved / "runs").iterdir()) == runs and not store.exists()
+    assert [(h["date"], h["decision"]) for h in registry.history(registry.model_uri(str(moved), "ctr"))] == [
+        ("2026-11-05", registry.DATA_FAILED), ("2026-11-06", "first")]
