@@ -31,7 +31,7 @@ from flows.evaluate import evaluate
 from flows.train import train
 from models import registry
 from training import (EvaluateConfig, FlowTrainConfig, HOLDOUT, LauncherConfig, LocalLauncherConfig, RunDir,
-                      TrainConfig, build_launcher, config_hash)
+                      TrainConfig, build_launcher, hashed_run)
 from tuning import plots, trials as tt
 from tuning.config import SearchSpace, TuneConfig
 from tuning.study import RESUMES, TuneDir, counted, is_baseline, open_study
@@ -225,7 +225,7 @@ def _run_trials(study: optuna.Study, base: TrainConfig, space: SearchSpace, conf
         while len(pending) < config.parallel and more():
             trial = study.ask()
             cfg = base if is_baseline(trial) else config.trial_config(base, space, space.sample(trial), train_rows)
-            run_uri = store.run_uri(f"{tune_dir.name}-{config_hash(cfg)}")
+            run_uri = store.run_uri(hashed_run(store, tune_dir.name, cfg))
             for key, value in ((tt.RUN, run_uri), (tt.CONFIG, _dotted(cfg, keys)), (tt.BATCH, cfg.data.batch_size)):
                 trial.set_user_attr(key, value)
             if RESUMES in trial.user_attrs:
@@ -240,8 +240,14 @@ def _run_trials(study: optuna.Study, base: TrainConfig, space: SearchSpace, conf
         artifacts.tune_trials(tt.table(study.get_trials(), keys), tune_dir.name)
 
 
+def _run_of(trial: optuna.trial.FrozenTrial, store: Store) -> str:
+    """The URI of ``trial``'s run where the store is now (the journal keeps the one it had when the trial started:
+    a store moved since finds it by its ``runs/<name>``, ``Store.resolve``)."""
+    return store.resolve(trial.user_attrs[tt.RUN])
+
+
 def _evaluations(config: TuneConfig, spec_splits: list[str], trials: dict[str, optuna.trial.FrozenTrial],
-                 launcher: LauncherConfig, log) -> dict[str, dict]:
+                 store: Store, launcher: LauncherConfig, log) -> dict[str, dict]:
     """The metrics of each named trial's best checkpoint on ``evaluate_split`` (none when the dataset lacks it)."""
     split = config.evaluate_split
     if not split:
@@ -251,7 +257,7 @@ def _evaluations(config: TuneConfig, spec_splits: list[str], trials: dict[str, o
                     ", ".join(spec_splits))
         return {}
     return {name: evaluate.with_options(flow_run_name=f"evaluate-trial-{t.number}")(
-        t.user_attrs[tt.RUN], EvaluateConfig(split=split), launcher) for name, t in trials.items() if t is not None}
+        _run_of(t, store), EvaluateConfig(split=split), launcher) for name, t in trials.items() if t is not None}
 
 
 def _finish(study: optuna.Study, space: SearchSpace, config: TuneConfig, tune_dir: TuneDir, store: Store,
@@ -264,8 +270,8 @@ def _finish(study: optuna.Study, space: SearchSpace, config: TuneConfig, tune_di
         raise UserError(f"tune {tune_dir.name}: no trial trained to its end ({len(trials)} trials). "
                         + (f"Errors: {'; '.join(errors)[:800]}. " if errors else "")
                         + "Fix: see the trials' logs; narrow the space (--space) or fix the base config.")
-    metrics = _evaluations(config, spec_splits, {"base": base, "best": best}, launcher, log)
-    best_cfg = RunDir(best.user_attrs[tt.RUN]).load_config().model_copy(update={"dataset": None})
+    metrics = _evaluations(config, spec_splits, {"base": base, "best": best}, store, launcher, log)
+    best_cfg = RunDir(_run_of(best, store)).load_config().model_copy(update={"dataset": None})
     given = config.base()   # the validation as the base gave it, not as resolved for this dataset (its holdout's rows)
     best_cfg = best_cfg.model_copy(update={"eval_split": given.eval_split, "data": best_cfg.data.model_copy(
         update={"holdout_rows": given.data.holdout_rows})})
@@ -276,9 +282,9 @@ def _finish(study: optuna.Study, space: SearchSpace, config: TuneConfig, tune_di
     best_yaml = head + best_cfg.to_yaml()
     tune_dir.write(best_yaml, TuneDir.BEST)
     summary = {"tune": tune_dir.uri, "dataset": dataset, "trials": counted(trials),
-               "best": {"trial": best.number, "val_auc": best.value, "run": best.user_attrs[tt.RUN],
+               "best": {"trial": best.number, "val_auc": best.value, "run": _run_of(best, store),
                         "values": best.user_attrs.get(tt.CONFIG)},
-               "base": None if base is None else {"trial": 0, "val_auc": base.value, "run": base.user_attrs[tt.RUN]},
+               "base": None if base is None else {"trial": 0, "val_auc": base.value, "run": _run_of(base, store)},
                "val_gain": None if base is None else best.value - base.value,
                "pruning": tt.savings(trials), "best_config": tune_dir.join(TuneDir.BEST)}
     if metrics:
@@ -323,7 +329,7 @@ def tune(config: TuneConfig, launcher: LauncherConfig = LocalLauncherConfig(npro
     """
     log = get_run_logger()
     store, dataset, base, space, spec, train_rows = setup(config, launcher)
-    tune_dir = TuneDir(store.tune_uri(config.study_name(dataset, base, space)))
+    tune_dir = TuneDir(store.tune_uri(config.study_name(dataset, base, space, store)))
     with tune_dir.lease(say=log.info):
         study = open_study(tune_dir, config.seed, _pruner(config))
         done = counted(study.get_trials(deepcopy=False))

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.config import apply_overrides, validate
 from common.errors import UserError
-from common.store import check_run_name, default_store, read_text
+from common.store import TUNES, Store, check_run_name, default_store, read_text
 from training import TrainConfig, preset_names
 
 DEFAULT_SPACE = Path(__file__).with_name("default-space.yaml")
@@ -240,10 +240,17 @@ class TuneConfig(_Model):
         """The base training config (trial 0): the YAML ``config``, else the preset."""
         return TrainConfig.from_yaml(self.config) if self.config else TrainConfig.preset(self.preset)
 
-    def study_name(self, dataset: str, base: TrainConfig, space: SearchSpace) -> str:
-        """``name``, else ``<dataset folder>-tune-<hash of the base, space, seed and trial settings>``."""
+    def study_name(self, dataset: str, base: TrainConfig, space: SearchSpace, store: Store | None = None) -> str:
+        """``name``, else ``<dataset folder>-tune-<hash of the base, space, seed and trial settings>``. With the
+        tune's ``store``: a dataset that lies in it hashed by its store-relative location, so the store moved to
+        another path or prefix keeps the tune's name (and its trials' runs: ``training.hashed_run``); a tune made
+        before, named by the dataset's URI, keeps its name (``Store.named``)."""
         if self.name:
             return self.name
+        if store is not None:
+            where = store.relative(dataset)
+            moved = base.model_copy(update={"dataset": store.relative(base.dataset)}) if base.dataset else base
+            return store.named(TUNES, self.study_name(where, moved, space), self.study_name(dataset, base, space))
         settings = self.model_dump(mode="json", include={"seed", "evaluations_per_epoch", "early_stopping_patience"})
         data = base.model_dump(mode="json")
         if data["data"].get("holdout_rows") is None and data["data"].get("holdout_fraction") == 0.1:

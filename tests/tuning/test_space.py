@@ -68,3 +68,28 @@ def test_trials_of_any_batch_size_report_at_the_same_points():
     tune, rows = TuneConfig(dataset="d"), 10_000
     assert [tune.report_point(k, 2 * k, 1024, rows, sampled=True) for k in (1, 2, 3, 4)] == [1, 2, 3, 4]
     assert [tune.report_point(k, 10 * k, 128, rows, sampled=False) for k in (1, 2, 4, 8)] == [1, 1, 2, 4]
+
+
+def test_a_tunes_name_is_the_same_wherever_its_store_is(tmp_path):
+    """A tune on a dataset of its store is named by the dataset's store-relative location: the store restored at
+    another path resumes the same tune (and its trials' runs: training.hashed_run); a tune made before, named by the
+    dataset's absolute URI, keeps its name in a store that has not moved; a dataset elsewhere names it by its URI."""
+    from common.store import Store
+
+    space = SearchSpace.from_yaml()
+
+    def name(root: str, dataset: str | None = None) -> tuple[str, str]:
+        store = Store(root)
+        dataset = dataset or store.dataset_uri("criteo-ab12")
+        tune = TuneConfig(dataset=dataset, store=root)
+        base = tune.base().model_copy(update={"dataset": dataset})
+        return tune.study_name(dataset, base, space, store), tune.study_name(dataset, base, space)
+
+    old, legacy = name(str(tmp_path / "store"))
+    assert old.startswith("criteo-ab12-tune-") and legacy != old
+    assert name(str(tmp_path / "restored" / "store"))[0] == old
+    (tmp_path / "store" / "tunes" / legacy).mkdir(parents=True)   # made before the upgrade: resumed
+    assert name(str(tmp_path / "store")) == (legacy, legacy)
+    outside = str(tmp_path / "elsewhere" / "criteo-ab12")
+    assert name(str(tmp_path / "store"), outside)[0] == name(str(tmp_path / "store"), outside)[1] != old
+    assert TuneConfig(dataset="d", name="mine").study_name("d", TrainConfig(), space, Store(str(tmp_path))) == "mine"
