@@ -53,11 +53,13 @@ _SCHEMES = ("file", "s3", "s3a", "memory")
 def storage_options(uri: str) -> dict[str, Any]:
     """fsspec options for ``uri`` from the environment, the same in every process (torchrun's ranks included): for
     s3:// URIs the endpoint (``AWS_ENDPOINT_URL``), the client's timeouts and retries (``s3_client_config``) and the
-    transport that makes every request keep them (``_bounded_transport``)."""
+    transport that makes every request keep them (``_bounded_transport``; its clients also go through the process's
+    breaker: ``common.breaker``, ``s3_fail_fast_s``)."""
     if not uri.startswith(("s3://", "s3a://")):
         return {}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     config = s3_client_config()
+    s3_fail_fast_s(config)   # a bad value fails here, before any call
     return {**({"endpoint_url": endpoint} if endpoint else {}),
             "config_kwargs": {**config, **_bounded_transport(config)}}
 
@@ -333,6 +335,7 @@ def redact(text: str) -> str:
 ENV_S3_CONNECT_TIMEOUT = "DLRMFLOW_S3_CONNECT_TIMEOUT_S"
 ENV_S3_READ_TIMEOUT = "DLRMFLOW_S3_READ_TIMEOUT_S"
 ENV_S3_RETRIES = "DLRMFLOW_S3_RETRIES"
+ENV_S3_FAIL_FAST = "DLRMFLOW_S3_FAIL_FAST_S"
 S3_CONNECT_TIMEOUT_S = 10.0   # a TCP connection to the endpoint
 S3_READ_TIMEOUT_S = 30.0      # silence on an open connection (s3fs's own default is 15, botocore's 60)
 S3_RETRIES = 2                # botocore's standard mode: 3 attempts, exponential backoff with jitter
@@ -362,6 +365,13 @@ def s3_bound(config: dict[str, Any] | None = None) -> float:
     config = config or s3_client_config()
     attempts = config["retries"]["total_max_attempts"]
     return attempts * max(config["connect_timeout"], config["read_timeout"]) + 2 ** (attempts - 1) - 1
+
+
+def s3_fail_fast_s(config: dict[str, Any] | None = None) -> float:
+    """The seconds a process's calls to an S3 endpoint fail at once after a call to it failed because it did not
+    answer or could not be reached (``common.breaker``): ``$DLRMFLOW_S3_FAIL_FAST_S``, default ``s3_bound(config)``
+    (a night on a frozen store then waits the bound about once per process, not once per call)."""
+    return _env_number(ENV_S3_FAIL_FAST, s3_bound(config))
 
 
 def _bounded_transport(config: dict[str, Any]) -> dict[str, Any]:
@@ -395,7 +405,10 @@ def _bounded_http_session() -> type:
       (botocore leaves ``expect`` out of the signature), so removing it keeps the request valid.
     * a request whose body the endpoint stopped taking (``_socket``'s ETIMEDOUT while it was sent, which aiohttp
       reports as a failed connection) raised as the read timeout it is (``ReadTimeoutError``): retried like one,
-      and ``store_error`` says "not answering"."""
+      and ``store_error`` says "not answering".
+
+    Its clients' calls go through the process's breaker (``common.breaker``, installed here: before any client of
+    the store is made), which picks them by this class in their config."""
     with _MAKING:
         made = globals().get("_BoundedHTTPSession")
         if made is not None:
@@ -420,6 +433,9 @@ def _bounded_http_session() -> type:
 
         Bounded.__name__ = Bounded.__qualname__ = "_BoundedHTTPSession"
         Bounded.__module__ = __name__
+        from common import breaker
+
+        breaker.install(lambda config: getattr(config, "http_session_cls", None) is Bounded, s3_fail_fast_s)
         globals()["_BoundedHTTPSession"] = Bounded
         return Bounded
 
@@ -471,7 +487,7 @@ def store_error(exc: BaseException, store: str | None = None) -> UserError | Non
     if "botocore" in sys.modules:   # no botocore error without botocore
         found = _s3_error(chain, store)
         if found is not None:
-            return found
+            return _said_fast(found, chain)
     for e in chain:
         if _refused_write(e) and "://" not in str(e.filename or ""):
             return _local_error(e, store)
@@ -537,6 +553,18 @@ def _s3_error(chain: list[BaseException], store: str | None) -> UserError | None
         return UserError(f"{where} unreachable: cannot reach {endpoint} ({_unreachable_reason(e, chain[i + 1:])}). "
                          "Fix: check AWS_ENDPOINT_URL, that the S3 service runs, and that this machine can reach it.")
     return None
+
+
+def _said_fast(error: UserError, chain: list[BaseException]) -> UserError:
+    """``error``, and where its call was not tried (``common.breaker.FailedFast``: a call to the endpoint failed
+    moments ago), that and for how long this process's calls fail so, before its fix."""
+    from common.breaker import FailedFast
+
+    fast = next((e for e in chain if isinstance(e, FailedFast)), None)
+    if fast is None:
+        return error
+    said = f" ({fast.fast()}; {ENV_S3_FAIL_FAST}: {fast.cooldown:g} s). Fix: "
+    return UserError(str(error).replace(". Fix: ", said, 1))
 
 
 def _endpoint_of(e: BaseException) -> str:

@@ -1,5 +1,6 @@
 """A store that stops answering, for the tests of the store's bounds: an endpoint that accepts connections and
-never replies (as a SIGSTOPped S3 server does), and a call timed against a limit without hanging the test."""
+never replies (as a SIGSTOPped S3 server does), a proxy in front of a real one that can be frozen and thawed, or
+swallow one request (``frozen_proxy``), and a call timed against a limit without hanging the test."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
+from urllib.parse import urlparse
 
 
 @contextmanager
@@ -49,3 +52,60 @@ def timed(call, limit: float):
     thread.join(limit)
     assert done, f"still waiting after {limit:g} s"
     return done[0]
+
+
+
+@contextmanager
+def frozen_proxy(target: str):
+    """A real TCP proxy on 127.0.0.1 in front of the S3 endpoint ``target``: it forwards every connection until
+    ``state.frozen`` is set (then it takes every byte, on old connections and new ones, and answers none: an
+    endpoint that froze), and ``state.swallow.set()`` makes it swallow the next request it gets (that connection
+    goes silent, ``state.swallowed`` is set; the others forward). Yields (URL, state)."""
+    up = urlparse(target)
+    server = socket.create_server(("127.0.0.1", 0))
+    state = SimpleNamespace(frozen=False, swallow=threading.Event(), swallowed=threading.Event(), lock=threading.Lock())
+    opened: list[socket.socket] = [server]
+
+    def pump(src, dst, silent, outbound):
+        while True:
+            try:
+                data = src.recv(1 << 16)
+            except OSError:
+                return
+            if not data:
+                break
+            if outbound:
+                with state.lock:
+                    if state.swallow.is_set() and not silent:
+                        state.swallow.clear()
+                        silent.append(True)
+                        state.swallowed.set()
+            if state.frozen or silent:
+                continue
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def accept():
+        while True:
+            try:
+                conn = server.accept()[0]
+                upstream = socket.create_connection((up.hostname, up.port))
+            except OSError:   # closed: the test is over
+                return
+            opened.extend([conn, upstream])
+            silent: list[bool] = []   # this connection's: swallowed
+            for src, dst, outbound in ((conn, upstream, True), (upstream, conn, False)):
+                threading.Thread(target=pump, args=(src, dst, silent, outbound), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", state
+    finally:
+        for s in opened:
+            s.close()
