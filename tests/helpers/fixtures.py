@@ -15,7 +15,7 @@ import pytest
 from helpers import fake_cluster
 from helpers.datasets import write_dataset
 from helpers.paths import ADULT, BIN, CRITEO_10K, REPO, need
-from helpers.prefect_api import prefect_server as start_prefect_server
+from helpers.prefect_api import prefect_schema, prefect_server as start_prefect_server
 from helpers.processes import free_port, one_rank, process_group, wait_for_port
 from helpers.runs import TrainedRuns
 from helpers.slow import slow_fixture
@@ -36,20 +36,44 @@ def adult_parquet() -> Path:
     return need(ADULT)
 
 
-@slow_fixture(scope="session")
-def prefect_harness():
-    """A temporary Prefect API with a SQLite database, shared by the session's in-process flow tests."""
-    from prefect.testing.utilities import prefect_test_harness
+def _shared_folder(tmp_path_factory) -> Path:
+    """The pytest run's temporary folder, which its xdist workers share (each has a ``popen-gwN`` in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
-    with prefect_test_harness(server_startup_timeout=120):
+
+@slow_fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """A temporary Prefect API with a SQLite database, shared by the session's in-process flow tests. Prefect's
+    harness makes its database in a new temporary folder; it gets one holding a copy of the run's schema
+    (``prefect_schema``), so that its server does not migrate one of its own."""
+    import tempfile
+
+    import prefect.testing.utilities as harness
+
+    schema = prefect_schema(_shared_folder(tmp_path_factory))
+
+    def folder_with_schema() -> str:
+        folder = tempfile.mkdtemp()
+        shutil.copyfile(schema, Path(folder) / "prefect-test.db")   # the harness's database file name
+        return folder
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "mkdtemp", folder_with_schema)
+        started = harness.prefect_test_harness(server_startup_timeout=120)
+        started.__enter__()
+    try:
         yield
+    finally:
+        started.__exit__(None, None, None)
 
 
 @slow_fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """The session's real `prefect server start` (a free loopback port) for the tests that serve deployments
     to it (`dlrmflow serve`) and look at its UI: a helpers.prefect_api.PrefectServer."""
-    with start_prefect_server(tmp_path_factory.mktemp("prefect-server")) as server:
+    with start_prefect_server(tmp_path_factory.mktemp("prefect-server"),
+                              schema=prefect_schema(_shared_folder(tmp_path_factory))) as server:
         yield server
 
 
