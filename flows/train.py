@@ -61,7 +61,7 @@ class _Stream(RankOutput):
         elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
             self.logger.info("sharding plan published (artifact '%s'): %s", artifacts.SHARDING_PLAN,
-                             next((line for line in self.plan_lines if line.startswith(("FITS", "DOES NOT"))), body))
+                             next((line for line in self.plan_lines if line.startswith(RunDir.PLAN_VERDICTS)), body))
         elif body not in self.plan_lines:
             self.logger.info("[%s] %s", self.tag(rank), text)
             if rank == 0 and (evaluation := _EVAL.match(body)):

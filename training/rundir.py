@@ -33,6 +33,7 @@ class RunDir(Folder):
     CONFIG = "config.yaml"        # the resolved TrainConfig (the ranks read it)
     PLAN = "plan.txt"             # the sharding plan
     PLAN_HEADER = "Sharding plan:"  # its first line starts with it (also the line the train flow waits for)
+    PLAN_VERDICTS = ("FITS:", "DOES NOT FIT:")   # its last line starts with one of them
     METRICS = "metrics.jsonl"     # training log
     PIPELINE = "pipeline.yaml"    # the resolved PipelineConfig, when the pipeline made the run
     DONE = "_SUCCESS"             # written last by the worker: training finished

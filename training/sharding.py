@@ -214,7 +214,7 @@ def format_plan(plan: ShardingPlan, tables: list[EmbeddingBagConfig], topology: 
     if offloaded:
         lines.append(f"{len(offloaded)} table(s) live in host memory (fused_uvm*): their lookups cross PCIe, "
                      "so expect lower throughput than with all tables in HBM (more ranks would avoid it).")
-    verdict = "FITS" if worst <= 1 else "DOES NOT FIT"
-    lines.append(f"{verdict}: the fullest rank uses {worst:.0%} of its memory for embeddings "
+    fits, does_not = RunDir.PLAN_VERDICTS
+    lines.append(f"{fits if worst <= 1 else does_not} the fullest rank uses {worst:.0%} of its memory for embeddings "
                  "(the rest holds the dense model, activations and buffers).")
     return "\n".join(lines)

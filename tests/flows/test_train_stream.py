@@ -88,11 +88,22 @@ def test_warnings_at_warning_and_plan_published_not_logged(stream):
     assert "sharding plan published (artifact 'sharding-plan'): FITS: the fullest rank" in logged
 
 
-def test_failure_message_keeps_text_not_bars_or_warnings(stream):
+def test_failure_message_keeps_text_not_bars_or_warnings_or_the_plan(stream):
     s, _, _ = stream
     message = s.failure("training", 1)
     assert "rank 0" in message and "step 6: val auc" in message and "done: 8 steps" in message
     assert "%|" not in message and "WARNING" not in message
+    assert not [line for line in PLAN.splitlines() if line.strip() and line in message]
+
+
+def test_a_ranks_error_amid_its_plan_is_kept(tmp_path):
+    """torchrun reads a rank's stderr apart from its stdout: its error line may come amid the plan's lines."""
+    plan = [f"[default1]:{line}" for line in PLAN.splitlines()]
+    s, _ = _read(["[default1]:reading /runs/r/checkpoints/8", *plan[:3], "[default1]:error (rank 1): boom",
+                  *plan[3:], "[default1]:step 3: val auc 0.7727 logloss 0.6469"], tmp_path)
+    assert s.failure("training", 2) == ("training failed: rank 1, torchrun exit code 2. Last lines of rank 1:\n"
+                                        "reading /runs/r/checkpoints/8\nerror (rank 1): boom\n"
+                                        "step 3: val auc 0.7727 logloss 0.6469\n")
 
 
 # two Slurm nodes, one rank each (recorded from tests/e2e/test_slurm.py): each rank tagged with its node and global

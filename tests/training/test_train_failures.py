@@ -29,6 +29,7 @@ import torch
 from helpers.datasets import write_dataset
 from helpers.paths import REPO
 from helpers.runs import PG_TIMEOUT, checkpoint_tensors, metrics, train
+from training.launchers import RankOutput
 
 # row-wise Adagrad tables, Adam (lazy state) for the MLPs, warmup and decay: a resume that lost any
 # state, or replayed or skipped a batch, changes the final parameters.
@@ -227,7 +228,9 @@ def test_bad_dataset_or_config_is_a_one_line_error(dataset, tmp_path, capsys):
 def test_a_non_finite_loss_stops_the_run_at_its_step_and_latest_stays_finite(tmp_path):
     """A float16 numerical column that overflowed to inf (an `identity` value above 65504) from row 800 on: with
     batches of 32 in file order, step 26 is the first to read it. The run stops there with an error naming the
-    step, the last finite loss and the likely cause; `latest` is the checkpoint of step 20, and its weights are finite."""
+    step, the last finite loss and the likely cause; `latest` is the checkpoint of step 20, and its weights are finite.
+    The failure message made of the launcher's output (torchrun's rank prefixes, as the train flow reads them) shows
+    rank 0's last lines with the error, not the sharding plan it printed before it trained (~30 lines)."""
     data = write_dataset(tmp_path / "ds", {"train": 2048, "val": 64})
     numerical = np.fromfile(data / "train" / "numerical.bin", np.float16).reshape(2048, -1)
     numerical[800:, 0] = np.inf
@@ -236,11 +239,19 @@ def test_a_non_finite_loss_stops_the_run_at_its_step_and_latest_stays_finite(tmp
     proc = subprocess.run(cli("--dataset", str(data), "--run", str(run), "--set", "data.batch_size=32",
                               "--set", "data.shuffle=false", "--set", "log_every=5", "--checkpoint-every", "10",
                               "--max-steps", "40"),
-                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=110)
+                          cwd=REPO, env=child_env(PET_TEE="3"), capture_output=True, text=True, timeout=110)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert re.search(r"training diverged at step 26: the loss is nan \(last finite loss \d+\.\d{4} at step 25\)", out), \
         out[-3000:]
+    output = RankOutput()
+    for line in proc.stdout.splitlines():   # what the launcher handed on, line by line
+        output(line)
+    tail = output.failure("training", proc.returncode).split("Last lines of rank 0:\n", 1)[1].splitlines()
+    plan = {line.strip() for line in (run / "plan.txt").read_text().splitlines() if line.strip()}
+    assert any(line.startswith("error (rank 0): training diverged at step 26") for line in tail), tail
+    assert not plan & {line.strip() for line in tail}, tail   # none of the plan's ~30 lines
+    assert "validation: split 'val' (64 rows)" in tail, tail   # the rank's other lines stay
     assert "Checkpoint 'latest' stays step 20" in out and "65504" in out and "--numerical-dtype float32" in out
     assert json.loads((run / "checkpoints" / "latest").read_text())["step"] == 20
     assert sorted(int(p.parent.name) for p in (run / "checkpoints").glob("*/_COMPLETE")) == [10, 20]

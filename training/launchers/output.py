@@ -6,7 +6,10 @@ global rank: ``training.launchers.torchrun``), keeps every rank's last lines, th
 (the launcher's own lines, or the ranks' unprefixed output). ``failure(what, code)`` says which rank failed how
 and on which node, with its last lines (library warnings left out), and the first node that srun reported failed
 on Slurm (``srun: error: n2: task 1: Exited with exit code 1``); without rank prefixes, the error lines of the
-output (``error (rank N): ...``, ``training.distributed.run_rank``), else its last lines.
+output (``error (rank N): ...``, ``training.distributed.run_rank``), else its last lines. The sharding plan that
+rank 0 prints (``training.sharding.format_plan``: from its ``Sharding plan:`` line to its ``FITS:`` or ``DOES NOT
+FIT:`` line, ~30 lines; the train flow publishes it) is not kept among them: a failure soon after it would
+otherwise show the plan's rows where the error belongs.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict, deque
 from typing import Callable
+
+from training.rundir import RunDir
 
 TAIL_LINES = 30      # of each rank, for the failure message
 OTHER_LINES = 200    # of the launcher's own lines (and unprefixed rank output)
@@ -43,6 +48,7 @@ class RankOutput:
         self.launcher: deque = deque(maxlen=OTHER_LINES)
         self.node_exits: dict[str, str] = {}   # node -> how its task ended, as srun reported it (in its order)
         self.summaries: deque[list[str]] = deque(maxlen=16)   # torchrun's failure summaries (one per node)
+        self._in_plan: set[int | None] = set()   # the ranks (None: unprefixed output) printing their plan now
 
     def __call__(self, line: str) -> None:
         rank = None
@@ -74,7 +80,22 @@ class RankOutput:
             self.keep(rank, text)
 
     def keep(self, rank: int | None, text: str) -> None:
-        (self.launcher if rank is None else self.tails[rank]).append(text)
+        if not self._plan_line(rank, text.strip()):
+            (self.launcher if rank is None else self.tails[rank]).append(text)
+
+    def _plan_line(self, rank: int | None, body: str) -> bool:
+        """Whether ``body`` is a line of the sharding plan that ``rank`` is printing: from its header line to its
+        verdict line. An error is never one (torchrun reads a rank's stderr apart from its stdout, so it may come
+        amid them): a rank's one-line ``error ...`` is kept, a ``Traceback`` ends the plan (its lines are kept)."""
+        if body.startswith(RunDir.PLAN_HEADER):
+            self._in_plan.add(rank)
+            return True
+        if rank not in self._in_plan or body.startswith("error"):
+            return False
+        if body.startswith("Traceback") or body.startswith(RunDir.PLAN_VERDICTS):
+            self._in_plan.discard(rank)
+            return not body.startswith("Traceback")
+        return True
 
     def failure(self, what: str, code: int) -> str:
         """``<what> failed``: the failing rank, its node and how it ended, how srun saw that node end (Slurm), and
