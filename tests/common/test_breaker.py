@@ -15,8 +15,7 @@ import pytest
 
 from common.errors import UserError
 from common.store import Store, filesystem, s3_bound, s3_fail_fast_s, store_error
-from helpers.fixtures import S3_ENV
-from helpers.frozen import frozen_endpoint, frozen_proxy, timed
+from helpers.frozen import frozen_endpoint, frozen_proxy, s3_settings, timed
 
 FAST = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_READ_TIMEOUT_S": "1", "DLRMFLOW_S3_RETRIES": "0"}
 STORE = "s3://store/dlrm"
@@ -30,13 +29,7 @@ FAST_SAID = (r" \(failed at once: a call to {endpoint} failed (\d+\.\d) s ago, s
 @pytest.fixture
 def fast_s3(monkeypatch):
     """Credentials, short timeouts (one attempt of 1 s: the bound is 1 s) and no cached filesystems."""
-    from s3fs import S3FileSystem
-
-    S3FileSystem.clear_instance_cache()
-    for key, value in {**S3_ENV, **FAST}.items():
-        monkeypatch.setenv(key, value)
-    yield monkeypatch
-    S3FileSystem.clear_instance_cache()
+    yield from s3_settings(monkeypatch, FAST)
 
 
 def fast_line(error: BaseException, endpoint: str, cooldown: float) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from common.errors import UserError
 from common.store import Store, filesystem, s3_bound, s3_client_config, storage_options, store_error
 from helpers.fixtures import S3_ENV
 from helpers.paths import BIN, REPO
-from helpers.frozen import frozen_endpoint, timed
+from helpers.frozen import frozen_endpoint, s3_settings, timed
 from helpers.processes import free_port, process_group, wait_for_port
 
 FAST = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_READ_TIMEOUT_S": "1", "DLRMFLOW_S3_RETRIES": "1"}
@@ -28,13 +28,7 @@ FAST = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_READ_TIMEOUT_S": "1",
 @pytest.fixture
 def s3_env(monkeypatch):
     """Credentials for an S3 endpoint the test names, short timeouts, and no cached filesystems."""
-    from s3fs import S3FileSystem
-
-    S3FileSystem.clear_instance_cache()
-    for key, value in {**S3_ENV, **FAST}.items():
-        monkeypatch.setenv(key, value)
-    yield monkeypatch
-    S3FileSystem.clear_instance_cache()
+    yield from s3_settings(monkeypatch, FAST)
 
 
 def dlrmflow(*args: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """A store that stops answering, for the tests of the store's bounds: an endpoint that accepts connections and
 never replies (as a SIGSTOPped S3 server does), a proxy in front of a real one that can be frozen and thawed, or
-swallow one request (``frozen_proxy``), and a call timed against a limit without hanging the test."""
+swallow one request (``frozen_proxy``), a call timed against a limit without hanging the test, and the settings of
+a test's S3 client (``s3_settings``)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,17 @@ def frozen_proxy(target: str):
     finally:
         for s in opened:
             s.close()
+
+
+def s3_settings(monkeypatch, settings: dict[str, str]):
+    """Credentials for an S3 endpoint the test names and the store client's ``settings`` (``DLRMFLOW_S3_*``), with
+    no cached filesystems before or after (each test's endpoint gets clients of its own): a fixture yields from it."""
+    from s3fs import S3FileSystem
+
+    from helpers.fixtures import S3_ENV
+
+    S3FileSystem.clear_instance_cache()
+    for key, value in {**S3_ENV, **settings}.items():
+        monkeypatch.setenv(key, value)
+    yield monkeypatch
+    S3FileSystem.clear_instance_cache()
