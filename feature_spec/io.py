@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from common.config import load_yaml
+from common.config import dump_yaml, load_yaml
 from common.atomic import write_uri
 from common.store import read_text
 
@@ -96,7 +96,7 @@ def load(uri: str, **storage_options: Any) -> FeatureSpec:
 def to_yaml(spec: FeatureSpec) -> str:
     """YAML text of a spec (defaults and empty options left out, section order kept)."""
     data = spec.model_dump(mode="json", exclude_none=True)
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+    return dump_yaml(data, sort_keys=False, default_flow_style=None, width=120)
 
 
 def save(spec: FeatureSpec, uri: str, **storage_options: Any) -> str:
