@@ -380,6 +380,8 @@ class SyntheticData:
         lo, hi = -30.0, 30.0
         for _ in range(100):
             model.bias = (lo + hi) / 2
+            if model.bias in (lo, hi):   # lo and hi are adjacent floats: every later step gives this bias again
+                break
             if np.mean(1 / (1 + np.exp(-(model.bias + terms)))) < cfg.label_rate:
                 lo = model.bias
             else:
