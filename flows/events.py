@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.store import Store
+from common.store import Store, default_store, store_error
 from models import PROMOTING, registry
 from nightly.config import grouped
 
@@ -128,8 +128,9 @@ def night_failed(flow, flow_run, state) -> None:
                                       timeout_s=HISTORY_LOCK_S):
                 log.info("model %s: the night %s recorded as failed at %s in %s", model, date, stage_name, uri)
         except Exception as e:  # noqa: BLE001 - the run's own failure is what counts
-            log.warning("could not record the failed night %s in model %s's history: %s: %s", date, model,
-                        type(e).__name__, e)
+            # a store that cannot be used says its one line (botocore's words did in the month's S3 night)
+            said = store_error(e, config.get("store") or default_store()) or f"{type(e).__name__}: {e}"
+            log.warning("could not record the failed night %s in model %s's history: %s", date, model, said)
     try:
         emit(NIGHT_FAILED, model, {"date": date, "stage": stage_name, "error": error, "state": state.type.value,
                                    "flow_run": str(flow_run.id)})
