@@ -18,7 +18,8 @@ from websockets.exceptions import WebSocketException
 from common.errors import UserError
 
 CHECK_EVERY_S = 5.0
-GONE_AFTER_S = 15.0   # no answer for this long: the server is gone
+GONE_AFTER_S = 15.0   # no connection for this long: the server is gone
+HUNG_AFTER_S = 120.0  # connected, but no answer for this long: hung (a busy server, on a loaded node, is slow)
 EXIT_GRACE_S = 20.0   # then at most this long to shut down before exiting anyway
 
 
@@ -30,29 +31,43 @@ class _Runner(Runner):
 
 
 class _Watchdog(threading.Thread):
-    """Interrupts the main thread when the Prefect server has not answered for ``GONE_AFTER_S``."""
+    """Interrupts the main thread when the Prefect server cannot be reached for ``GONE_AFTER_S``, or takes the
+    connection but has not answered for ``HUNG_AFTER_S`` (a server slowed by a loaded machine answers late: a
+    suite's session server once missed three 5 s health checks in a row, and serve had stopped)."""
 
     def __init__(self, runner: Runner, api: str):
         super().__init__(name="dlrmflow-server-watchdog", daemon=True)
-        self.runner, self.api, self.gone = runner, api.rstrip("/"), False
+        self.runner, self.api, self.gone, self.silent_s = runner, api.rstrip("/"), False, GONE_AFTER_S
 
     def run(self) -> None:
-        last_answer = time.monotonic()
-        while time.monotonic() - last_answer < GONE_AFTER_S:
-            time.sleep(CHECK_EVERY_S)
-            try:
-                httpx.get(f"{self.api}/health", timeout=CHECK_EVERY_S)  # any answer counts (auth, Cloud URLs)
-                last_answer = time.monotonic()
-            except httpx.TransportError:
-                pass
+        self.silent_s = self.wait_until_silent()
         self.gone, self.runner.pause_on_shutdown = True, False  # nothing to pause on a server that is gone
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(EXIT_GRACE_S)
         print(f"error: {self.message()}", flush=True)
         os._exit(2)  # the Runner's shutdown hangs on the missing server
 
+    def wait_until_silent(self) -> float:
+        """Check the server's health every ``CHECK_EVERY_S`` until it is gone or hung; the seconds it was silent
+        (``GONE_AFTER_S`` or ``HUNG_AFTER_S``)."""
+        last_answer = last_contact = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - last_contact >= GONE_AFTER_S:
+                return GONE_AFTER_S
+            if now - last_answer >= HUNG_AFTER_S:
+                return HUNG_AFTER_S
+            time.sleep(CHECK_EVERY_S)
+            try:
+                httpx.get(f"{self.api}/health", timeout=CHECK_EVERY_S)  # any answer counts (auth, Cloud URLs)
+                last_answer = last_contact = time.monotonic()
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                pass   # nothing takes the connection
+            except httpx.TransportError:
+                last_contact = time.monotonic()   # connected; the answer is late or cut
+
     def message(self) -> str:
-        return _gone(self.api, f"for {GONE_AFTER_S:.0f} s")
+        return _gone(self.api, f"for {self.silent_s:.0f} s")
 
 
 def _gone(api: str, how: str) -> str:

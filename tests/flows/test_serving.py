@@ -67,3 +67,60 @@ def test_other_runner_errors_are_not_taken_for_a_server_gone(runner_ending_with)
     runner_ending_with(RuntimeError("a bug"))
     with pytest.raises(RuntimeError, match="a bug"):
         serving.serve_until_stopped(["a deployment"])
+
+
+@pytest.fixture
+def quick_watchdog(monkeypatch):
+    """The watchdog's limits scaled down (checks every 0.1 s; gone after 0.5 s; hung after 1.5 s)."""
+    monkeypatch.setattr(serving, "CHECK_EVERY_S", 0.1)
+    monkeypatch.setattr(serving, "GONE_AFTER_S", 0.5)
+    monkeypatch.setattr(serving, "HUNG_AFTER_S", 1.5)
+    return lambda api: serving._Watchdog(None, api)
+
+
+def test_a_server_that_takes_no_connection_is_gone_one_that_never_answers_is_hung(quick_watchdog):
+    """Real sockets: a closed port is gone after GONE_AFTER_S; a server that takes connections and never answers
+    (as a stopped or stuck one) is waited for until HUNG_AFTER_S (a slow server on a loaded machine is not gone)."""
+    import time
+
+    from helpers.frozen import frozen_endpoint
+    from helpers.processes import free_port
+
+    for api, expected in ((f"http://127.0.0.1:{free_port()}/api", 0.5), (None, 1.5)):
+        with frozen_endpoint() as (url, _):
+            dog = quick_watchdog(api or f"{url}/api")
+            start = time.monotonic()
+            assert dog.wait_until_silent() == expected
+            assert expected <= time.monotonic() - start < expected + 1.0
+
+
+def test_a_slow_server_that_answers_keeps_serve_going(quick_watchdog):
+    """A server whose health check answers after the check's timeout sometimes, and in time at other times, is
+    neither gone nor hung."""
+    import http.server
+    import threading
+    import time
+
+    calls = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):   # every other answer later than the check's 0.1 s timeout
+            calls.append(1)
+            time.sleep(0.3 if len(calls) % 2 else 0)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dog = quick_watchdog(f"http://127.0.0.1:{server.server_address[1]}/api")
+        done = []
+        threading.Thread(target=lambda: done.append(dog.wait_until_silent()), daemon=True).start()
+        time.sleep(3)
+        assert not done and len(calls) >= 5
+    finally:
+        server.shutdown()
