@@ -117,11 +117,16 @@ def _ours(seen: dict, root: int) -> list[dict]:
 
 def report(seen: dict, root: int, started: float, out: Path, wall: float) -> dict:
     """The summary of one run: CPU-seconds by kind, the slowest tests, each worker's busy time (also in
-    ``out/summary.json``)."""
+    ``out/summary.json``; each process's CPU and command line in ``out/processes.jsonl``)."""
     by_kind: dict[str, float] = collections.defaultdict(float)
-    for entry in _ours(seen, root):
-        existed = entry["first"] - started < 0.6   # already running: count only what it used during the run
-        by_kind[kind(entry["command"])] += entry["cpu"] - (entry["cpu0"] if existed else 0)
+    with open(out / "processes.jsonl", "w") as processes:
+        for entry in _ours(seen, root):
+            existed = entry["first"] - started < 0.6   # already running: count only what it used during the run
+            used = entry["cpu"] - (entry["cpu0"] if existed else 0)
+            by_kind[kind(entry["command"])] += used
+            processes.write(json.dumps({"pid": entry["pid"], "ppid": entry["ppid"], "first": entry["first"],
+                                        "cpu": round(used, 2), "kind": kind(entry["command"]),
+                                        "command": entry["command"][:300]}) + "\n")
     tests = [json.loads(line) for f in sorted(out.glob("tests-*.jsonl")) for line in f.read_text().splitlines()]
     workers = collections.defaultdict(float)
     for t in tests:
