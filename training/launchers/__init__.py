@@ -14,34 +14,23 @@ Training checks the dataset and saves the run's config before any rank starts; R
 from infra/rccl/<profile>.env (``rccl_profiles`` of each kind; a cluster job's default is its GPU vendor's:
 ``training.launchers.gpus``). ``RankOutput`` keeps a job's output for its failure message (the failing rank's
 last lines).
+
+This is the package's face; each name is imported on first use from the module that holds it (``_FACE``), so that
+a module of the package run on its own (a warm launcher's client, ``training.launchers.warm``: a fresh interpreter
+per rank job) imports none of the others.
 """
 
-from pydantic import TypeAdapter
+from __future__ import annotations
 
-from training.launchers.base import (Launcher, LaunchError, RankJob, infra_dir, profile_env, read_env_file,
-                                     train_job)
-from training.launchers.config import (KubernetesLauncherConfig, LauncherConfig, LocalLauncherConfig, RanksConfig,
-                                       SlurmLauncherConfig)
-from training.launchers.kubernetes import KubernetesLauncher
-from training.launchers.local import LocalLauncher
-from training.launchers.output import RankOutput
-from training.launchers.slurm import SlurmLauncher
+from common.face import lazy
 
-__all__ = ["Launcher", "LaunchError", "RankJob", "RankOutput", "train_job", "LocalLauncher", "SlurmLauncher", "KubernetesLauncher", "LauncherConfig",
-           "RanksConfig", "LocalLauncherConfig", "SlurmLauncherConfig", "KubernetesLauncherConfig", "build_launcher",
-           "launcher_config", "infra_dir", "profile_env", "read_env_file"]
+_FACE = {   # name -> the module of this package that holds it
+    "Launcher": "base", "LaunchError": "base", "RankJob": "base", "infra_dir": "base", "profile_env": "base",
+    "read_env_file": "base", "train_job": "base",
+    "KubernetesLauncherConfig": "config", "LauncherConfig": "config", "LocalLauncherConfig": "config",
+    "RanksConfig": "config", "SlurmLauncherConfig": "config", "launcher_config": "config",
+    "KubernetesLauncher": "kubernetes", "LocalLauncher": "local", "SlurmLauncher": "slurm", "RankOutput": "output",
+    "build_launcher": "build",
+}
 
-_LAUNCHERS = {cls.kind: cls for cls in (LocalLauncher, SlurmLauncher, KubernetesLauncher)}
-
-
-def launcher_config(data=None) -> LocalLauncherConfig | SlurmLauncherConfig | KubernetesLauncherConfig:
-    """The launcher config a dict (as a flow parameter arrives; ``kind`` picks the launcher) describes."""
-    return TypeAdapter(LauncherConfig).validate_python(data or {"kind": "local"})
-
-
-def build_launcher(cfg=None) -> Launcher:
-    """The launcher that settings (or their dict form) describe; None: local torchrun, one rank; a Launcher: itself."""
-    if isinstance(cfg, Launcher):
-        return cfg
-    settings = launcher_config(cfg) if cfg is None or isinstance(cfg, dict) else cfg
-    return _LAUNCHERS[settings.kind](settings)
+__all__, __getattr__, __dir__ = lazy(__name__, _FACE)

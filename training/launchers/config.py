@@ -12,7 +12,7 @@ import re
 import unicodedata
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a shell variable's name (bash `export`, a ConfigMap key)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")   # RFC 1123 label: a namespace
@@ -188,3 +188,8 @@ class RanksConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     launcher: LauncherConfig = Field(default_factory=LocalLauncherConfig, description=LAUNCHER_HELP)
+
+
+def launcher_config(data: dict | None = None) -> LocalLauncherConfig | SlurmLauncherConfig | KubernetesLauncherConfig:
+    """The launcher config a dict (as a flow parameter arrives; ``kind`` picks the launcher) describes."""
+    return TypeAdapter(LauncherConfig).validate_python(data or {"kind": "local"})
