@@ -35,7 +35,7 @@ def _ranks_running(store: Path) -> bool:
     return False
 
 
-def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp_path):
+def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, plain_launches, tmp_path):
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_days(SynthConfig(out=str(logs), days=6, start="2026-11-01", rows_per_day=3000, seed=11, workers=1))
     bad = next((logs / "2026-11-05").glob("part-*"))

@@ -109,8 +109,9 @@ def slurm_cluster() -> str:
 def warm_launcher(tmp_path_factory):
     """This worker's warm launcher (training.launchers.warm), named in the environment every rank job inherits: a
     local job then forks from it instead of importing torch and TorchRec again (~4.5 of the ~7 CPU-seconds a small
-    job takes). Until its socket is there (its own imports, a few seconds) jobs launch plainly, as do those of
-    another session (``start_new_session``) and those of a test using ``plain_launches``."""
+    job takes). Until its socket is there (its own imports, a few seconds) jobs launch plainly, as do Slurm jobs
+    and those of a test using ``plain_launches``; a job of another session (``start_new_session``, a flow run of
+    `dlrmflow serve`) leads a session of its own."""
     import signal
     import sys
 
@@ -130,7 +131,7 @@ def warm_launcher(tmp_path_factory):
 @pytest.fixture
 def plain_launches(monkeypatch) -> None:
     """This test's rank jobs launched plainly, without the warm launcher: for a test that finds a job's processes
-    by their command line (a warm launcher's forks carry the server's)."""
+    by their command line or environment (a warm launcher's forks carry the server's)."""
     from training.launchers import warm
 
     monkeypatch.delenv(warm.ENV, raising=False)

@@ -84,7 +84,7 @@ def processes_of(run: Path) -> dict[int, dict[str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(dataset, tmp_path):
+def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(dataset, plain_launches, tmp_path):
     full, parts = tmp_path / "full", tmp_path / "parts"
     args = ["--dataset", str(dataset), *RESUME_ARGS, "--max-steps", str(STEPS), "--nproc", "2"]
     # the uninterrupted run and the one to kill start side by side (this file's time is mostly startup)
@@ -117,7 +117,7 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(data
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_sigkill_of_the_command_alone_ends_torchrun_and_its_ranks(dataset, tmp_path):
+def test_sigkill_of_the_command_alone_ends_torchrun_and_its_ranks(dataset, plain_launches, tmp_path):
     """`kill -9` of `dlrmflow train` only (the OOM killer, a scheduler): torchrun dies with it (PR_SET_PDEATHSIG, set
     before the exec) and its ranks with torchrun; nothing goes on writing the run. The ranks are quiet (no progress
     bar, log or evaluation lines) and the output goes to a file: no write to a dead reader's pipe ends them."""
@@ -146,7 +146,7 @@ def test_sigkill_of_the_command_alone_ends_torchrun_and_its_ranks(dataset, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_one_rank_killed_ends_the_whole_job_promptly_naming_the_rank(dataset, tmp_path):
+def test_one_rank_killed_ends_the_whole_job_promptly_naming_the_rank(dataset, plain_launches, tmp_path):
     run, pg_timeout = tmp_path / "run", 20.0
     proc = subprocess.Popen(cli("--dataset", str(dataset), "--run", str(run), "--nproc", "2",
                                 "--set", "data.batch_size=64", "--set", "epochs=1000", "--set", "log_every=1000",

@@ -92,3 +92,48 @@ def test_a_job_through_the_warm_launcher_is_the_plain_one_and_dies_with_its_comm
     while _group(client) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _group(client), "a process of the killed command's job survived"
+
+
+def _session(sid: int) -> list[int]:
+    """The live processes of session ``sid``."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in "ZX" and int(fields[3]) == sid:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_command_of_another_session_gets_a_warm_job_that_ends_before_it(warm_launcher, tmp_path):
+    """A command started in a session of its own (as a flow run of `dlrmflow serve` is) cannot have its job in its
+    process group: the server's fork leads a session of its own instead, with the launcher and both ranks in it.
+    A Ctrl-C of the command stops the job through its client (SIGTERM, passed on), and the command has ended only
+    once every process of the job's session has: a stop that waits for the client (the run lease's fence too) waits
+    for the job."""
+    until(warm_launcher.exists, 60, "the warm launcher's socket")
+    dataset = write_dataset(tmp_path / "ds", {"train": 1024, "val": 256})
+    server = next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+                  if str(warm_launcher).encode() in Path(f"/proc/{p}/cmdline").read_bytes())
+    long = tmp_path / "long"
+    command = subprocess.Popen([sys.executable, "-m", "flows", "train", "--dataset", str(dataset), "--run", str(long),
+                                *ARGS, "--set", "epochs=200"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
+        forked = [int(p) for p in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
+        job = [pid for pid in forked if _session(pid)]
+        assert len(job) == 1 and len(_session(job[0])) == 3, (forked, job)   # the launcher leads it; two ranks
+        os.killpg(command.pid, signal.SIGINT)   # Ctrl-C: the command stops its job (local.stop_local_job)
+        out, _ = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    left = {p: Path(f"/proc/{p}/stat").read_text() for p in _session(job[0])}
+    assert not left, f"the job outlived the command that was stopped: {left}"
+    assert "process(es), SIGTERM)" in out, out[-2000:]   # its client ended after the job, within the stop's wait

@@ -7,10 +7,15 @@ ranks as it does on a CPU build. For a machine that starts many small jobs, as t
 the plain launcher's place. The client hands the server its stdin/stdout/stderr, environment, folder and process
 group; the forked launcher takes them, joins the client's process group (so that the local launcher's stop, the
 run lease's fence and a kill of the group reach it and its ranks as before), and is killed with that group when
-the client dies (a SIGKILL included). The client ends with the job's exit status. Where the job cannot be served
-warm (no server, a client in another session: a process group can only be joined within one, a torch build with
-GPU support: its ranks are not forked), the client execs the plain launcher. What differs from a plain launch:
-the forked processes' command line and start-up environment in /proc are the server's.
+the client dies (a SIGKILL included). The client ends with the job's exit status. A client in another session
+than the server's (a process group can only be joined within one: a command started with ``start_new_session``,
+a flow run of ``dlrmflow serve``) gets a job that leads a session of its own instead: the client passes it the
+signals that stop a job (SIGINT, SIGTERM, SIGHUP) and ends only after every process of it (what is left once its
+launcher ended is killed), so a stop that waits for the client waits for the job; a SIGKILL of the client ends the
+job a moment later (its watcher), not at once. Where the job
+cannot be served warm (no server; a Slurm job: Slurm owns its processes, their cgroup and signals; a torch build
+with GPU support: its ranks are not forked), the client execs the plain launcher. What differs from a plain
+launch: the forked processes' command line and start-up environment in /proc are the server's.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 from training.launchers import torchrun   # its top imports nothing heavy; torch is imported by its functions
 
@@ -34,7 +40,7 @@ def through_server(cmd: list[str]) -> list[str]:
     """A local launcher's command line (``python -u -m training.launchers.torchrun ARGS``) as its client's, when
     ``$DLRMFLOW_WARM_LAUNCHER`` names a server; else (or for any other command) ``cmd`` itself."""
     server = os.environ.get(ENV)
-    if not server or torchrun.__name__ not in cmd:
+    if not server or torchrun.__name__ not in cmd or os.environ.get("SLURM_JOB_ID"):
         return cmd
     i = cmd.index(torchrun.__name__)
     return [*cmd[:i], MODULE, server, *cmd[i + 1:]]
@@ -43,6 +49,8 @@ def through_server(cmd: list[str]) -> list[str]:
 def client(path: str, argv: list[str]) -> None:
     """Run torchrun with ``argv`` through the server at ``path``; exits as the job did. Execs the plain launcher
     when the server is not there or does not serve this client."""
+    if os.environ.get("SLURM_JOB_ID"):
+        _plain(argv)
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
@@ -51,11 +59,32 @@ def client(path: str, argv: list[str]) -> None:
         socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
     except OSError:
         _plain(argv)
-    # the job gets the group's signals itself; this process waits for its status
+    # a job in this process's group gets the group's signals itself; one in a session of its own gets them from here
+    job: dict = {}
+    pending: list[int] = []
+
+    def pass_on(sig: int, _frame) -> None:
+        if "group" in job:
+            _signal_group(job["group"], sig)
+        else:
+            pending.append(sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    reply = _read_all(conn)
-    status = json.loads(reply) if reply else {"lost": "the warm launcher ended before the job"}
+        signal.signal(sig, pass_on)
+    status = {"lost": "the warm launcher ended before the job"}
+    try:
+        for line in conn.makefile("rb"):
+            message = json.loads(line)
+            if "group" not in message:
+                status = message
+                break
+            job.update(message)
+            for sig in pending:
+                _signal_group(job["group"], sig)
+    except (OSError, ValueError):
+        pass
+    if job.get("group", os.getpgid(0)) != os.getpgid(0):
+        _end_group(job["group"])
     if "refused" in status:
         _plain(argv)
     if "lost" in status:
@@ -71,11 +100,42 @@ def _plain(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-u", "-m", torchrun.__name__, *argv])
 
 
-def _read_all(conn: socket.socket) -> bytes:
-    chunks = []
-    while chunk := conn.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _signal_group(group: int, sig: int) -> None:
+    if group != os.getpgid(0):   # a job in this group has had the signal already
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _end_group(group: int) -> None:
+    """Kill what is left of a job's own group once its launcher has ended (a rank slow to go) and wait until none
+    of it is alive: the client ends after its job, as a plain launch's group does."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while _alive_in_group(group):
+        time.sleep(0.02)
+
+
+def _alive_in_group(group: int) -> bool:
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall(json.dumps(message).encode() + b"\n")
+    except OSError:
+        pass   # the client has gone
 
 
 # ---- the server ---------------------------------------------------------------------------------------------------
@@ -121,9 +181,8 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
     except (OSError, ValueError):
         conn.close()
         return
-    if request["sid"] != os.getsid(0) or len(fds) != 3:
-        print(f"refused pid {request['pid']}: another session", flush=True)
-        conn.sendall(json.dumps({"refused": "another session"}).encode())
+    if len(fds) != 3:
+        _send(conn, {"refused": "no stdin, stdout and stderr"})
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -132,12 +191,13 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _become_job(request, fds, [conn.fileno(), *(s if isinstance(s, int) else s.fileno() for s in server_fds),
-                                   *(c.fileno() for c in jobs.values())])
+        _become_job(request, fds, conn, [*(s if isinstance(s, int) else s.fileno() for s in server_fds),
+                                         *(c.fileno() for c in jobs.values())])
     for fd in fds:
         os.close(fd)
     jobs[pid] = conn
-    print(f"forked {pid} for pid {request['pid']}: {' '.join(request['argv'][-3:])}", flush=True)   # the server's log
+    own = " (a session of its own)" if request["sid"] != os.getsid(0) else ""
+    print(f"forked {pid} for pid {request['pid']}{own}: {' '.join(request['argv'][-3:])}", flush=True)   # its log
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -163,16 +223,14 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
         if conn is None:
             continue
         code = os.waitstatus_to_exitcode(status)
-        try:
-            conn.sendall(json.dumps({"signal": -code} if code < 0 else {"exit": code}).encode())
-        except OSError:
-            pass   # the client has gone
+        _send(conn, {"signal": -code} if code < 0 else {"exit": code})
         conn.close()
 
 
-def _become_job(request: dict, fds: list[int], server_fds: list[int]) -> None:
-    """In the forked child: become the client's launcher (its group, stdio, environment, folder), killed with that
-    group when the client dies; run torchrun; never returns."""
+def _become_job(request: dict, fds: list[int], conn: socket.socket, server_fds: list[int]) -> None:
+    """In the forked child: become the client's launcher (its group, or a session of its own for a client of another
+    session; its stdio, environment, folder), killed with its group when the client dies; run torchrun; never
+    returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -183,7 +241,12 @@ def _become_job(request: dict, fds: list[int], server_fds: list[int]) -> None:
                 os.close(fd)
             except OSError:
                 pass
-        os.setpgid(0, request["pgid"])
+        if request["sid"] == os.getsid(0):
+            os.setpgid(0, request["pgid"])
+        else:
+            os.setsid()
+        _send(conn, {"group": os.getpgid(0)})   # before the job runs: the client can pass it signals from now on
+        conn.close()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
