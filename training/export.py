@@ -16,7 +16,8 @@
 
 ``export_verified`` is what a promotion calls: keep a bundle that verifies, else export it again, re-read every file's
 sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records). The export
-runs in a child process (``python -P -m training.export``, dying with its parent: ``common.process``), so that a
+runs in a child process (``python -P -m training.export``, dying with its parent: ``common.process``; forked from
+the warm launcher where ``$DLRMFLOW_WARM_LAUNCHER`` names one: ``training.launchers.warm``), so that a
 crash of torch's writers (a SIGABRT from C++) never takes the calling flow down: a child that fails or dies is a
 UserError naming the bundle, how the child ended and the free space there, and what it left (its temporary
 folder) is removed; nothing at the bundle's place verifies, so a re-run exports it again.
@@ -58,7 +59,7 @@ import feature_spec as fspec
 from common.config import load_yaml
 from common.atomic import atomic_dir, remove_temp, write_atomic, write_uri
 from common.errors import UserError
-from common.process import die_with_parent, exit_text
+from common.process import dying_with_this_process, exit_text
 from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
@@ -75,6 +76,7 @@ NO_SPACE_FIX = ("free space on {mount} (`dlrmflow gc` removes what the store no 
                 "filesystem with room (--store; `dlrmflow export --out`)")
 ERROR_LINES = 20   # of a failed export child's output, in its error
 RESULT = "dlrmflow-export-error: "   # the line an export child prints its UserError on (JSON after it)
+WRITER = "dlrmflow-export-writer: "   # the line an export child prints its pid on first (its temporary names hold it)
 TMP_FIX = "free space on {mount} (the temporary folder), or set TMPDIR to a folder with room"
 # left out of them: library warnings (python's "file:line: XWarning:" and its 2-space source echo, logging's
 # WARNING:) and the native stack frames of a C++ abort (its "what():" line is kept)
@@ -222,9 +224,12 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
         scratch = tempfile.mkdtemp(prefix="dlrmflow-export-")   # a remote bundle's files before their upload
     tail: deque[str] = deque(maxlen=ERROR_LINES)
     answer: dict[str, Any] = {}
+    writer: int | None = None
     try:
-        cmd = [sys.executable, "-P", "-m", "training.export", "--parent", str(os.getpid()), "--scratch", scratch,
-               run.uri, str(step), out]
+        from training.launchers import warm
+
+        cmd = dying_with_this_process(warm.through_server(
+            [sys.executable, "-P", "-m", "training.export", "--scratch", scratch, run.uri, str(step), out]))
         # its output through a pipe (not a file: the temporary folder may be on the full disk), its last lines kept
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  env=env, text=True, errors="replace")
@@ -232,6 +237,8 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
             for line in child.stdout:
                 if line.startswith(RESULT):
                     answer = json.loads(line[len(RESULT):])
+                elif line.startswith(WRITER):
+                    writer = int(line[len(WRITER):])
                 elif line.strip() and not NOISE.match(line):
                     tail.append(line.rstrip("\n"))
             code = child.wait()
@@ -241,7 +248,7 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
                 child.wait()
             child.stdout.close()
             if child.returncode and isinstance(fs, LocalFileSystem):
-                remove_temp(path, child.pid)
+                remove_temp(path, writer or child.pid)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if code == 0:
@@ -427,18 +434,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _child(argv: list[str] | None = None) -> int:
-    """The export child of ``export_in_child``: ``export_bundle``; its UserError printed as one line, ``RESULT``
-    and JSON (``error``; ``no_space``: a NoSpace's what and fix), with exit code 2; any other error ends it with its
-    traceback and exit code 1."""
+def main(argv: list[str] | None = None) -> int:
+    """The export child of ``export_in_child``: ``export_bundle``, after a ``WRITER`` line with its pid; its
+    UserError printed as one line, ``RESULT`` and JSON (``error``; ``no_space``: a NoSpace's what and fix), with exit
+    code 2; any other error ends it with its traceback and exit code 1. It dies with the flow's process by its
+    command line (``common.process.dying_with_this_process``)."""
     parser = argparse.ArgumentParser(prog="python -P -m training.export", description=export_in_child.__doc__)
     parser.add_argument("run")
     parser.add_argument("step", type=int)
     parser.add_argument("out")
-    parser.add_argument("--parent", type=int, required=True, help="the pid to die with")
     parser.add_argument("--scratch", help="a local folder for a remote bundle's files before their upload")
     args = parser.parse_args(argv)
-    die_with_parent(args.parent)
+    print(f"{WRITER}{os.getpid()}", flush=True)
     try:
         export_bundle(args.run, args.step, args.out, scratch=args.scratch)
     except NoSpace as e:
@@ -451,7 +458,7 @@ def _child(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = _child()
+    code = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)   # every file is written and closed by now: no interpreter teardown (torch was seen to abort there)

@@ -63,7 +63,7 @@ def night(store: Path, step: int) -> dict:
                         "calibration": 1.0, "fingerprint": "f"}}
 
 
-@pytest.mark.slow   # two export children, each importing torch and TorchRec (~5 s of CPU each)
+@pytest.mark.slow   # two export children (~5 CPU-s each plainly; forked from the suite's warm launcher)
 def test_a_crashing_export_child_leaves_the_flow_running_and_the_model_as_it_was(exportable, tmp_path, monkeypatch):
     store, step = exportable
     model = tmp_path / "models" / "ctr"

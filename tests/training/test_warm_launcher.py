@@ -28,7 +28,9 @@ def test_a_local_command_goes_through_the_server_named_in_the_environment(monkey
     monkeypatch.delenv(warm.ENV, raising=False)
     assert warm.through_server(plain) == plain
     monkeypatch.setenv(warm.ENV, "/tmp/w.sock")
-    assert warm.through_server(plain) == [*plain[:3], "training.launchers.warm", "/tmp/w.sock", *plain[4:]]
+    assert warm.through_server(plain) == [*plain[:3], "training.launchers.warm", "/tmp/w.sock", *plain[3:]]
+    export = [sys.executable, "-P", "-m", "training.export", "--scratch", "/tmp/s", "run", "8", "out"]
+    assert warm.through_server(export) == [*export[:3], "training.launchers.warm", "/tmp/w.sock", *export[3:]]
     assert warm.through_server(["sh", "-c", "sleep 1"]) == ["sh", "-c", "sleep 1"]   # not a launcher: as it is
 
 

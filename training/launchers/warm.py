@@ -1,10 +1,11 @@
 """A warm launcher for local rank jobs: a server that has imported what every rank job imports (torch, TorchRec,
 the trainer, torchrun: ~4.5 CPU-seconds) forks ``training.launchers.torchrun`` for each job, which then forks the
-ranks as it does on a CPU build. For a machine that starts many small jobs, as the test suite does; off unless
+ranks as it does on a CPU build; the export child (``training.export``: a serving bundle written in a process of
+its own) is forked the same way. For a machine that starts many small jobs, as the test suite does; off unless
 ``$DLRMFLOW_WARM_LAUNCHER`` names the server's socket (``python -m training.launchers.warm --serve SOCKET``).
 
-``training.launchers.local`` then runs ``python -m training.launchers.warm SOCKET TORCHRUN-ARGS`` (the client) in
-the plain launcher's place. The client hands the server its stdin/stdout/stderr, environment, folder and process
+``training.launchers.local`` (and ``training.export``) then runs ``python -m training.launchers.warm SOCKET MODULE
+ARGS`` (the client) in the plain command's place. The client hands the server its stdin/stdout/stderr, environment, folder and process
 group; the forked launcher takes them, joins the client's process group (so that the local launcher's stop, the
 run lease's fence and a kill of the group reach it and its ranks as before), and is killed with that group when
 the client dies (a SIGKILL included). The client ends with the job's exit status. A client in another session
@@ -32,33 +33,36 @@ from training.launchers import torchrun   # its top imports nothing heavy; torch
 
 ENV = "DLRMFLOW_WARM_LAUNCHER"   # the server's socket, in the environment of the processes that launch jobs
 MODULE = "training.launchers.warm"   # this module's name, also where it runs as __main__
+SERVED = (torchrun.__name__, "training.export")   # the modules whose main(argv) a job runs: what the server imports
 _HEADER = struct.Struct("!I")
 
 
 # ---- the client (a fresh interpreter per job: imports nothing heavy) ------------------------------------------------
 def through_server(cmd: list[str]) -> list[str]:
-    """A local launcher's command line (``python -u -m training.launchers.torchrun ARGS``) as its client's, when
-    ``$DLRMFLOW_WARM_LAUNCHER`` names a server; else (or for any other command) ``cmd`` itself."""
+    """A command line running one of ``SERVED`` (``python [FLAGS] -m MODULE ARGS``: a local launcher's, the export
+    child's) as its client's, when ``$DLRMFLOW_WARM_LAUNCHER`` names a server; else (or for any other command)
+    ``cmd`` itself."""
     server = os.environ.get(ENV)
-    if not server or torchrun.__name__ not in cmd or os.environ.get("SLURM_JOB_ID"):
+    module = next((m for m in SERVED if m in cmd), None)
+    if not server or module is None or os.environ.get("SLURM_JOB_ID"):
         return cmd
-    i = cmd.index(torchrun.__name__)
-    return [*cmd[:i], MODULE, server, *cmd[i + 1:]]
+    i = cmd.index(module)
+    return [*cmd[:i], MODULE, server, *cmd[i:]]
 
 
-def client(path: str, argv: list[str]) -> None:
-    """Run torchrun with ``argv`` through the server at ``path``; exits as the job did. Execs the plain launcher
-    when the server is not there or does not serve this client."""
+def client(path: str, module: str, argv: list[str]) -> None:
+    """Run ``module``'s main with ``argv`` through the server at ``path``; exits as the job did. Execs the plain
+    command (this one without the server) when the server is not there or does not serve this client."""
     if os.environ.get("SLURM_JOB_ID"):
-        _plain(argv)
+        _plain()
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
-        payload = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
-                              "pgid": os.getpgid(0), "sid": os.getsid(0)}).encode()
+        payload = json.dumps({"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                              "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0)}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
     except OSError:
-        _plain(argv)
+        _plain()
     # a job in this process's group gets the group's signals itself; one in a session of its own gets them from here
     job: dict = {}
     pending: list[int] = []
@@ -86,7 +90,7 @@ def client(path: str, argv: list[str]) -> None:
     if job.get("group", os.getpgid(0)) != os.getpgid(0):
         _end_group(job["group"])
     if "refused" in status:
-        _plain(argv)
+        _plain()
     if "lost" in status:
         print(f"dlrmflow: {status['lost']}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -96,8 +100,10 @@ def client(path: str, argv: list[str]) -> None:
     sys.exit(status.get("exit", 1))
 
 
-def _plain(argv: list[str]) -> None:
-    os.execv(sys.executable, [sys.executable, "-u", "-m", torchrun.__name__, *argv])
+def _plain() -> None:
+    """Exec the command this client stands for: its own command line without ``-m MODULE SOCKET``."""
+    i = sys.orig_argv.index(MODULE)
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:i], *sys.orig_argv[i + 2:]])
 
 
 def _signal_group(group: int, sig: int) -> None:
@@ -150,7 +156,8 @@ def serve(path: str) -> None:
     die_with_parent()
     if not torchrun.forks_ranks():
         return
-    for name in (*torchrun.PRELOAD, "torch.distributed.run", "torch.distributed.elastic.multiprocessing.errors"):
+    for name in (*torchrun.PRELOAD, *SERVED, "torch.distributed.run",
+                 "torch.distributed.elastic.multiprocessing.errors"):
         importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
@@ -181,8 +188,8 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
     except (OSError, ValueError):
         conn.close()
         return
-    if len(fds) != 3:
-        _send(conn, {"refused": "no stdin, stdout and stderr"})
+    if len(fds) != 3 or request.get("module") not in SERVED:
+        _send(conn, {"refused": "not a job this server runs"})
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -228,9 +235,9 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
 
 
 def _become_job(request: dict, fds: list[int], conn: socket.socket, server_fds: list[int]) -> None:
-    """In the forked child: become the client's launcher (its group, or a session of its own for a client of another
-    session; its stdio, environment, folder), killed with its group when the client dies; run torchrun; never
-    returns."""
+    """In the forked child: become the client's command (its group, or a session of its own for a client of another
+    session; its stdio, environment, folder), killed with its group when the client dies; run its module's main;
+    never returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -256,10 +263,10 @@ def _become_job(request: dict, fds: list[int], conn: socket.socket, server_fds: 
         _die_with(request["pid"])
         sys.stdout.reconfigure(line_buffering=True, write_through=True)   # as ``python -u``
         sys.stderr.reconfigure(line_buffering=True, write_through=True)
-        sys.argv = [torchrun.__file__, *request["argv"]]
+        module = sys.modules[request["module"]]
+        sys.argv = [module.__file__, *request["argv"]]
         try:
-            torchrun.main(request["argv"])
-            code = 0
+            code = module.main(request["argv"]) or 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:
@@ -295,8 +302,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
         serve(argv[1])
-    else:
-        client(argv[0], argv[1:])
+    else:   # SOCKET MODULE ARGS
+        client(argv[0], argv[1], argv[2:])
 
 
 if __name__ == "__main__":
