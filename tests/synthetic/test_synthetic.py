@@ -79,15 +79,18 @@ def test_skew_of_categoricals(synth_50k):
 
 
 def test_cardinality_grows_with_rows(tmp_path):
-    small = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000))
-    large = SyntheticData(SynthConfig(out=str(tmp_path), rows=10_000_000))
+    """The vocabularies are fitted to the row count (``sc.fit``, what SyntheticData holds for each column and what
+    the metadata's vocabulary_sizes report): C3's expected distinct count is the real rows' at 10k rows and over
+    100 times that at 10M, C9 keeps its 3 values; written files: 40k rows hold over 4 times the distinct C3
+    values of 5k. (At 10M only C3 and C9 are fitted: a SyntheticData fits all 26 columns, ~11 CPU-seconds.)"""
     prof = sc.CATEGORICAL["C3"]
-    distinct = {n: sc.expected_distinct(d.shapes["C3"][0], d.vocab["C3"], n * (1 - prof.missing))
-                for n, d in ((10_000, small), (10_000_000, large))}
+    fitted = {n: sc.fit(prof, n) for n in (10_000, 10_000_000)}
+    distinct = {n: sc.expected_distinct(shape, vocab, n * (1 - prof.missing)) for n, (shape, vocab) in fitted.items()}
     assert distinct[10_000] == pytest.approx(5520, rel=0.02)
-    assert distinct[10_000_000] > 100 * distinct[10_000] and large.vocab["C9"] == 3
-    generate(str(tmp_path / "a"), 5_000, seed=1)
-    generate(str(tmp_path / "b"), 40_000, seed=1)
+    assert distinct[10_000_000] > 100 * distinct[10_000] and sc.fit(sc.CATEGORICAL["C9"], 10_000_000)[1] == 3
+    a = generate(str(tmp_path / "a"), 5_000, seed=1)
+    b = generate(str(tmp_path / "b"), 40_000, seed=1)
+    assert [m["vocabulary_sizes"]["C3"] for m in (a, b)] == [sc.fit(prof, n)[1] for n in (5_000, 40_000)]
     n_a, n_b = (read_tsv(tmp_path / d / "part-00000.tsv")["C3"].n_unique() for d in "ab")
     assert n_b > 4 * n_a
 
@@ -123,11 +126,28 @@ def test_large_data_has_the_real_share_of_values_seen_once():
         assert sc.fit(prof, sc.FRESH_MIN_ROWS - 1) == (prof, sc.vocabulary_size(prof, sc.FRESH_MIN_ROWS - 1))
 
 
+FRESH_COLUMNS = ("C3", "C10")   # a vocabulary of MAX_VOCAB (C3) and a finite one (C10) with fresh ids above it
+
+
 @pytest.fixture
 def fresh_from_10k(monkeypatch):
-    """Fresh ids already at 10k rows (the generator's caches cleared around the change)."""
+    """Fresh ids already at 10k rows in FRESH_COLUMNS; the other columns keep the default (none below
+    FRESH_MIN_ROWS), as fitting the fresh share of all 22 columns that would get one costs ~6 CPU-seconds, the
+    same code on each column. The generator's caches are cleared around the change."""
     from synthetic import generator as synthetic
-    monkeypatch.setattr(sc, "FRESH_MIN_ROWS", 10_000)
+
+    fit, fresh = sc.fit, [sc.CATEGORICAL[c] for c in FRESH_COLUMNS]
+
+    def fit_fresh_from_10k(prof, rows):
+        if prof not in fresh:
+            return fit(prof, rows)
+        default, sc.FRESH_MIN_ROWS = sc.FRESH_MIN_ROWS, 10_000
+        try:
+            return fit(prof, rows)
+        finally:
+            sc.FRESH_MIN_ROWS = default
+
+    monkeypatch.setattr(sc, "fit", fit_fresh_from_10k)
     for cached in (synthetic._shapes, synthetic._calibration):
         cached.cache_clear()
     yield
@@ -137,10 +157,14 @@ def fresh_from_10k(monkeypatch):
 
 
 def test_fresh_ids_keep_the_bytes_whatever_the_split(tmp_path, fresh_from_10k):
+    """Columns with fresh ids, cut into 3 files inside blocks: the one file's bytes. The files are written in this
+    process (workers=1): writers in processes of their own, test_deterministic_bytes_whatever_the_split, would
+    only get the fitted shapes pickled here, and each costs an interpreter importing polars (~1.7 CPU-seconds)."""
     rows = BLOCK_ROWS + 3_000
     one = generate(str(tmp_path / "one"), rows, seed=11)
-    split = generate(str(tmp_path / "split"), rows, files=3, seed=11, workers=2)
-    assert one["fresh_id_shares"]["C3"] > 0 and one["fresh_id_shares"] == split["fresh_id_shares"]
+    split = generate(str(tmp_path / "split"), rows, files=3, seed=11, workers=1)
+    assert set(one["fresh_id_shares"]) == set(FRESH_COLUMNS) and min(one["fresh_id_shares"].values()) > 0
+    assert one["fresh_id_shares"] == split["fresh_id_shares"]
     whole = (tmp_path / "one" / "part-00000.tsv").read_bytes()
     assert b"".join((tmp_path / "split" / f["name"]).read_bytes() for f in split["files"]) == whole
     assert one["best_auc"] == split["best_auc"]

@@ -400,13 +400,39 @@ def test_real_list_table_preprocess_train_evaluate_score(tmp_path, criteo_10k):
 PLANTED_SIZES = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 1, 9, 5, 1, 1, 1, 10, 10, 10, 10, 3, 1, 1]
 
 
+def best_auc_of_the_last_rows(config, n: int) -> tuple[float, np.ndarray]:
+    """The planted model's (the true probabilities') ROC AUC on the last ``n`` rows that ``config`` generated (the
+    ordered split's test rows), and their labels: their blocks made again by the generator."""
+    from synthetic.generator import BLOCK_ROWS, SyntheticData
+    from training.metrics import roc_auc
+
+    data, first = SyntheticData(config), config.rows - n
+    blocks = [data.block(b) for b in range(first // BLOCK_ROWS, -(-config.rows // BLOCK_ROWS))]
+    skip = first - first // BLOCK_ROWS * BLOCK_ROWS
+    p, y = (np.concatenate([getattr(b, f) for b in blocks])[skip:] for f in ("probability", "label"))
+    return roc_auc(p, y), y
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_planted_multi_hot_model_within_0_01_of_its_best_auc(tmp_path):
     """`dlrmflow synth --multi-hot-sizes` rows -> preprocess (the written spec, pooling mean: the planted term of
-    a list is the mean of its ids' effects) -> train (preset synthetic) -> evaluate: test AUC within 0.01 of the
-    generator's recorded best AUC. Measured at 100k rows: 0.766 vs 0.788 with mean pooling, 0.746 with sum
-    (one-hot rows: 0.767 vs 0.785), so this needs the one-hot test's 500k rows: 0.7777 vs 0.7853 (~60 s).
+    a list is the mean of its ids' effects) -> train (preset synthetic, changes below) -> evaluate: test AUC within
+    0.01 of the best AUC of the same rows (the true probabilities'). 500k rows, seed 0 (fewer miss or nearly: 100k
+    rows with the preset's settings ended 0.022 below the best, 300k at threshold 600 and lr 0.02 0.0085 below).
+
+    The bar is the test rows' own best AUC, not the generator's recorded best_auc (all 500k rows): a 50k-row test
+    split's own best is off that by as much as the model's margin (seeds 0, 1, 2: +0.0014, -0.0046, +0.0029), so
+    the recorded one passed seed 0 and failed seed 1 with the same learning (0.7777 vs 0.7853 and 0.7690 vs
+    0.7824, both 0.009 below their own rows' best).
+
+    The preset's training and preprocessing, but for one epoch at learning rate 0.04 instead of two at 0.02 (the
+    second added nothing: validation AUC flat after ~800 steps) and a frequency threshold of 1000 instead of 100
+    (the planted effects sit on each column's top 64 values, rarer ones share one effect: at 100 some 10,800 rarer
+    ids of the planted columns kept rows of their own, each to learn that one effect, at 1000 ~900, while 170 of
+    the 848 planted values, rare ones, join index 0): training 48 -> ~22 CPU-seconds.
+    Measured gaps to the test rows' best (seeds 0, 1, 2): 0.0073, 0.0069, 0.0069 (the preset's threshold and two
+    epochs: 0.009, 0.009); labels shuffled: test AUC 0.5. Sum pooling instead of mean is not caught: 0.0090.
 
     The training and the evaluation are the ranks' own code (training.train_worker.train, then
     training.evaluate_worker.evaluate of the best checkpoint, which writes eval/test/metrics.json) in this process
@@ -416,25 +442,29 @@ def test_planted_multi_hot_model_within_0_01_of_its_best_auc(tmp_path):
     from helpers.processes import one_rank
     from nightly.config import PipelinePreset
     from preprocessing import PreprocessConfig, run as preprocess
-    from synthetic.generator import SPEC_FILE, generate
+    from synthetic.generator import SPEC_FILE, SynthConfig, write
     from training import evaluate_worker, train_worker
     from training.config import EvaluateConfig, TrainConfig
     from training.launchers.base import check_dataset
 
     rows = 500_000
-    raw = tmp_path / "raw"
-    meta = generate(str(raw), rows, seed=0, multi_hot_sizes=PLANTED_SIZES)
-    hint = PipelinePreset.named("synthetic").preprocess.model_dump(exclude_unset=True)
-    ds = Path(preprocess(PreprocessConfig(inputs=[str(raw)], spec=str(raw / SPEC_FILE), out=str(tmp_path / "store"),
-                                          progress=False, **hint)))
+    config = SynthConfig(out=str(tmp_path / "raw"), rows=rows, seed=0, multi_hot_sizes=PLANTED_SIZES)
+    meta = write(config)
+    hint = {**PipelinePreset.named("synthetic").preprocess.model_dump(exclude_unset=True), "frequency_threshold": 1000}
+    ds = Path(preprocess(PreprocessConfig(inputs=[config.out], spec=f"{config.out}/{SPEC_FILE}",
+                                          out=str(tmp_path / "store"), progress=False, **hint)))
     written = fspec.load(str(ds)).feature_spec
     assert (written["C15"].hotness, written["C15"].pooling) == (9, "mean")
     run = RunDir(str(tmp_path / "run"))
-    run.save_config(check_dataset(TrainConfig.preset("synthetic").with_overrides({"dataset": str(ds)})))
+    overrides = {"dataset": str(ds), "epochs": 1, "eval_every": 390, "optimizer.embedding.lr": 0.04,
+                 "optimizer.dense.lr": 0.04}
+    run.save_config(check_dataset(TrainConfig.preset("synthetic").with_overrides(overrides)))
     with one_rank():
         train_worker.train(run, resume=False)
         evaluate_worker.evaluate(run, EvaluateConfig())
     assert run.is_complete()
     test = run.eval_metrics("test")
     assert test["rows"] == rows // 10 and test["step"] == Checkpointer(run).step_of("best")
-    assert test["auc"] >= meta["best_auc"] - 0.01, (test["auc"], meta["best_auc"])
+    best, labels = best_auc_of_the_last_rows(config, test["rows"])
+    np.testing.assert_array_equal(labels, np.fromfile(ds / "test" / "label.bin", np.bool_))   # the same rows
+    assert test["auc"] >= best - 0.01, (test["auc"], best, meta["best_auc"])
