@@ -14,8 +14,9 @@ a flow run of ``dlrmflow serve``) gets a job that leads a session of its own ins
 signals that stop a job (SIGINT, SIGTERM, SIGHUP) and ends only after every process of it (what is left once its
 launcher ended is killed), so a stop that waits for the client waits for the job; a SIGKILL of the client ends the
 job a moment later (its watcher), not at once. Where the job
-cannot be served warm (no server; a Slurm job: Slurm owns its processes, their cgroup and signals; a torch build
-with GPU support: its ranks are not forked), the client execs the plain launcher. What differs from a plain
+cannot be served warm (no server; a Slurm job: Slurm owns its processes, their cgroup and signals; a client in
+other Linux namespaces than the server's: a private mount namespace's files; a torch build with GPU support: its
+ranks are not forked), the client execs the plain command. What differs from a plain
 launch: the forked processes' command line and start-up environment in /proc are the server's.
 """
 
@@ -34,6 +35,7 @@ from training.launchers import torchrun   # its top imports nothing heavy; torch
 ENV = "DLRMFLOW_WARM_LAUNCHER"   # the server's socket, in the environment of the processes that launch jobs
 MODULE = "training.launchers.warm"   # this module's name, also where it runs as __main__
 SERVED = (torchrun.__name__, "training.export")   # the modules whose main(argv) a job runs: what the server imports
+NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc")   # a client in others than the server's launches plainly
 _HEADER = struct.Struct("!I")
 
 
@@ -59,7 +61,8 @@ def client(path: str, module: str, argv: list[str]) -> None:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         payload = json.dumps({"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
-                              "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0)}).encode()
+                              "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
+                              "namespaces": _namespaces()}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
     except OSError:
         _plain()
@@ -112,6 +115,18 @@ def _signal_group(group: int, sig: int) -> None:
             os.killpg(group, sig)
         except ProcessLookupError:
             pass
+
+
+def _namespaces() -> dict[str, str]:
+    """This process's Linux namespaces (``mnt:[4026531841]``...): a job forked by a server in others would see
+    other mounts (a test's private tmpfs), network or processes than its command."""
+    found = {}
+    for name in NAMESPACES:
+        try:
+            found[name] = os.readlink(f"/proc/self/ns/{name}")
+        except OSError:
+            pass
+    return found
 
 
 def _end_group(group: int) -> None:
@@ -188,8 +203,9 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
     except (OSError, ValueError):
         conn.close()
         return
-    if len(fds) != 3 or request.get("module") not in SERVED:
-        _send(conn, {"refused": "not a job this server runs"})
+    if len(fds) != 3 or request.get("module") not in SERVED or request.get("namespaces") != _namespaces():
+        _send(conn, {"refused": "not a job this server runs (or one in other namespaces)"})
+        print(f"refused pid {request.get('pid')}: {request.get('module')}, other namespaces or no stdio", flush=True)
         conn.close()
         for fd in fds:
             os.close(fd)
