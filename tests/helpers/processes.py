@@ -12,6 +12,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def live_processes(*, group: int | None = None, session: int | None = None) -> dict[int, int]:
+    """pid -> parent pid of the live (not zombie) processes of process ``group`` or of ``session``."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()   # after "(comm)"
+        except OSError:
+            continue
+        if fields[0] not in "ZX" and (int(fields[2]) == group or int(fields[3]) == session):
+            found[int(entry)] = int(fields[1])
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -26,6 +26,7 @@ import pytest
 from common.lease import LeaseHeld
 from helpers.fake_cluster import executable
 from helpers.paths import REPO
+from helpers.processes import live_processes
 from training.config import TrainConfig
 from training.launchers import KubernetesLauncher, LaunchError, LocalLauncher, RankJob, build_launcher
 from training.rundir import RunDir
@@ -155,19 +156,6 @@ with launcher.lease(run, "training") as held:
 """
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in "ZX":
-            found.append(int(pid))
-    return found
-
-
 def _growing(path: Path, for_s: float = 0.5) -> bool:
     before = path.stat().st_size
     time.sleep(for_s)
@@ -195,17 +183,17 @@ def test_a_take_over_stops_the_killed_holders_local_job_first(tmp_path):
         assert job["what"] == f"local torchrun, process group {pgid} on {socket.gethostname()}"
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(10)
-        assert _growing(run / "writes") and _group(pgid), "nothing outlived the holder: nothing to fence"
+        assert _growing(run / "writes") and live_processes(group=pgid), "nothing outlived the holder: nothing to fence"
 
         said = []
         with LocalLauncher().lease(RunDir(str(run)), "training", say=said.append) as held:
-            assert not _group(pgid)   # stopped before the lease was taken over
+            assert not live_processes(group=pgid)   # stopped before the lease was taken over
             assert not _growing(run / "writes", 0.3)
             assert "job" not in _lease(run) and held is not None
     finally:
         if holder.poll() is None:
             os.killpg(holder.pid, signal.SIGKILL)
-        if pgid and _group(pgid):
+        if pgid and live_processes(group=pgid):
             os.killpg(pgid, signal.SIGKILL)
     where = re.escape(f"local job of process group {pgid} on {socket.gethostname()}")
     assert said[0] == (f"dlrmflow: the lease of {run} is stale (its holder is gone or expired): stopping its job "

@@ -16,7 +16,7 @@ import pytest
 
 from helpers.datasets import write_dataset
 from helpers.paths import REPO
-from helpers.processes import until
+from helpers.processes import live_processes, until
 from training.launchers import warm
 
 ARGS = ["--nproc", "2", "--set", "data.batch_size=64", "--set", "log_every=2", "--set", "eval_every=8"]
@@ -42,19 +42,6 @@ def _train(run: Path, dataset: Path, *extra: str, env: dict[str, str]) -> tuple[
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0, done.stderr[-3000:]
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
-
-
-def _group(pgid: int) -> dict[int, int]:
-    """pid -> parent pid of the live processes of process group ``pgid``."""
-    found = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in "ZX" and int(fields[2]) == pgid:
-            found[int(entry)] = int(fields[1])
-    return found
 
 
 @pytest.mark.slow
@@ -84,29 +71,16 @@ def test_a_job_through_the_warm_launcher_is_the_plain_one_and_dies_with_its_comm
     try:
         until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
         client = int(Path(f"/proc/{command.pid}/task/{command.pid}/children").read_text().split()[0])
-        group = _group(client)   # the client leads the job's group (the local launcher's process_group=0)
+        group = live_processes(group=client)   # the client leads the job's group (the local launcher's process_group=0)
         forked = [pid for pid, parent in group.items() if parent == server]
         assert len(forked) == 1 and len(group) == 4, group   # client, the forked launcher, its two ranks
     finally:
         command.send_signal(signal.SIGKILL)
         command.wait()
     deadline = time.monotonic() + 15
-    while _group(client) and time.monotonic() < deadline:
+    while live_processes(group=client) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group(client), "a process of the killed command's job survived"
-
-
-def _session(sid: int) -> list[int]:
-    """The live processes of session ``sid``."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in "ZX" and int(fields[3]) == sid:
-            found.append(int(entry))
-    return found
+    assert not live_processes(group=client), "a process of the killed command's job survived"
 
 
 @pytest.mark.slow
@@ -128,14 +102,14 @@ def test_a_command_of_another_session_gets_a_warm_job_that_ends_before_it(warm_l
     try:
         until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
         forked = [int(p) for p in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
-        job = [pid for pid in forked if _session(pid)]
-        assert len(job) == 1 and len(_session(job[0])) == 3, (forked, job)   # the launcher leads it; two ranks
+        job = [pid for pid in forked if live_processes(session=pid)]
+        assert len(job) == 1 and len(live_processes(session=job[0])) == 3, (forked, job)   # the launcher leads it; two ranks
         os.killpg(command.pid, signal.SIGINT)   # Ctrl-C: the command stops its job (local.stop_local_job)
         out, _ = command.communicate(timeout=60)
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
-    left = {p: Path(f"/proc/{p}/stat").read_text() for p in _session(job[0])}
+    left = {p: Path(f"/proc/{p}/stat").read_text() for p in live_processes(session=job[0])}
     assert not left, f"the job outlived the command that was stopped: {left}"
     assert "process(es), SIGTERM)" in out, out[-2000:]   # its client ended after the job, within the stop's wait
