@@ -64,6 +64,7 @@ from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
 from training.inference import DLRMInference, plain_state
+from training.launchers import warm
 from training.rundir import RunDir
 
 FORMAT = 1
@@ -226,8 +227,6 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
     answer: dict[str, Any] = {}
     writer: int | None = None
     try:
-        from training.launchers import warm
-
         cmd = dying_with_this_process(warm.through_server(
             [sys.executable, "-P", "-m", "training.export", "--scratch", scratch, run.uri, str(step), out]))
         # its output through a pipe (not a file: the temporary folder may be on the full disk), its last lines kept

@@ -103,7 +103,8 @@ def test_a_command_of_another_session_gets_a_warm_job_that_ends_before_it(warm_l
         until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
         forked = [int(p) for p in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
         job = [pid for pid in forked if live_processes(session=pid)]
-        assert len(job) == 1 and len(live_processes(session=job[0])) == 3, (forked, job)   # the launcher leads it; two ranks
+        # the forked launcher leads a session of its own, its two ranks in it
+        assert len(job) == 1 and len(live_processes(session=job[0])) == 3, (forked, job)
         os.killpg(command.pid, signal.SIGINT)   # Ctrl-C: the command stops its job (local.stop_local_job)
         out, _ = command.communicate(timeout=60)
     finally:

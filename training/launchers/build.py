@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from training.launchers.base import Launcher
-from training.launchers.config import KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig, launcher_config
+from training.launchers.config import (KubernetesLauncherConfig, LocalLauncherConfig, SlurmLauncherConfig,
+                                       launcher_config)
 from training.launchers.kubernetes import KubernetesLauncher
 from training.launchers.local import LocalLauncher
 from training.launchers.slurm import SlurmLauncher

@@ -5,19 +5,19 @@ its own) is forked the same way. For a machine that starts many small jobs, as t
 ``$DLRMFLOW_WARM_LAUNCHER`` names the server's socket (``python -m training.launchers.warm --serve SOCKET``).
 
 ``training.launchers.local`` (and ``training.export``) then runs ``python -m training.launchers.warm SOCKET MODULE
-ARGS`` (the client) in the plain command's place. The client hands the server its stdin/stdout/stderr, environment, folder and process
-group; the forked launcher takes them, joins the client's process group (so that the local launcher's stop, the
-run lease's fence and a kill of the group reach it and its ranks as before), and is killed with that group when
-the client dies (a SIGKILL included). The client ends with the job's exit status. A client in another session
-than the server's (a process group can only be joined within one: a command started with ``start_new_session``,
-a flow run of ``dlrmflow serve``) gets a job that leads a session of its own instead: the client passes it the
-signals that stop a job (SIGINT, SIGTERM, SIGHUP) and ends only after every process of it (what is left once its
-launcher ended is killed), so a stop that waits for the client waits for the job; a SIGKILL of the client ends the
-job a moment later (its watcher), not at once. Where the job
-cannot be served warm (no server; a Slurm job: Slurm owns its processes, their cgroup and signals; a client in
-other Linux namespaces than the server's: a private mount namespace's files; a torch build with GPU support: its
-ranks are not forked), the client execs the plain command. What differs from a plain
-launch: the forked processes' command line and start-up environment in /proc are the server's.
+ARGS`` (the client) in the plain command's place. The client hands the server its stdin/stdout/stderr, environment,
+folder and process group; the forked launcher takes them, joins the client's process group (so that the local
+launcher's stop, the run lease's fence and a kill of the group reach it and its ranks as before), and is killed with
+that group when the client dies (a SIGKILL included). The client ends with the job's exit status. A client in
+another session than the server's (a process group can only be joined within one: a command started with
+``start_new_session``, a flow run of ``dlrmflow serve``) gets a job that leads a session of its own instead: the
+client passes it the signals that stop a job (SIGINT, SIGTERM, SIGHUP) and ends only after every process of it (what
+is left once its launcher ended is killed), so a stop that waits for the client waits for the job; a SIGKILL of the
+client ends the job a moment later (its watcher), not at once. Where the job cannot be served warm (no server; a
+Slurm job: Slurm owns its processes, their cgroup and signals; a client in other Linux namespaces than the server's:
+a private mount namespace's files; a torch build with GPU support: its ranks are not forked), the client execs the
+plain command. What differs from a plain launch: the forked processes' command line and start-up environment in
+/proc are the server's.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def client(path: str, module: str, argv: list[str]) -> None:
 
 
 def _plain() -> None:
-    """Exec the command this client stands for: its own command line without ``-m MODULE SOCKET``."""
+    """Exec the command this client stands for: its own command line without ``training.launchers.warm SOCKET``."""
     i = sys.orig_argv.index(MODULE)
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:i], *sys.orig_argv[i + 2:]])
 
