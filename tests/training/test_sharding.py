@@ -1,13 +1,11 @@
 """Hardware profiles, the sharding planner without hardware, `dlrmflow plan`, and a real 2-rank gloo run.
 
-Run as a script (from the last test) this file is that 2-rank run: one interpreter imports torch and TorchRec,
-then forks its second rank (see ``_two_ranks``).
+Run as a script (by torchrun, from the last test) this file is the worker of that 2-rank run.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -21,6 +19,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from common.errors import UserError
 from feature_spec import Chunk, Feature, FeatureSpec, save
 from training.config import COMPUTE_KERNELS, SHARDING_TYPES, ShardingConfig, TableConstraint
+from training.launchers import warm
 from training.sharding import (DoesNotFit, format_plan, plan_tables, rank_usage,
                                table_bytes)
 from training.topology import (ARCH_BANDWIDTHS, GiB, PROFILES, UNKNOWN_GPU, build_topology, host_memory,
@@ -233,19 +232,20 @@ def test_plan_command_for_a_dataset_and_for_cardinalities(tmp_path, capsys):
 
 @pytest.mark.slow
 # ---- a real 2-rank run --------------------------------------------------------------------
-def test_row_wise_on_two_gloo_ranks_matches_the_unsharded_module(tmp_path):
-    """Two processes on gloo (this file as a script: one interpreter, its second rank forked after the imports,
-    where torchrun would start two interpreters importing torch and TorchRec each, ~6 CPU-seconds apiece, and an
-    agent of its own): row-wise shards give the unsharded module's output on each rank's own batch."""
+def test_row_wise_on_two_gloo_ranks_matches_the_unsharded_module():
+    """Two ranks on gloo under torchrun (``training.launchers.torchrun``, as every rank job: its ranks forked after
+    its imports; forked from the warm launcher where the suite has one, in a process group of its own): row-wise
+    shards give the unsharded module's output on each rank's own batch."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-u", __file__, str(tmp_path / "store")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    cmd = warm.through_server([sys.executable, "-u", "-m", "training.launchers.torchrun", "--standalone",
+                               "--nproc-per-node", "2", __file__])
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, process_group=0)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     lines = proc.stdout.splitlines()
     assert all(f"rank {r}: forward matches unsharded" in lines for r in (0, 1)), proc.stdout[-3000:]
 
 
-def _worker(rank: int, ws: int, store: str) -> None:
+def _worker() -> None:
     import torch.distributed as dist
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -253,9 +253,8 @@ def _worker(rank: int, ws: int, store: str) -> None:
 
     from training.sharding import sharders
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=ws,
-                            timeout=timedelta(seconds=60))
-    assert (dist.get_rank(), dist.get_world_size()) == (rank, ws)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank, ws = dist.get_rank(), dist.get_world_size()
     # rank 0's planner error reaches every rank instead of leaving rank 1 waiting in the broadcast
     try:
         plan_tables(tables_of([10**10]), ShardingConfig(profile="cpu"), ws, ws, 8, pg=dist.group.WORLD)
@@ -288,35 +287,5 @@ def _worker(rank: int, ws: int, store: str) -> None:
     dist.destroy_process_group()
 
 
-def _two_ranks(store: str) -> int:
-    """Ranks 0 and 1 of ``_worker``: this process and a fork of it made after every import (one interpreter's
-    imports instead of two; nothing runs in it yet but this thread, so the fork copies no other thread's state).
-    A failed rank exits non-zero; rank 0 kills rank 1 when it fails itself, so nothing waits for it."""
-    import traceback
-
-    import torch.distributed  # noqa: F401 - imported before the fork, as everything _worker imports
-    import torchrec.distributed.model_parallel  # noqa: F401
-    import torchrec.modules.embedding_modules  # noqa: F401
-    import torchrec.sparse.jagged_tensor  # noqa: F401
-
-    threads = os.listdir("/proc/self/task")   # every thread of the process, not only Python's
-    assert len(threads) == 1, f"{len(threads)} threads before the fork"
-    child = os.fork()
-    rank = 1 if child == 0 else 0
-    try:
-        _worker(rank, 2, store)
-        ok = True
-    except BaseException:  # noqa: BLE001 - the rank's traceback is the test's message
-        traceback.print_exc()
-        sys.stderr.flush()
-        ok = False
-    if child == 0:
-        os._exit(0 if ok else 1)
-    if not ok:
-        os.kill(child, signal.SIGKILL)
-    _, status = os.waitpid(child, 0)
-    return 0 if ok and os.waitstatus_to_exitcode(status) == 0 else 1
-
-
 if __name__ == "__main__":
-    sys.exit(_two_ranks(sys.argv[1]))
+    _worker()
