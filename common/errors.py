@@ -20,6 +20,8 @@ named here is gone):
 
 from __future__ import annotations
 
+import reprlib
+
 
 class UserError(Exception):
     """A problem with the user's input (file, URI, spec, option) rather than a bug.
@@ -27,3 +29,29 @@ class UserError(Exception):
     The command line and the flows show its message without a traceback. Every package's
     input errors derive from it; the message says what, where and how to fix it.
     """
+
+
+QUOTED_CHARS = 80      # of a value quoted in a message
+MESSAGE_CHARS = 2000   # of a message kept in an event, a verdict, a history entry
+
+
+def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
+    """``repr`` of ``value`` for a message: of its first ``limit`` characters (bytes) at most, with its size after
+    it when cut (``'abc'... (104,857,600 bytes)``). A value read from a file may be any size; a message is a line."""
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if isinstance(value, (str, bytes)):
+        if len(value) <= limit:
+            return repr(value)
+        size = len(value.encode(errors="surrogatepass") if isinstance(value, str) else value)
+        return f"{value[:limit]!r}... ({size:,} bytes)"
+    shown = reprlib.Repr()   # a container's repr without walking all of it
+    shown.maxstring = shown.maxother = limit
+    text = shown.repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def bounded(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out: what a record or an event keeps of a
+    message that may quote anything."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"

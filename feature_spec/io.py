@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from common.config import dump_yaml, load_yaml
 from common.atomic import write_uri
+from common.errors import quoted
 from common.store import read_text
 
 from .errors import SpecError
@@ -67,7 +68,7 @@ def _from_validation_error(e: ValidationError, source: str | None) -> SpecError:
     section = loc[0] if loc else None
     feature = loc[1] if len(loc) > 1 else None
     key = ".".join(loc[2:]) if len(loc) > 2 else None
-    problem = f"{key + ': ' if key else ''}{err['msg']} (got {err.get('input')!r})."
+    problem = f"{key + ': ' if key else ''}{err['msg']} (got {quoted(err.get('input'))})."
     if section not in ("feature_spec", "source_spec", "channel_spec", "metadata"):
         return SpecError(f"unknown section '{section}'.", path=source,
                          fix="a feature spec has only feature_spec, source_spec, channel_spec and metadata.")
@@ -84,7 +85,7 @@ def load(uri: str, **storage_options: Any) -> FeatureSpec:
         raise SpecError(f"feature spec '{path}' does not exist.",
                         fix="pass a dataset folder written by `dlrmflow preprocess`, or the path of a spec YAML.") from None
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, path)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

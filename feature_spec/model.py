@@ -22,6 +22,7 @@ feature's embedding bag pools a row's values; ``sep`` is the element separator o
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from typing import Any, Literal
 
@@ -190,11 +191,108 @@ class FeatureSpec(BaseModel):
 
     # ---- validation -----------------------------------------------------------------
     def validate_spec(self) -> "FeatureSpec":
-        """Check the cross-section rules; raise SpecError naming section, feature and fix."""
+        """Check the keys (``key_problems``) and the cross-section rules; raise SpecError naming section, feature
+        and fix (the first problem; ``dlrmflow spec check`` lists them all)."""
+        if problems := key_problems(self):
+            path, problem, fix = problems[0]
+            raise SpecError(problem, section=path[0], feature=".".join(path[1:]) or None,
+                            fix=f"{fix} Run `dlrmflow spec check SPEC` for all problems.")
         _check_channels(self)
         _check_features(self)
         _check_sources(self)
+        _check_file_names(self)
         return self
+
+
+# ---- strictness: keys that are not ours, nor where NVIDIA's format leaves keys open ---------------------------
+FEATURE_KEYS = tuple(Feature.model_fields)
+CHUNK_KEYS = ("type", "features", "files")
+TEXT_CHUNK_KEYS = CHUNK_KEYS + ("header",)   # a csv/tsv chunk: whether its files start with a header row
+# metadata is NVIDIA's open section; these keys are ours (an input spec's, then a dataset's)
+METADATA_KEYS = ("name", "id", "preprocessing", "format_version", "fingerprint", "rows", "bad_rows", "index0_rows",
+                 "vocab", "hash_buckets", "checksums", "list_lengths")
+SPEC_DEFAULTS = ("split", "frequency_threshold")   # an input spec's metadata.preprocessing: defaults of preprocess
+_SPLIT_COLUMN = re.compile(r"^\s*column:([^:]+)")
+
+
+def close_match(word: str, known) -> str | None:
+    """The closest of ``known`` to a misspelt ``word`` (difflib), or None."""
+    import difflib
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _unknown(key: str, near: str | None) -> str:
+    return f"unknown key '{key}'" + (f" (did you mean '{near}'?)." if near else ".")
+
+
+def key_problems(spec: FeatureSpec) -> list[tuple[tuple, str, str]]:
+    """Every key of ``spec`` that would be ignored, as (path of keys, problem, fix): unknown keys of our own
+    sections (an input spec's feature options, chunks, channels, metadata.preprocessing), a key of NVIDIA's open
+    sections (a dataset's feature properties, metadata) that is a near miss of one of ours, and a feature that no
+    channel uses (the id column, the split column and a text chunk's columns aside)."""
+    out: list[tuple[tuple, str, str]] = []
+    dataset = spec.is_dataset
+    for name, f in spec.feature_spec.items():
+        for key in f.model_extra or {}:
+            near = close_match(key, FEATURE_KEYS)
+            if near or not dataset:
+                out.append((("feature_spec", name, key), _unknown(key, near), f"write '{near}'." if near else
+                            f"remove it; a feature's keys are {', '.join(FEATURE_KEYS)} (docs/spec.md)."))
+    for split, chunks in spec.source_spec.items():
+        for i, chunk in enumerate(chunks):
+            known = TEXT_CHUNK_KEYS if chunk.type in ("csv", "tsv") else CHUNK_KEYS
+            for key in chunk.model_extra or {}:
+                problem = f"chunk {i}: {_unknown(key, close_match(key, known))}"
+                out.append((("source_spec", split, str(i), key), problem, f"a {chunk.type} chunk has only "
+                            f"{', '.join(known)}."))
+    for channel in spec.channel_spec:
+        if channel not in CHANNELS and (near := close_match(channel, CHANNELS)):
+            out.append((("channel_spec", channel), f"unknown channel '{channel}' (did you mean '{near}'?).",
+                        f"use only {', '.join(CHANNELS)}."))
+    for key in spec.metadata:
+        if key not in METADATA_KEYS and (near := close_match(key, METADATA_KEYS)):
+            out.append((("metadata", key), _unknown(key, near), f"write '{near}'."))
+    defaults = spec.metadata.get("preprocessing")
+    if not dataset and isinstance(defaults, dict):
+        for key in defaults:
+            if key not in SPEC_DEFAULTS:
+                out.append((("metadata", "preprocessing", key), _unknown(key, close_match(key, SPEC_DEFAULTS)),
+                            f"a spec's metadata.preprocessing holds only {' and '.join(SPEC_DEFAULTS)}; other "
+                            "settings are options of `dlrmflow preprocess` (--help)."))
+    used = {n for names in spec.channel_spec.values() for n in names} | _named_columns(spec)
+    for name in spec.feature_spec:
+        if name not in used:
+            out.append((("feature_spec", name), "is in no channel, so it would be dropped.",
+                        f"add '{name}' to channel_spec.numerical or channel_spec.categorical, or remove it from "
+                        "feature_spec (a column of a headerless file: list the file's columns in a csv/tsv chunk's "
+                        "`features`)."))
+    return out
+
+
+def _named_columns(spec: FeatureSpec) -> set[str]:
+    """Columns a spec may define without a channel: metadata.id, the split column of metadata.preprocessing.split
+    and the columns a text chunk names (a headerless file's)."""
+    names = {c for chunks in spec.source_spec.values() for chunk in chunks if chunk.type != OUTPUT_CHUNK_TYPE
+             for c in chunk.features}
+    if isinstance(spec.metadata.get("id"), str):
+        names.add(spec.metadata["id"])
+    split = (spec.metadata.get("preprocessing") or {}).get("split") \
+        if isinstance(spec.metadata.get("preprocessing"), dict) else None
+    if isinstance(split, str) and (m := _SPLIT_COLUMN.match(split)):
+        names.add(m.group(1).strip())
+    return names
+
+
+def cross_problems(spec: FeatureSpec) -> list[SpecError]:
+    """The first problem of each cross-section rule (channels, features, sources), for a listing of all problems."""
+    out = []
+    for rule in (_check_channels, _check_features, _check_sources, _check_file_names):
+        try:
+            rule(spec)
+        except SpecError as e:
+            out.append(e)
+    return out
 
 
 def _check_channels(spec: FeatureSpec) -> None:
@@ -348,6 +446,35 @@ def _check_dataset_chunks(spec: FeatureSpec, split: str, chunks: list[Chunk], co
             raise SpecError("all numerical features must be in one chunk, in channel_spec order.",
                             section="source_spec", feature=split,
                             fix=f"use one chunk with features {numerical}.")
+
+
+def _check_file_names(spec: FeatureSpec) -> None:
+    """Two features never share a file: an input spec's categoricals by the files preprocessing names after them
+    (``categorical_file_name``, ``offsets_file_name``, the list lengths of its parts, the vocabulary's
+    ``path_segment``: ``x`` and ``cat_x.bin``, ``a/b`` and ``a_b-82badf67`` would meet), a dataset's by the files
+    its chunks list."""
+    owner: dict[str, str] = {}
+
+    def claim(path: str, name: str, section: str, where: str) -> None:
+        other = owner.setdefault(path, name)
+        if other != name:
+            raise SpecError(f"features '{other}' and '{name}' would share the file {path} (files are named after "
+                            "their features: docs/dataset-format.md).", section=section, feature=where,
+                            fix=f"rename '{name}' (or '{other}').")
+
+    if spec.is_dataset:
+        for split, chunks in spec.source_spec.items():
+            for chunk in chunks:
+                for path in chunk.files:
+                    claim(posixpath.normpath(path), ", ".join(chunk.features), "source_spec", split)
+        return
+    for name in spec.categorical_features:
+        column = categorical_file_name(name)
+        paths = [f"<split>/{column}", f"vocab/{path_segment(name)}.parquet"]
+        if spec.feature_spec[name].variable_length:
+            paths += [f"<split>/{offsets_file_name(name)}", f"<split>/{column[:-len('.bin')]}.lengths.bin"]
+        for path in paths:
+            claim(path, name, "feature_spec", name)
 
 
 def check_relative_path(path: str, *, where: str) -> None:

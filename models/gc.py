@@ -215,9 +215,12 @@ def _open(config: GcConfig) -> Store:
     return store
 
 
-def _listing(store: Store) -> dict[str, dict[str, _Entry]]:
+def _listing(store: Store) -> tuple[dict[str, dict[str, _Entry]], dict[str, str]]:
     """Every top-level folder's entries (``runs`` -> run name -> entry, ...) and under ``TMP`` every ``.tmp-*``
-    leftover (its path relative to the store -> entry), from one recursive listing of the store."""
+    leftover (its path relative to the store -> entry), from one recursive listing of the store; and the symbolic
+    links met (relative path -> where it points), left out of both: gc never follows one (it may leave the store),
+    nor removes it (a link of a top-level folder or of a run, dataset... is said: ``_links``), and a folder that
+    holds one goes by rename and a tree removal that deletes the link, not what it points to."""
     fs, root = filesystem(store.uri)
     root = root.rstrip("/")
     try:
@@ -225,10 +228,14 @@ def _listing(store: Store) -> dict[str, dict[str, _Entry]]:
     except (OSError, ValueError) as e:
         raise UserError(f"store '{store.uri}' cannot be listed: {e}. Fix: check --store and its permissions.") from None
     tops: dict[str, dict[str, _Entry]] = {}
+    links: dict[str, str] = {}
     for path, info in sorted(found.items()):
         rel = path[len(root):].strip("/")
         parts = rel.split("/")
         if not rel:
+            continue
+        if info.get("islink") or any(rel.startswith(link + "/") for link in links):
+            links.setdefault(rel, str(info.get("destination") or "?"))
             continue
         if len(parts) >= 2:
             entry = tops.setdefault(parts[0], {}).setdefault(parts[1], _Entry(f"{root}/{parts[0]}/{parts[1]}"))
@@ -239,7 +246,19 @@ def _listing(store: Store) -> dict[str, dict[str, _Entry]]:
         if tmp is not None:
             key = "/".join(parts[:tmp + 1])
             tops.setdefault(TMP, {}).setdefault(key, _Entry(f"{root}/{key}")).add("/".join(parts[tmp + 1:]), info)
-    return tops
+    return tops, links
+
+
+def _links(links: dict[str, str], say: Callable[[str], None]) -> None:
+    """Say which top-level folders and things of the store are symbolic links, which gc skips; a link in place of
+    ``_trash/`` stops it (a removal would move things through it)."""
+    if TRASH in links:
+        raise UserError(f"the store's {TRASH}/ is a symbolic link (to {links[TRASH]}), where gc would move what it "
+                        f"removes. Nothing was removed. Fix: remove the link {TRASH}.")
+    for rel, where in sorted(links.items()):
+        if rel.count("/") <= 1 and not any(rel.startswith(other + "/") for other in links):
+            say(f"skipped {rel}: a symbolic link (to {where}); gc follows no link, nor removes one. Fix: remove "
+                "the link if it is not needed, or move what it points to into the store.")
 
 
 def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | None, say: Callable[[str], None],
@@ -250,7 +269,8 @@ def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | N
     root = root.rstrip("/")
     local = isinstance(fs, LocalFileSystem)
     keep_runs, keep_datasets, retired, retired_datasets = _named(store, config.keep_nights)
-    listing = _listing(store)
+    listing, links = _listing(store)
+    _links(links, say)
     runs, datasets, works = listing.get(RUNS, {}), listing.get(DATASETS, {}), listing.get(WORK, {})
 
     def uri(*parts: str) -> str:
@@ -436,14 +456,14 @@ def _dataset_of(run: RunDir, e: _Entry, store: Store) -> tuple[str | None, bool]
         if name not in e.files:
             continue
         try:
-            value = load_yaml(run.read_text(name))
+            value = load_yaml(run.read_text(name), run.join(name))
             for k in key:
                 value = value.get(k) if isinstance(value, dict) else None
             value = str(value) if value else None
             if value and ("://" in value or value.startswith("/")):   # a relative one is its writer's: as given
                 value = store.resolve(value)
             return value, True
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        except (OSError, yaml.YAMLError, UnicodeDecodeError, UserError):   # UserError: an alias bomb, say
             return None, False
     return None, True
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from common.errors import UserError
+from common.errors import UserError, bounded
 
 
 class InputError(UserError):
@@ -39,6 +39,7 @@ class BadRowError(UserError):
 
 
 _NAMED = 8   # other bad fields of a row named in its report
+FIELD_BYTES = 64 << 10   # a text value read as a category (or a list of them) longer than this is a bad row
 
 
 class BadRows:
@@ -53,6 +54,7 @@ class BadRows:
     def report(self, line: int, column: str | None, problem: str) -> None:
         """One bad row at a 1-based line (or row for Parquet) of the file."""
         if self.policy == "error":
+            problem = bounded(problem, 1000)   # each value is quoted short (common.errors.quoted); this is the cap
             where = f"{self.uri}: line {line}" + (f", column {column}" if column else "")
             raise blame(BadRowError(f"{where}: {problem} Fix: correct or remove the row, or run with "
                                     "--on-bad-row skip to skip and count malformed rows (up to --max-bad-fraction)."),

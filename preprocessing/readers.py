@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from common.errors import quoted
 from common.prefetch import Prefetcher
 from common.store import open_uri
 
@@ -33,6 +34,10 @@ try:   # ISA-L inflates a .gz 2.0-2.2x faster than zlib, same bytes (benchmarks/
     from isal import isal_zlib as INFLATE
 except ImportError:
     INFLATE = zlib
+
+# the csv module refuses a field over 128 KiB with an error, not a bad row (polars reads any): a value too long for
+# the data is judged as a value (``errors.FIELD_BYTES``), so the module takes any field a block holds
+csv.field_size_limit(max(csv.field_size_limit(), (1 << 31) - 1))
 
 EXTRA = "__extra"
 BLOCK_BYTES = 32 << 20   # ~130k Criteo rows: bounds the parse memory (the raw strings of a block dominate)
@@ -259,7 +264,7 @@ def _read_lines(uri, blocks: Iterator[bytes | memoryview], fmt: Format, types, b
         line = 2
     missing = [c for c in types if c not in columns]
     if missing:
-        raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(columns[:50])}). "
+        raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {_names(columns)}). "
                          "Fix: name the columns in the spec as in the file's header.")
 
     def parse(item):
@@ -286,6 +291,12 @@ def _numbered(blocks: Iterator[bytes | memoryview], line: int) -> Iterator[tuple
             yield k, holder, line
             line += n
             k += 1
+
+
+def _names(columns: list[str], shown: int = 50) -> str:
+    """A file's column names for a message: the first ``shown``, each quoted short (a header may hold anything)."""
+    names = [c if len(c) <= 80 else quoted(c) for c in columns[:shown]]
+    return ", ".join(names) + (f" and {len(columns) - shown} more" if len(columns) > shown else "")
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
@@ -381,9 +392,8 @@ def _utf8_problem(raw: bytes, columns, fmt: Format) -> tuple[str | None, str]:
     for k, field in enumerate(fields):
         if any("\udc80" <= ch <= "\udcff" for ch in field):
             value = field.encode(errors="surrogateescape")
-            shown = repr(value if len(value) <= 40 else value[:40] + b"...")
             return (columns[k] if k < len(columns) else None,
-                    f"value {shown} holds a byte that is not UTF-8 (text inputs are read as UTF-8; "
+                    f"value {quoted(value, 40)} holds a byte that is not UTF-8 (text inputs are read as UTF-8; "
                     "iconv -f LATIN1 -t UTF-8 converts a Latin-1 file).")
     return None, "holds a byte that is not UTF-8 (text inputs are read as UTF-8)."
 
@@ -402,7 +412,7 @@ def cast_checked(df: pl.DataFrame, types, lines: np.ndarray, bad: BadRows) -> tu
         failed = (col.is_not_null() & cast.is_null()).to_numpy()
         if failed.any():
             what = "an integer" if dtype.is_integer() else "a number"
-            failures.append((name, failed, lambda i, col=col, what=what: f"value {col[i]!r} is not {what}."))
+            failures.append((name, failed, lambda i, col=col, what=what: f"value {quoted(col[i])} is not {what}."))
         casts[name] = cast
     df = df.with_columns(**casts) if casts else df
     failed = bad.report_rows(lines, failures)
@@ -418,7 +428,7 @@ def _read_parquet(uri, types, bad):
         names = pf.schema_arrow.names
         missing = [c for c in types if c not in names]
         if missing:
-            raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {', '.join(names[:50])}). "
+            raise InputError(f"{uri}: has no column {missing[0]!r} (columns: {_names(names)}). "
                              "Fix: name the columns in the spec as in the Parquet file.")
         row = 1
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(types)):

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from common.errors import UserError
+from common.errors import UserError, quoted
 from feature_spec import FeatureSpec, categorical_dtype
 
 from . import lists
-from .errors import BadRows, blame
+from .errors import FIELD_BYTES, BadRows, blame
 from .hashing import hash_values
 
 _OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
@@ -170,7 +170,7 @@ def check_numerical(out: pl.DataFrame, transforms: Transforms, max_abs: float, w
                    f"is {values[i]:g} after its {transform} transform, above the output dtype's largest value "
                    f"{max_abs:g}")
         raise NumericalRangeError(
-            f"{where(i)}: numerical feature {name!r}: value {raw!r} {problem}, so it would be written as inf. "
+            f"{where(i)}: numerical feature {name!r}: value {quoted(raw)} {problem}, so it would be written as inf. "
             f"Fix: give {name!r} a `transform: log1p` (or `log3p`) in the input spec, or write float32 numericals "
             "(--numerical-dtype float32).")
 
@@ -199,17 +199,32 @@ def _check(raw: pl.DataFrame, out: pl.DataFrame, transforms: Transforms, lines: 
         elif c.kind == "hex" and out[c.name].null_count() > raw[c.name].null_count():
             checks.append((c.name, raw[c.name].is_not_null() & out[c.name].is_null(),
                            "is not a 32-bit hex id (Criteo categoricals are 8 hex digits)."))
+    checks += _too_long(raw, transforms)
     if transforms.split_column and out[SPLIT_COLUMN].null_count():
         checks.append((transforms.split_column, out[SPLIT_COLUMN].is_null(), "is empty, so the row has no split."))
 
     def problem(name: str, text: str):
         def at(i: int) -> str:
             value = raw[name][i]
-            return f"value {value!r} {text}" if value is not None else text
+            return f"value {quoted(value)} {text}" if value is not None else text
         return at
 
     failed = bad.report_rows(lines, [(name, mask.to_numpy(), problem(name, text)) for name, mask, text in checks])
     return None if failed is None else pl.Series(~failed)   # one report a row, however many of its fields fail
+
+
+def _too_long(raw: pl.DataFrame, transforms: Transforms) -> list[tuple[str, pl.Series, str]]:
+    """(column, mask, problem) of the text categoricals (a text list's whole field) with a value over
+    ``FIELD_BYTES``: a bad row, not a category (hex and int ones that long do not convert: bad rows too)."""
+    found = []
+    for c in transforms.categorical:
+        if c.kind in ("hex", "int") or raw[c.name].dtype != pl.String:
+            continue
+        size = raw[c.name].str.len_bytes()
+        if (size.max() or 0) > FIELD_BYTES:
+            found.append((c.name, (size > FIELD_BYTES).fill_null(False),
+                          f"is longer than {FIELD_BYTES >> 10} KiB, the limit of a categorical value."))
+    return found
 
 
 def hashed_index(values: pl.Series, buckets: int) -> pl.Series:

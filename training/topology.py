@@ -222,7 +222,7 @@ def load_profile(name_or_yaml_path: str) -> HardwareProfile:
         raise UserError(f"unknown hardware profile '{name_or_yaml_path}'. Fix: use {AUTO} (the device's own), "
                         f"one of {', '.join(PROFILES)}, or the path of a profile YAML.")
     try:
-        data = load_yaml(read_text(name_or_yaml_path)) or {}
+        data = load_yaml(read_text(name_or_yaml_path), name_or_yaml_path) or {}
     except FileNotFoundError:
         raise UserError(f"{name_or_yaml_path}: hardware profile YAML does not exist.") from None
     base = data.pop("base", None)

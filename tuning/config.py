@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.config import apply_overrides, validate
+from common.config import apply_overrides, load_yaml, validate
 from common.errors import UserError
 from common.store import TUNES, Store, check_run_name, default_store, read_text
 from training import TrainConfig, preset_names
@@ -111,7 +111,7 @@ class SearchSpace:
         """The space of a YAML file (local or fsspec URI); None: ``default-space.yaml``."""
         path = uri or str(DEFAULT_SPACE)
         try:
-            data = yaml.safe_load(read_text(path)) or {}
+            data = load_yaml(read_text(path), path) or {}
         except FileNotFoundError:
             raise UserError(f"{path}: search space file does not exist. Fix: pass an existing YAML, or leave --space "
                             f"out for the default ({DEFAULT_SPACE}).") from None

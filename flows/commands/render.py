@@ -32,12 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from common.config import load_yaml
     from common.errors import UserError
     from flows.options import build
     from training import RanksConfig, build_launcher, train_job
 
-    launcher = load_yaml(open(args.config)) if args.config else {"kind": "slurm"}
+    launcher = load_yaml(Path(args.config).read_text(), args.config) if args.config else {"kind": "slurm"}
     config = build(RanksConfig, args, {"launcher": launcher}, root="launch")
     if config.launcher.kind == "local":
         raise UserError("the local launcher submits nothing to render. Fix: --launcher slurm or --launcher kubernetes.")

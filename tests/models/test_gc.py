@@ -356,3 +356,40 @@ def test_parts_of_a_model_alone_and_without_a_night_or_templates(tmp_path):
     assert len(report.removals) == 9
     _record(config.store, "short", DATE, DATE)   # without a night: the recorded window (from 11-20)
     assert len(gc.collect(config).removals) == 1 and file_parts(config.store) == [fill_date(template, DATE)]
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``folder`` with its size and modification time (ns), symbolic links as links."""
+    return {str(p.relative_to(folder)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def test_gc_never_writes_through_a_symbolic_link_out_of_the_store(tmp_path):
+    root = tmp_path / "store"
+    _store(str(root))
+    outside = tmp_path / "outside"
+    victim = Path(stores.run(str(tmp_path / "elsewhere"), "victim", stores.dataset(str(tmp_path / "elsewhere"), "d"),
+                             days_old=OLD))   # a run folder of another store: it looks removable
+    (outside / "victim").mkdir(parents=True)
+    (outside / "victim" / "keep.txt").write_text("mine")
+    links = {root / "runs" / "evil": outside / "victim", root / "runs" / "victim": victim,
+             root / "datasets" / "evil-d": outside, root / "runs" / "ctr-2026-11-02" / "checkpoints-out": outside}
+    for link, target in links.items():
+        link.symlink_to(target)
+        os.utime(link, (time.time() - OLD * gc.DAY_S,) * 2, follow_symlinks=False)
+    before, theirs = _tree(outside), _tree(victim)
+    said = []
+    report = gc.collect(GcConfig(store=str(root), keep_nights=2), say=said.append)
+    assert _removed(report) == GONE   # the links are no runs or datasets of the store
+    assert _tree(outside) == before and _tree(victim) == theirs   # nothing written, nothing removed out there
+    assert (root / "runs" / "evil").is_symlink() and (root / "datasets" / "evil-d").is_symlink()
+    for rel in ("runs/evil", "runs/victim", "datasets/evil-d"):
+        assert any(line.startswith(f"skipped {rel}: a symbolic link (to ") for line in said), said
+    # the lease writer refuses such a link itself: a run lease through runs/evil would land in outside/victim
+    with pytest.raises(UserError, match=r"would be written through a symbolic link, into .*outside the store"):
+        with RunDir(str(root / "runs" / "evil")).lease("a test"):
+            pass
+    assert _tree(outside) == before
+    (root / "_trash").symlink_to(outside)
+    with pytest.raises(UserError, match="_trash/ is a symbolic link"):
+        gc.collect(GcConfig(store=str(root), keep_nights=2))
+    assert _tree(outside) == before

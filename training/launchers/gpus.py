@@ -49,7 +49,7 @@ def job_hardware(run: RunDir) -> str | None:
     evaluation, scoring) has in the run folder before it starts; None where it cannot be read (the ranks read it
     themselves and say what is wrong with it). Read as YAML: ``training.config`` would import TorchRec."""
     try:
-        data = load_yaml(run.read_text(RunDir.CONFIG))
+        data = load_yaml(run.read_text(RunDir.CONFIG), run.join(RunDir.CONFIG))
         profile = data["sharding"]["profile"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
         return None
@@ -67,7 +67,7 @@ def hardware_hint(profile: str | None) -> Hint | None:
     if not profile.endswith((".yaml", ".yml")):
         return None
     try:
-        base = (load_yaml(read_text(profile)) or {}).get("base")
+        base = (load_yaml(read_text(profile), profile) or {}).get("base")
     except (OSError, ValueError, AttributeError, yaml.YAMLError):
         return None
     if base in PROFILE_VENDORS:

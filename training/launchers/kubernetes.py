@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import yaml
 
+from common.config import load_yaml_all
 from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, Started, infra_dir, render
 from training.launchers.gpus import (RESOURCE_VENDORS, EnvChoice, Hint, choose_env, environments, gpu_vendor,
                                      hardware_hint, job_hardware)
@@ -109,7 +110,7 @@ class KubernetesLauncher(Launcher):
         path = infra_dir() / "k8s" / "train-job.yaml"
         text = render(path.read_text(), {k: v if k in ("name", "job") else json.dumps(v) for k, v in values.items()},
                       str(path))
-        docs = [_prune(d) for d in yaml.safe_load_all(text) if d]
+        docs = [_prune(d) for d in load_yaml_all(text, str(path)) if d]
         return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
 
     def start(self, job: RankJob, run: "RunDir", *, env: dict[str, str] | None, on_line: OnLine,
