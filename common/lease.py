@@ -6,15 +6,19 @@ on S3. A lease past its expiry (a crashed holder) is taken over: on S3 by a PUT 
 ETag (``If-Match``), locally by renaming it away and checking it was the stale one. Limitations: the S3 endpoint
 must honour conditional writes (AWS S3, MinIO and moto do; one that ignores them gives no mutual exclusion, which
 the read-back after each take detects only sometimes); expiry compares wall clocks, so machines sharing a store
-need clocks within a small fraction of ``stale_s``; a lease of a process of this host (same hostname) that no
-longer exists is taken over at once (hosts sharing a store need distinct hostnames); a holder that runs longer than ``stale_s`` can lose the
+need clocks within a small fraction of ``stale_s``; a lease of a process of this host that no longer exists is
+taken over at once (``_gone``: the same hostname, boot and pid namespace, and its pid gone or reused by a later
+process; hosts sharing a store need distinct hostnames); a holder that runs longer than ``stale_s`` can lose the
 lease unless it renews it (``heartbeat_s``: a thread rewrites the record with a new expiry by the same
 conditional replace), and ``Lease.check`` tells a lost lease before each write.
 
 A holder whose work runs elsewhere (a cluster job) records that job in the lease (``Lease.record({"job": ...})``:
 a dict with a ``kind`` and ``what``, a line naming it); the job may outlive its holder, so a stale lease that records
 one is taken over only after ``fence`` (an argument of ``acquire``; the launchers' ``Launcher.fence``) has stopped
-it, and never by a taker without one (``LeaseHeld`` naming the job).
+it, and never by a taker without one (``LeaseHeld`` naming the job), unless the job has provably ended: a job of a
+process group of this host (``pgid``, as the local launcher records it), recorded by a holder of this host's boot and
+pid namespace, with no live process left in that group or in a session of that id (``_job_ended``; gc's removal of
+such a run takes it over at once).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from typing import Callable, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from common import process
 from common.errors import UserError
-from common.store import STORE_LEASE, filesystem, store_error
+from common.store import STORE_LEASE, TOP, WORK, filesystem, store_error
 
 
 class LockLost(UserError):
@@ -154,10 +159,37 @@ class _S3LockObject:
 def _lock_file(uri: str, kind: str, of: str):
     fs, path = filesystem(uri)
     if isinstance(fs, LocalFileSystem):
+        _refuse_link_out(path, kind, of)
         return _LocalLockFile(path)
     if "s3" in fs.protocol:
         return _S3LockObject(fs, path)
     raise UserError(f"{of}: a {kind} needs a local folder or s3://. Fix: use such a store.")
+
+
+def _store_root(path: str) -> str | None:
+    """The store folder that holds the local lease file ``path`` by the store's layout (``STORE_LEASE`` at its top,
+    ``_work/<key>.lease``, ``<top-level folder>/<name>/<lease>``); None for a lease outside a store's layout."""
+    folder = os.path.dirname(path)
+    if os.path.basename(path) == STORE_LEASE:
+        return folder
+    if os.path.basename(folder) == WORK:
+        return os.path.dirname(folder)
+    if os.path.basename(os.path.dirname(folder)) in TOP:
+        return os.path.dirname(os.path.dirname(folder))
+    return None
+
+
+def _refuse_link_out(path: str, kind: str, of: str) -> None:
+    """A UserError where the lease file ``path`` would be written through a symbolic link to a folder outside its
+    store (a run folder that is a link: gc once wrote its removal lease there)."""
+    root = _store_root(path)
+    if root is None:
+        return
+    folder, store = os.path.realpath(os.path.dirname(path)), os.path.realpath(root)
+    if folder != store and not folder.startswith(store.rstrip("/") + "/"):
+        raise UserError(f"{of}: the {kind} {path} would be written through a symbolic link, into {folder}, outside "
+                        f"the store {root}. Nothing is written through a link out of a store. Fix: remove the link, "
+                        "or move what it points to into the store.")
 
 
 def _iso(timestamp: float) -> str:
@@ -176,28 +208,51 @@ def _holder(data: bytes, mtime: float, stale_s: float) -> dict:
 
 
 def _expired(info: dict) -> bool:
-    """Past its expiry, or held by a process of this host that no longer exists or has exited unreaped (a killed
-    run: taken over at once rather than after ``stale_s``; a reused pid only makes it wait for the expiry)."""
+    """Past its expiry, or held by a process of this host that no longer exists (``_gone``: a killed run, taken over
+    at once rather than after ``stale_s``)."""
     if datetime.fromisoformat(info["expires_at"]) < datetime.now(timezone.utc):
         return True
-    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int) or info["pid"] == os.getpid():
+    return _gone(info)
+
+
+def _here(info: dict) -> bool:
+    """Whether the pids of the lease record ``info`` are this host's: its hostname and, where the record has them
+    (records of older versions do not), the same boot and pid namespace."""
+    here = process.pid_space()
+    return info.get("host") == socket.gethostname() and info.get("pid_space", here) == here
+
+
+def _gone(info: dict) -> bool:
+    """Held by a process of this host (``_here``) that has ended, exited unreaped (a zombie), or whose pid a later
+    process reuses (another start time than the recorded one; a record without one waits for its expiry then)."""
+    pid = info.get("pid")
+    if not _here(info) or not isinstance(pid, int):
+        return False
+    if process.LINUX:
+        now = process.started(pid)
+        return now is None or (isinstance(info.get("started"), int) and info["started"] != now)
+    if pid == os.getpid():
         return False
     try:
-        os.kill(info["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:   # exists, owned by another user
         pass
-    return _zombie(info["pid"])
+    return False
 
 
-def _zombie(pid: int) -> bool:
-    """Linux: the process has exited and waits for its parent to reap it (it holds nothing any more)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+def _job_ended(info: dict) -> str | None:
+    """How the job that the stale lease record ``info`` records is known to have ended, None when it is not: a job of
+    a process group of this host (``pgid`` and ``host``, as ``training.launchers.local`` records it) whose holder was
+    of this host too (``_here``), with no live process left in that group or in a session of that id."""
+    job, host = info["job"], info.get("host")
+    pgid = job.get("pgid")
+    if not process.LINUX or not isinstance(pgid, int) or job.get("host") != host or not _here(info):
+        return None
+    if process.live_processes(group=pgid, session=pgid):
+        return None
+    return f"its job had ended (no process left in process group {pgid} on {host})"
 
 
 def _describe(info: dict) -> str:
@@ -221,9 +276,10 @@ class LeaseHeld(UserError):
 
 def _data(owner: str, token: str, stale_s: float, acquired_at: str | None, extra: dict | None) -> bytes:
     now = time.time()
+    here = {"started": process.started(os.getpid()), "pid_space": process.pid_space()}   # None off Linux
     return json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "token": token,
                        "acquired_at": acquired_at or _iso(now), "expires_at": _iso(now + stale_s),
-                       **(extra or {})}).encode()
+                       **{k: v for k, v in here.items() if v is not None}, **(extra or {})}).encode()
 
 
 def _live(held: tuple[bytes, object, float] | None, stale_s: float) -> dict | None:
@@ -369,7 +425,7 @@ def _extra_of(info: dict) -> dict:
     return {k: v for k, v in info.items() if k not in _FIELDS}
 
 
-_FIELDS = ("owner", "host", "pid", "token", "acquired_at", "expires_at")
+_FIELDS = ("owner", "host", "pid", "started", "pid_space", "token", "acquired_at", "expires_at")
 
 
 def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, stale_s: float, poll_s: float = 0.2,
@@ -405,7 +461,7 @@ def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, s
                 data = _data(owner, token, stale_s, None, extra)
             if lock.replace(held[1], data):
                 say(f"took over {name} from {_describe(info)} (expired, or its process is gone: a crashed run)"
-                    + (f"; its job was stopped first: {fenced}" if fenced else ""))
+                    + (f"; {fenced}" if fenced else ""))
                 break
             continue
         if time.monotonic() > deadline:
@@ -428,15 +484,17 @@ def acquire(uri: str, owner: str | None, kind: str, of: str, timeout_s: float, s
 
 
 def _fence(info: dict, fence: Callable[[dict], str] | None, name: str, uri: str) -> str | None:
-    """Stop the job that the stale record ``info`` records before it is taken over (``acquire``): what was done,
-    None when it records none."""
+    """Stop the job that the stale record ``info`` records before it is taken over (``acquire``): what was done, or
+    how it is known to have ended (``_job_ended``: no fence needed), None when it records none."""
     if not isinstance(info.get("job"), dict):
         return None
+    if ended := _job_ended(info):
+        return ended
     if fence is None:
         raise LeaseHeld(f"{name} is stale (held by {_describe(info)}), but its job ({job_of(info)}) may still be "
                         "running, and this taker cannot stop it. Fix: re-run what held it (it stops the job first), "
                         f"or stop the job yourself and remove {uri}.")
-    return fence(info["job"])
+    return f"its job was stopped first: {fence(info['job'])}"
 
 
 @contextmanager

@@ -8,6 +8,10 @@ PID is still its parent, then execs CMD, which keeps the signal (execve clears i
 
 The kernel sends the signal when the *thread* that started the child exits, not when the process does: start
 such a child from a thread that lives as long as the process. Elsewhere than Linux, nothing of this applies.
+
+Whether a process of this host lives, from /proc (Linux): ``started(pid)`` (its start time: with the pid, it names
+one process of a boot, so a pid reused by a later process is told apart), ``live_processes`` (a process group's or
+session's), ``pid_space()`` (the boot and pid namespace in which pids mean that).
 """
 
 from __future__ import annotations
@@ -39,6 +43,42 @@ def dying_with_this_process(cmd: list[str]) -> list[str]:
     if not LINUX:
         return list(cmd)
     return [sys.executable, "-P", "-m", "common.process", str(os.getpid()), *map(os.fspath, cmd)]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first), None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()   # after "(comm)", which may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
+def started(pid: int) -> int | None:
+    """Linux: when process ``pid`` started (clock ticks after boot), None when it has ended (a zombie too: it holds
+    nothing any more) or off Linux."""
+    fields = _stat(pid)
+    return None if fields is None or fields[0] in "ZX" else int(fields[19])
+
+
+def live_processes(*, group: int | None = None, session: int | None = None) -> dict[int, int]:
+    """Linux: pid -> parent pid of this host's live (not zombie) processes of process ``group`` or of ``session``."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        fields = _stat(int(entry))
+        if fields and fields[0] not in "ZX" and (int(fields[2]) == group or int(fields[3]) == session):
+            found[int(entry)] = int(fields[1])
+    return found
+
+
+def pid_space() -> str | None:
+    """Linux: where a pid and its start time name one process: this boot (the kernel's boot id) and this pid
+    namespace; None elsewhere."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f"{f.read().strip()} {os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
 
 
 def exit_text(returncode: int) -> str:

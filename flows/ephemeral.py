@@ -12,6 +12,15 @@ Prefect's own stop at a normal exit is unchanged.
 The one change to Prefect is in one place: ``prefect.server.api.server``'s name ``subprocess`` (used there for
 the server's ``Popen`` only) becomes a proxy whose ``Popen`` does the above. It is made as that module is imported
 (it costs seconds: only a process that starts the server pays), or at once where it already was.
+
+The server answers its owner only (``server_for_its_owner_only``): it listens on 127.0.0.1, where every user of
+the machine reaches it, so it gets a fresh random secret per command, Prefect's own basic auth
+(``PREFECT_SERVER_API_AUTH_STRING`` for the server, ``PREFECT_API_AUTH_STRING`` for our clients: every route of
+its API answers 401 without it; the health and ready probes and the disabled UI's settings excepted). The secret is
+in this process's environment only, which its children inherit (the server included) and which /proc shows to
+its owner only (``/proc/PID/environ`` is mode 0400; never on a command line: ``/proc/PID/cmdline`` is
+world-readable). Its database is private too: the Prefect home is made mode 0700, a SQLite database elsewhere
+0600, and the server writes its files with umask 077.
 """
 
 from __future__ import annotations
@@ -20,10 +29,14 @@ import importlib.abc
 import importlib.machinery
 import os
 import queue
+import secrets
+import stat
 import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Iterator
 
 from common.process import LINUX, dying_with_this_process
 
@@ -44,6 +57,66 @@ def server_dies_with_this_process() -> None:
         sys.meta_path.insert(0, _PatchOnImport())
 
 
+AUTH_SETTINGS = ("PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING")   # the server's, its clients'
+
+
+@contextmanager
+def server_for_its_owner_only() -> Iterator[None]:
+    """For the block (a command's run), an ephemeral Prefect server that this process starts answers only this
+    process and its children (a fresh secret in the environment, the module doc) and keeps its database private
+    (the Prefect home mode 0700). Enter it before Prefect's first client. The environment is restored at its end
+    unless a server was started (it serves on until the process ends: its clients keep the secret). A no-op where
+    ``PREFECT_API_URL`` names a server (its own settings apply) or one is running already (it has its secret)."""
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import PREFECT_API_URL, get_current_settings
+
+    if PREFECT_API_URL.value() or _server_running():
+        yield
+        return
+    before = {name: os.environ.get(name) for name in AUTH_SETTINGS}
+    os.environ.update(dict.fromkeys(AUTH_SETTINGS, secrets.token_urlsafe(32)))
+    refresh_global_settings_context()   # Prefect read its settings from the environment when it was imported
+    settings = get_current_settings()
+    url = settings.server.database.connection_url
+    database = url.get_secret_value() if url else f"sqlite+aiosqlite:///{settings.home}/prefect.db"
+    private = [(settings.home, 0o700)]
+    if database.startswith("sqlite") and ":memory:" not in database:
+        path = database.split(":///", 1)[1].split("?", 1)[0]
+        private += [(f"{path}{suffix}", 0o600) for suffix in ("", "-wal", "-shm", "-journal")]
+    for path, mode in private:
+        _make_private(os.fspath(path), mode)
+    try:
+        yield
+    finally:
+        if not _server_running():   # e.g. a command that failed before its flow, run in a test's interpreter
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            refresh_global_settings_context()
+
+
+def _server_running() -> bool:
+    """Whether an ephemeral server of Prefect's runs in this process."""
+    module = sys.modules.get(SERVER_MODULE)
+    return module is not None and any(server.running for server in module.SubprocessASGIServer._instances.values())
+
+
+def _make_private(path: str, mode: int) -> None:
+    """``path`` (when it exists) readable by its owner only: ``mode`` unless its group's and others' bits are clear."""
+    try:
+        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
+            os.chmod(path, mode)
+            print(f"dlrmflow: made {path} readable by its owner only (mode {mode:o}): the ephemeral Prefect "
+                  "server keeps every run's parameters there", file=sys.stderr)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        print(f"dlrmflow: could not make {path} private ({e.strerror}): other users of this machine may read the "
+              "Prefect runs' parameters there. Fix: chmod go-rwx it.", file=sys.stderr)
+
+
 class _ServerSubprocess:
     """``subprocess`` as ``prefect.server.api.server`` sees it: the module, but ``Popen`` starts the command dying
     with this process, from the thread that is its parent."""
@@ -53,7 +126,7 @@ class _ServerSubprocess:
 
     @staticmethod
     def Popen(args, **kwargs) -> subprocess.Popen:  # noqa: N802 (subprocess's name)
-        return _on_parent_thread(dying_with_this_process(list(args)), kwargs)
+        return _on_parent_thread(dying_with_this_process(list(args)), {"umask": 0o077, **kwargs})
 
 
 def _patch(module) -> None:

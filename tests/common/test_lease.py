@@ -1,8 +1,11 @@
 """Leases (common.lease): heartbeat renewal keeps a long holder's lease, a stale one is taken over, a lost one
 is reported by check(), holder/wait_released, the store lease. Real files, threads and a subprocess."""
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +15,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from common import lease
+from common import lease, process
 from helpers.frozen import frozen_proxy, timed
 from helpers.paths import REPO
 from helpers.processes import until
@@ -70,6 +73,65 @@ def test_a_killed_local_process_lease_is_taken_over_at_once(tmp_path):
     with lease.lease(uri, "me", "job lease", "the job", timeout_s=0, stale_s=30):
         pass
     proc.wait()
+
+
+# a holder that records a job of its own process group (as the local launcher does) with a process in it: a sleep
+KILLED_WITH_A_JOB = """
+import os, socket, subprocess, sys
+from common import lease, process
+held = lease.acquire(sys.argv[1], 'a killed run', 'run lease', 'the run', timeout_s=0, stale_s=3600)
+pgid = os.getpgid(0)
+held.record({"job": {"kind": "local", "host": socket.gethostname(), "pgid": pgid, "what": f"process group {pgid}"}})
+print(subprocess.Popen(["sleep", "600"]).pid, flush=True)
+os.read(0, 1)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
+def test_a_lease_whose_holder_and_job_are_gone_from_this_host_is_taken_over_at_once(tmp_path):
+    """Issue 46: a real holder (a session of its own) records a job of its process group, then is SIGKILLed. While
+    it lives its lease is kept; once it is gone but a process of its group lives, a taker that cannot stop jobs (gc)
+    still refuses; once the group is empty too, it takes the lease over at once (stale_s is an hour). A record whose
+    pid a later process reuses (another start time) is gone too; one of another boot or pid namespace is not."""
+    uri, said = str(tmp_path / "run.lease"), []
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    holder = subprocess.Popen([sys.executable, "-c", KILLED_WITH_A_JOB, uri], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        sleep = int(holder.stdout.readline())
+        record = lease.holder(uri)
+        assert record["pid"] == holder.pid and record["job"]["pgid"] == holder.pid   # alive: kept
+        assert record["started"] == process.started(holder.pid) and record["pid_space"] == process.pid_space()
+        with pytest.raises(lease.LeaseHeld, match="is held by a killed run"):
+            lease.acquire(uri, "gc", "run lease", "the run", timeout_s=0, stale_s=30)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        assert lease.holder(uri) is None   # its holder is gone...
+        with pytest.raises(lease.LeaseHeld, match=r"but its job \(process group \d+\) may still be running"):
+            lease.acquire(uri, "gc", "run lease", "the run", timeout_s=0, stale_s=30)   # ...not its job
+        os.kill(sleep, signal.SIGKILL)
+        until(lambda: not process.live_processes(group=holder.pid), 10, "the job's end")
+        text = (tmp_path / "run.lease").read_text()
+        with lease.lease(uri, "gc", "run lease", "the run", timeout_s=0, stale_s=30, say=said.append):
+            pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+    assert said == [f"took over the run lease of the run from {lease._describe(json.loads(text))} (expired, or its "
+                    f"process is gone: a crashed run); its job had ended (no process left in process group "
+                    f"{holder.pid} on {socket.gethostname()})"]
+
+    with subprocess.Popen(["sleep", "600"]) as other:   # a live process: one that reuses the holder's pid, say
+        for pid, started, space, live in ((other.pid, process.started(other.pid), None, True),
+                                          (other.pid, 1, None, False),   # its pid reused by a later process
+                                          (holder.pid, 1, "another-boot pid:[1]", True)):   # not this host's pids
+            record = {**json.loads(text), "pid": pid, "started": started}
+            record.pop("job")
+            if space:
+                record["pid_space"] = space
+            (tmp_path / "run.lease").write_text(json.dumps(record))
+            assert (lease.holder(uri) is not None) == live, (pid, started, space)
+        other.kill()
 
 
 def test_wait_released_says_what_for_and_returns_when_free(tmp_path):

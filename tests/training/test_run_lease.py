@@ -26,7 +26,10 @@ import pytest
 from common.lease import LeaseHeld
 from helpers.fake_cluster import executable
 from helpers.paths import REPO
-from helpers.processes import live_processes
+from helpers import stores
+from helpers.processes import live_processes, until
+from models import gc
+from models.config import GcConfig
 from training.config import TrainConfig
 from training.launchers import KubernetesLauncher, LaunchError, LocalLauncher, RankJob, build_launcher
 from training.rundir import RunDir
@@ -203,6 +206,60 @@ def test_a_take_over_stops_the_killed_holders_local_job_first(tmp_path):
                         rf"process is gone: a crashed run\); its job was stopped first: stopped the {where} "
                         r"\([12] process\(es\), SIGTERM\)", said[2]), said
     assert len(said) == 3
+
+
+# a holder whose job (a sleep in a process group of its own) dies with it, as torchrun and its ranks do
+KILLED = r"""
+import sys
+import training.launchers.local as local
+from training.launchers import LocalLauncher, RankJob
+from training.rundir import RunDir
+
+local.torchrun_command = lambda job, run_uri, **kw: ["sleep", "600"]
+launcher, run = LocalLauncher(), RunDir(sys.argv[1])
+with launcher.lease(run, "training") as held:
+    launcher.run_ranks(RankJob("train", "m"), run, lease=held, on_line=print)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc, PR_SET_PDEATHSIG)")
+@pytest.mark.timeout(60)
+def test_a_lease_whose_holder_and_job_died_here_is_taken_over_at_once_by_gc_and_a_rerun(tmp_path):
+    """Issue 46: a training SIGKILLed with its local job (its sleep dies with it) left its run lease with the job
+    in it. gc kept such a run on every pass (it cannot stop jobs) and nothing else took it: now a re-run and gc take
+    it over at once, since nothing of the holder or its job is left on this host; while the holder lives, gc keeps
+    the run."""
+    root = str(tmp_path / "store")
+    run = Path(stores.run(root, "old", stores.dataset(root, "old-d")))
+    later = time.time() + 30 * stores.DAY_S   # gc as a month later: the run is old and no model names it
+    holder = subprocess.Popen([sys.executable, "-c", KILLED, str(run)], cwd=REPO, start_new_session=True,
+                              stdout=subprocess.DEVNULL)
+    said: list[str] = []
+    try:
+        until(lambda: (run / RunDir.LEASE).exists() and "job" in _lease(run), 30, "the job", holder)
+        pgid = _lease(run)["job"]["pgid"]
+        assert gc.collect(GcConfig(store=root), say=said.append, now=later).removals == [] and run.exists()
+        assert said[-1] == f"kept run old: in use, its run lease is held by pid {holder.pid} on {socket.gethostname()}"
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        until(lambda: not live_processes(group=pgid), 10, "the job to die with its holder")
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+    left = (run / RunDir.LEASE).read_text()
+    ended = f"its job had ended (no process left in process group {pgid} on {socket.gethostname()})"
+
+    said.clear()
+    with LocalLauncher().lease(RunDir(str(run)), "training", say=said.append) as held:   # the re-run
+        assert held is not None and "job" not in _lease(run)
+    assert len(said) == 1 and said[0].startswith("took over the run lease (training)") and said[0].endswith(ended)
+
+    (run / RunDir.LEASE).write_text(left)   # the lease as the killed training left it, for gc now
+    said.clear()
+    report = gc.collect(GcConfig(store=root), say=said.append, now=later)
+    assert [(r.kind, Path(r.uri).name) for r in report.removals] == [("run", "old"), ("dataset", "old-d")]
+    assert not run.exists()
+    assert any(s.startswith("took over the run lease (removal by gc)") and s.endswith(ended) for s in said), said
 
 
 def test_a_job_that_cannot_be_stopped_from_here_is_never_taken_over_silently(tmp_path):
