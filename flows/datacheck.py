@@ -1,6 +1,6 @@
 """The data gate of a dated run, after preprocessing and before training: each day of the window not judged before
-against the accepted days before it (``nightly.night.check_days``), from the profiles its parse stored per input
-file (no pass over the data). Every night's checks go into a ``data-checks`` table artifact and the model's history;
+against its reference in the model's history (``nightly.night.check_days``), from the profiles its parse stored per
+input file (no pass over the data). Every night's checks go into a ``data-checks`` table artifact and the model's history;
 a day quarantined now emits ``dlrmflow.data.day_quarantined`` (the pipeline plans the night again without it); a
 quarantined test day emits ``dlrmflow.data.check_failed`` and, with ``night.on_data_check: fail``, fails the night
 naming day, feature, check, value and threshold (``warn``: the night trains, and ``compete`` refuses the

@@ -1,27 +1,46 @@
-"""The data gate: each day a dated run reads is judged once, against the accepted days before it (their medians:
-one bad day moves no threshold), from the profiles the parse recorded for every input file
-(``preprocessing.profile``: rows, positives, missing values, histograms, top values; no pass over the data), with the
-thresholds of ``DataCheckConfig`` (docs/nightly.md).
+"""The data gate: each day a dated run reads is judged once, against the reference of the model's history (the
+accepted days before it, by their medians: one bad day moves no threshold), from the profiles the parse recorded
+for every input file (``preprocessing.profile``: rows, positives, missing values, histograms, top values, sampled
+row hashes; no pass over the data), with the thresholds of ``DataCheckConfig`` (docs/nightly.md).
 
 ``day_stats`` sums a day's file profiles; ``judge`` checks a window's days (``Check``: day, feature, check, value,
-threshold, passed) and gives each its verdict: accepted, or quarantined with its failed checks. A verdict stands
-(a model's ``days.jsonl``, ``models.registry.record_verdicts``) until the day's files change or an operator
-overrides it (``dlrmflow days``); ``unparsed`` is the verdict on a day whose parse failed on its own file (no
-profile to judge). A quarantined day is left out of every window (``nightly.window``); a quarantined
-test day fails the night (``on_data_check: fail``) or keeps the champion (``warn``: ``decision.decide`` refuses with
-its checks). ``summary`` is what the model's history records of a night."""
+threshold, passed) and gives each its verdict: accepted, or quarantined with its failed checks. A verdict line
+keeps the day's compact stats (``DayStats.stored``), so the reference of a day is read from the model's
+``days.jsonl`` alone (``History``: the last ``reference_days`` accepted days before it, since the latest new
+normal; the last ``long_reference_days`` too, for slow drift); a model's first days, with fewer than
+``min_reference_days`` accepted days before them, are judged against each other (the median of the
+``reference_days`` days nearest them, themselves included) and on absolute bounds (``sanity``). When the last
+``shift_days`` judged days were all quarantined but agree with each other, the gate reports a new normal since the
+first of them (``History.new_normal``) and adopts it or asks the operator (``on_shift``; ``shift_lines``).
+
+A verdict stands (``models.registry.record_verdicts``) until the day's content changes (``standing``, by the
+files' size and version without the metadata-only parts: ``content``) or an operator overrides it (``dlrmflow
+days``); ``unparsed`` is the verdict on a day whose parse failed on its own file (no profile to judge). A
+quarantined day is left out of every window (``nightly.window``); a quarantined test day fails the night
+(``on_data_check: fail``) or keeps the champion (``warn``: ``decision.decide`` refuses with its checks).
+``summary`` is what the model's history records of a night."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from common.errors import bounded, quoted
 from nightly.config import DataCheckConfig
 
-CHECKS = ("rows", "label_rate", "min_rows", "min_positives", "missing", "unseen", "drift", "psi")
+CHECKS = ("rows", "label_rate", "min_rows", "min_positives", "min_negatives", "missing", "unseen", "drift", "psi",
+          "duplicates", "rows_long", "label_rate_long")
 SMOOTHING = 0.5   # added to every bin's count in the PSI (a bin one side lacks has no infinite term)
 SHOWN = 5         # failed checks a verdict's reason names (all are in its line)
+KEPT = 50         # a categorical's most frequent values a verdict line keeps (the drift compares top_values of them)
+CUT = 64          # a string value's characters kept in the stats (a long value is its prefix)
+
+
+def _cut(value):
+    return value[:CUT] if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,24 @@ class DayStats:
     histograms: dict[str, dict[str, int]]    # numerical -> fixed bin -> values (missing ones left out)
     values: dict[str, int] = field(default_factory=dict)             # categorical -> its values counted
     top: dict[str, dict[object, int]] = field(default_factory=dict)  # categorical -> value -> count
+    sampled: int = 0                         # rows in the duplicates' sample (``preprocessing.profile``)
+    duplicates: float | None = None          # their share that repeat a row of the day (None: not sampled)
+
+    def stored(self) -> dict:
+        """The stats as a verdict line keeps them: each categorical's ``KEPT`` most frequent values."""
+        top = {f: sorted(c.items(), key=lambda vc: (-vc[1], str(vc[0])))[:KEPT] for f, c in self.top.items()}
+        return {"rows": self.rows, "positives": self.positives, "missing": self.missing,
+                "histograms": self.histograms, "values": self.values,
+                "top": {f: {"values": [v for v, _ in vc], "counts": [c for _, c in vc]} for f, vc in top.items()},
+                "sampled": self.sampled, "duplicates": self.duplicates}
+
+    @classmethod
+    def from_stored(cls, day: str, stored: dict) -> "DayStats":
+        """The stats a verdict line kept (``stored``)."""
+        return cls(day, stored["rows"], stored["positives"], stored["missing"], stored["histograms"],
+                   stored.get("values") or {},
+                   {f: dict(zip(t["values"], t["counts"])) for f, t in (stored.get("top") or {}).items()},
+                   stored.get("sampled") or 0, stored.get("duplicates"))
 
 
 def _add(dicts: list[dict]) -> dict:
@@ -45,24 +82,44 @@ def _add(dicts: list[dict]) -> dict:
     return out
 
 
+def _duplicates(profiles: list[dict]) -> tuple[int, float | None]:
+    """(sampled rows, their share that repeat another) over the files' samples of row hashes, at the sparsest
+    file's sample (``preprocessing.profile.duplicates``): a row repeated across the day's files counts too."""
+    samples = [p.get("duplicates") for p in profiles]
+    if not samples or any(s is None for s in samples):
+        return 0, None
+    bits = max(s["bits"] for s in samples)
+    limit = 1 << (64 - bits)
+    total, seen = 0, set()
+    for s in samples:
+        for h, c in zip(s["hashes"], s["counts"]):
+            if h < limit:
+                total += c
+                seen.add(h)
+    return total, (total - len(seen)) / total if total else None
+
+
 def day_stats(day: str, profiles: list[dict]) -> DayStats:
     """The stats of ``day`` from its files' profiles (``preprocessing.profile``); a categorical's top values are
-    the sum of the files' top lists, kept where every file has them."""
+    the sum of the files' top lists (a string value cut to ``CUT`` characters), kept where every file has them."""
     first = profiles[0] if profiles else {"histograms": {}}
     counted = bool(profiles) and all("top" in p for p in profiles)
+    sampled, duplicates = _duplicates(profiles)
     return DayStats(day, sum(p["rows"] for p in profiles), sum(p["positives"] for p in profiles),
                     _add([p["missing"] for p in profiles]),
                     {n: _add([p["histograms"][n] for p in profiles]) for n in first["histograms"]},
                     _add([p["values"] for p in profiles]) if counted else {},
-                    {f: _add([dict(zip(p["top"][f]["values"], p["top"][f]["counts"])) for p in profiles])
-                     for f in first["top"]} if counted else {})
+                    {f: _add([{_cut(v): c for v, c in zip(p["top"][f]["values"], p["top"][f]["counts"])}
+                              for p in profiles])
+                     for f in first["top"]} if counted else {},
+                    sampled, duplicates)
 
 
 @dataclass(frozen=True)
 class Reference:
-    """The accepted days a day is judged against, as medians over those days (a bad day among them moves no
-    threshold): rows, label rate, each feature's missing share, each categorical's top values' shares, each
-    numerical's histogram shares."""
+    """The days a day is judged against, as medians over those days (a bad day among them moves no threshold):
+    rows, label rate, each feature's missing share, each categorical's top values' shares, each numerical's
+    histogram shares, the duplicated share."""
 
     days: int
     rows: float
@@ -70,6 +127,7 @@ class Reference:
     missing: dict[str, float]
     top: dict[str, dict[object, float]]
     histograms: dict[str, dict[str, float]]   # numerical -> bin -> median share x median count of values
+    duplicates: float | None = None
 
 
 def _median_shares(shares: list[dict]) -> dict:
@@ -79,9 +137,10 @@ def _median_shares(shares: list[dict]) -> dict:
 
 
 def reference(days: list[DayStats]) -> Reference:
-    """The medians of ``days`` (accepted days, at least one)."""
+    """The medians of ``days`` (at least one)."""
     rated = [d for d in days if d.rows]
     counted = [d for d in days if d.top]
+    sampled = [d.duplicates for d in days if d.duplicates is not None]
     return Reference(
         len(days), statistics.median(d.rows for d in days),
         statistics.median(_share(d.positives, d.rows) for d in rated) if rated else None,
@@ -90,7 +149,8 @@ def reference(days: list[DayStats]) -> Reference:
                             for d in counted if d.values.get(f)])
          for f in (days[-1].top if len(counted) == len(days) else {})},
         {n: _median_histogram([d.histograms[n] for d in days if sum(d.histograms.get(n, {}).values())])
-         for n in days[-1].histograms})
+         for n in days[-1].histograms},
+        statistics.median(sampled) if sampled else None)
 
 
 def _median_histogram(histograms: list[dict[str, int]]) -> dict[str, float]:
@@ -165,14 +225,15 @@ def top_distance(day: dict, day_values: int, before: dict, before_values: int, k
     return worst, where
 
 
-def check_day(day: DayStats, before: list[DayStats], config: DataCheckConfig) -> list[Check]:
-    """The checks of ``day`` against the accepted days ``before`` it (none: no check), by their medians
-    (``reference``): rows, label rate, and per feature its missing share and its drift (categoricals: ``drift`` of
-    the top values' shares; numericals: ``psi``)."""
+def check_day(day: DayStats, before: list[DayStats], config: DataCheckConfig, span: str | None = None) -> list[Check]:
+    """The checks of ``day`` against the days ``before`` (none: no check), by their medians (``reference``): rows,
+    label rate, and per feature its missing share and its drift (categoricals: ``drift`` of the top values' shares;
+    numericals: ``psi``), the duplicated share; ``span`` says what the days are (default: the accepted days before
+    it)."""
     if not before:
         return []
     ref = reference(before)
-    span = f"{len(before)} accepted day{'s' if len(before) > 1 else ''} before"
+    span = span or f"{len(before)} accepted day{'s' if len(before) > 1 else ''} before"
     out = []
     low, high = config.rows_band
     out.append(Check(day.day, None, "rows", day.rows, "in", [low * ref.rows, high * ref.rows],
@@ -195,24 +256,55 @@ def check_day(day: DayStats, before: list[DayStats], config: DataCheckConfig) ->
         gap, where = top_distance(day.top[f], day.values[f], ref.top[f], 1.0, config.top_values)
         out.append(Check(day.day, f, "drift", gap, "<=", config.max_drift, gap <= config.max_drift,
                          f"largest change of a top-{config.top_values} value's share against the median of the {span}"
-                         + (f", at value {where!r}" if where is not None and gap > config.max_drift else "")))
+                         + (f", at value {quoted(where)}" if where is not None and gap > config.max_drift else "")))
     for n in sorted(day.histograms, key=_feature_order):
         if not sum(day.histograms[n].values()) or not ref.histograms.get(n):
             continue   # no value on one side: the missing share tells
         score = psi(day.histograms[n], ref.histograms[n])
         out.append(Check(day.day, n, "psi", score, "<=", config.max_psi, score <= config.max_psi,
                          f"PSI over fixed bins against the median of the {span}"))
+    if day.duplicates is not None and ref.duplicates is not None:
+        bound = ref.duplicates + config.max_duplicates_increase
+        out.append(Check(day.day, None, "duplicates", day.duplicates, "<=", bound, day.duplicates <= bound,
+                         f"share of {day.sampled} sampled rows that repeat another: the median {ref.duplicates:.4g} "
+                         f"of the {span} + {config.max_duplicates_increase:g}"))
     return out
+
+
+def check_long(day: DayStats, before: list[DayStats], config: DataCheckConfig) -> list[Check]:
+    """Rows and label rate of ``day`` against the median of the longer horizon ``before`` (``long_reference_days``
+    accepted days before it): a slow drift, each day within the band of the few before it, moves out of this one."""
+    ref = reference(before)
+    span = f"{len(before)} accepted days before"
+    low, high = config.long_rows_band
+    out = [Check(day.day, None, "rows_long", day.rows, "in", [low * ref.rows, high * ref.rows],
+                 low * ref.rows <= day.rows <= high * ref.rows,
+                 f"{low:g}x-{high:g}x the median {ref.rows:g} of the {span}")]
+    if ref.rate is not None:
+        rate, c, mine = ref.rate, config.long_label_rate_change, _share(day.positives, day.rows)
+        band = [rate * (1 - c), rate * (1 + c)]
+        out.append(Check(day.day, None, "label_rate_long", mine, "in", band, band[0] <= mine <= band[1],
+                         f"the median {rate:.4g} of the {span} +-{c:.0%}"))
+    return out
+
+
+def sanity(day: DayStats, config: DataCheckConfig) -> list[Check]:
+    """A day's absolute bounds, whatever the days before it: its rows and its positive and negative labels (a
+    label rate strictly between 0 and 1)."""
+    negatives = day.rows - day.positives
+    return [Check(day.day, None, "min_rows", day.rows, ">=", config.min_rows, day.rows >= config.min_rows),
+            Check(day.day, None, "min_positives", day.positives, ">=", config.min_positives,
+                  day.positives >= config.min_positives),
+            Check(day.day, None, "min_negatives", negatives, ">=", config.min_positives,
+                  negatives >= config.min_positives)]
 
 
 def check_test_day(day: DayStats, config: DataCheckConfig, unseen: dict[str, float] | None = None,
                    unseen_before: dict[str, float] | None = None, before_day: str | None = None) -> list[Check]:
-    """The test day's own checks: its rows and positives and, with a champion, per categorical its share of values
-    without an index in the champion's vocabulary (``unseen``) against that of ``before_day``, the newest earlier
-    day the champion never trained on (``unseen_before``)."""
-    out = [Check(day.day, None, "min_rows", day.rows, ">=", config.min_rows, day.rows >= config.min_rows),
-           Check(day.day, None, "min_positives", day.positives, ">=", config.min_positives,
-                 day.positives >= config.min_positives)]
+    """The test day's own checks: its absolute bounds (``sanity``) and, with a champion, per categorical its share of
+    values without an index in the champion's vocabulary (``unseen``) against that of ``before_day``, the newest
+    earlier day the champion never trained on (``unseen_before``)."""
+    out = sanity(day, config)
     for f in sorted(set(unseen or {}) & set(unseen_before or {}), key=_feature_order):
         share, bound = unseen[f], unseen_before[f] + config.unseen_increase
         out.append(Check(day.day, f, "unseen", share, "<=", bound, share <= bound,
@@ -223,24 +315,117 @@ def check_test_day(day: DayStats, config: DataCheckConfig, unseen: dict[str, flo
 
 ACCEPTED, QUARANTINED = "accepted", "quarantined"
 GATE = "data gate"   # who judged, in the verdicts the checks made (an operator's name the others)
+_METADATA = re.compile(r";(?:ino|ctime)=\d+")   # a local file's version parts that a chmod or a link changes
+
+
+def content(files: dict[str, str] | None) -> dict[str, str] | None:
+    """The part of the files' identities (URI -> ``InputFile.identity``) that a verdict compares: size and version
+    without a local file's inode and ctime (size and mtime; S3: size and ETag). A metadata-only change (chmod,
+    chown, a hard link) keeps the verdict; the parse's cache key keeps the whole identity."""
+    return None if files is None else {u: _METADATA.sub("", i) for u, i in files.items()}
 
 
 def standing(lines: list[dict], day: str, files: dict[str, str] | None) -> dict | None:
     """The standing verdict on ``day`` among ``lines`` (a model's ``days.jsonl``, oldest first): its last line whose
-    files are the day's files now (an operator's line recorded without files holds whatever they are); None when
-    the day is to be judged (never judged, or its files changed since: a re-uploaded day is judged again)."""
+    files' content (``content``) is the day's now (an operator's line recorded without files holds whatever they
+    are); None when the day is to be judged (never judged, or its content changed since: a re-uploaded day is
+    judged again)."""
+    now = content(files)
     return next((line for line in reversed(lines) if line.get("day") == day
-                 and (line.get("files") is None or line.get("files") == files)), None)
+                 and (line.get("files") is None or content(line.get("files")) == now)), None)
+
+
+class History:
+    """A model's judged days as the gate reads them from its ``days.jsonl`` lines (each day's last line), kept
+    up to date with tonight's verdicts: the accepted days' stats (the references), the stats of every judged day,
+    and the starts of new normals (a day's reference begins at the latest one not after it)."""
+
+    def __init__(self, lines: list[dict]):
+        self.last: dict[str, dict] = {}
+        for line in lines:
+            if line.get("day"):
+                self.last[line["day"]] = line
+        self.stats = {d: DayStats.from_stored(d, line["stats"]) for d, line in self.last.items()
+                      if line.get("stats")}
+
+    def set(self, day: DayStats, line: dict) -> None:
+        """``day``'s verdict now is ``line``."""
+        self.last[day.day] = line
+        self.stats[day.day] = day
+
+    def accepted(self, day: str, pending: list[DayStats] = ()) -> list[DayStats]:
+        """The accepted days with stats since the new normal of ``day`` (``pending``: tonight's days not judged yet,
+        counted as well), by date; ``day`` itself left out."""
+        start = max((line["new_normal"] for line in self.last.values() if line.get("new_normal")
+                     and line["verdict"] == ACCEPTED and line["new_normal"] <= day), default="")
+        found = {d: self.stats[d] for d, line in self.last.items()
+                 if line["verdict"] == ACCEPTED and d in self.stats and start <= d != day}
+        found |= {p.day: p for p in pending if start <= p.day != day}
+        return [found[d] for d in sorted(found)]
+
+    def checks(self, day: DayStats, pending: list[DayStats], config: DataCheckConfig) -> list[Check]:
+        """The checks of ``day`` against its reference: the last ``reference_days`` accepted days before it (and the
+        last ``long_reference_days``: ``check_long``) where there are at least ``min_reference_days``; else the
+        ``reference_days`` days nearest it among the accepted ones, tonight's ``pending`` ones and itself (a model's
+        first days judged against each other: one outlier among them fails, not the others), and its absolute
+        bounds (``sanity``)."""
+        before = [d for d in self.accepted(day.day) if d.day < day.day]
+        if len(before) >= config.min_reference_days:
+            short = before[-config.reference_days:]
+            out = check_day(day, short, config)
+            long = before[-config.long_reference_days:]
+            if len(long) > len(short):
+                out += check_long(day, long, config)
+            return out
+        near = sorted([*self.accepted(day.day, pending), day], key=lambda d: (_distance(d.day, day.day), d.day))
+        peers = sorted(near[:config.reference_days], key=lambda d: d.day)
+        span = (f"{len(peers)} day{'s' if len(peers) > 1 else ''} judged together, itself included (fewer than "
+                f"{config.min_reference_days} accepted days before it)")
+        return check_day(day, peers, config, span) + sanity(day, config)
+
+    def new_normal(self, config: DataCheckConfig, upto: str) -> list[str]:
+        """The days of a new normal up to ``upto``: the last ``shift_days`` or more judged days, all quarantined by
+        the gate's checks, that agree with each other (each passes every check against their median, and its
+        absolute bounds); the longest such run, [] where there is none."""
+        run = []
+        for d in sorted((d for d in self.last if d <= upto), reverse=True):
+            line = self.last[d]
+            gate_quarantined = (line["verdict"], line.get("by")) == (QUARANTINED, GATE) and line.get("failed")
+            if not gate_quarantined or d not in self.stats:
+                break
+            run.insert(0, d)
+        for start in range(len(run) - config.shift_days + 1):
+            days = [self.stats[d] for d in run[start:]]
+            if not any(failed(check_day(d, days, config) + sanity(d, config)) for d in days):
+                return run[start:]
+        return []
+
+
+def _distance(a: str, b: str) -> int:
+    return abs((dt.date.fromisoformat(a) - dt.date.fromisoformat(b)).days)
+
+
+def shift_lines(lines: list[dict], since: str, by: str, why: str, at: str = "") -> list[dict]:
+    """The lines that accept a new normal since ``since``: that day and every later one whose verdict is the gate's
+    quarantine (with its stats), accepted by ``by``; the days after them are judged against them (the reference
+    starts at ``since``)."""
+    history = History(lines)
+    return [{"day": d, "files": line.get("files"), "verdict": ACCEPTED, "failed": [], "by": by, "why": why,
+             "at": at, "stats": line["stats"], "new_normal": since}
+            for d, line in sorted(history.last.items())
+            if d >= since and line["verdict"] == QUARANTINED and line.get("by") == GATE and line.get("stats")]
 
 
 @dataclass(frozen=True)
 class Judgment:
-    """A window's days judged: every check run (each day against the accepted days before it, the test day's own
-    checks too), each day's verdict line (standing or new) and the lines made now (to be recorded)."""
+    """A window's days judged: every check run (each day against its reference, the test day's own checks too),
+    each day's verdict line (standing or new), the lines made now (to be recorded) and a new normal found (since,
+    days, adopted; None: none)."""
 
     checks: list[Check]
     verdicts: dict[str, dict]
     new: list[dict]
+    shift: dict | None = None
 
     def quarantined(self) -> dict[str, str]:
         """Day -> why, for the days whose verdict is quarantined."""
@@ -251,29 +436,46 @@ def judge(days: list[DayStats], files: dict[str, dict[str, str]], lines: list[di
           unseen: dict[str, float] | None = None, unseen_before: dict[str, float] | None = None,
           before_day: str | None = None, test_day: str | None = None, at: str = "") -> Judgment:
     """Judge a window's ``days`` (oldest first; the last is the test day ``test_day``, default: it is), each once:
-    a day with a standing verdict among ``lines`` (``standing``, by the day's input ``files``: URI -> identity) keeps
-    it; any other is checked against the days before it that are accepted (their medians: a quarantined day is no
-    one's reference) and quarantined when a check fails. Every day's checks are run (the history shows them)."""
-    checks, verdicts, new, accepted = [], {}, [], []
+    a day with a standing verdict among ``lines`` (the model's ``days.jsonl``; ``standing``, by the day's input
+    ``files``: URI -> identity) keeps it; any other is checked against its reference in the model's history
+    (``History.checks``: a quarantined day is no one's reference) and quarantined when a check fails. Every day's
+    checks are run (the history shows them). Then a new normal (``History.new_normal``) is adopted
+    (``on_shift: adopt``: its days accepted now) or reported (``ask``)."""
+    checks, verdicts, new = [], {}, []
+    history = History(lines)
     last = days[-1].day if days else None
-    for day in days:
-        mine = check_day(day, accepted, config)
+    stands = {d.day: standing(lines, d.day, files.get(d.day)) for d in days}
+    for k, day in enumerate(days):
+        pending = [d for d in days[k + 1:] if (stands[d.day] or {}).get("verdict") != QUARANTINED]
+        mine = history.checks(day, pending, config)
         if day.day == (test_day or last):
-            mine += check_test_day(day, config, unseen, unseen_before, before_day)
+            mine += [c for c in check_test_day(day, config, unseen, unseen_before, before_day)
+                     if (c.check, c.feature) not in {(m.check, m.feature) for m in mine}]
         checks += mine
-        line = standing(lines, day.day, files.get(day.day))
+        line = stands[day.day]
         if line is None:
             bad = failed(mine)
             line = {"day": day.day, "files": files.get(day.day), "verdict": QUARANTINED if bad else ACCEPTED,
-                    "failed": [c.row() for c in bad], "by": GATE,
-                    "why": "; ".join(c.text() for c in bad[:SHOWN]) + (f"; and {len(bad) - SHOWN} more"
-                                                                      if len(bad) > SHOWN else "") or None,
-                    "at": at}
+                    "failed": [c.row() for c in bad], "by": GATE, "why": _why(bad), "at": at, "stats": day.stored()}
             new.append(line)
         verdicts[day.day] = line
-        if line["verdict"] == ACCEPTED:
-            accepted.append(day)
-    return Judgment(checks, verdicts, new)
+        history.set(day, line)
+    shift = None
+    if last and (run := history.new_normal(config, last)):
+        shift = {"since": run[0], "days": run, "on_shift": config.on_shift, "adopted": config.on_shift == "adopt"}
+        if shift["adopted"]:
+            why = (f"a new normal since {run[0]}: {len(run)} days agree with each other but not with the days before "
+                   "(on_shift adopt)")
+            adopted = [{**line, "files": files.get(line["day"], line["files"])}
+                       for line in shift_lines(list(history.last.values()), run[0], GATE, why, at)]
+            new = [line for line in new if line["day"] not in run] + adopted   # tonight's quarantines: moot
+            verdicts |= {line["day"]: line for line in adopted if line["day"] in verdicts}
+    return Judgment(checks, verdicts, new, shift)
+
+
+def _why(bad: list[Check]) -> str | None:
+    return "; ".join(c.text() for c in bad[:SHOWN]) + (f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN
+                                                       else "") or None
 
 
 def unparsed(day: str, files: dict[str, str], error: str, at: str = "") -> dict:
@@ -281,7 +483,7 @@ def unparsed(day: str, files: dict[str, str], error: str, at: str = "") -> dict:
     (its one line): quarantined, without checks (a failed parse stores no profile to check). It stands as
     ``judge``'s verdicts do, until the day's files change or an operator overrides it."""
     return {"day": day, "files": files, "verdict": QUARANTINED, "failed": [], "by": GATE,
-            "why": f"its parse failed: {error}", "at": at}
+            "why": bounded(f"its parse failed: {error}"), "at": at}
 
 
 def unseen_reference(days: list[str], window: list[str], date: str) -> str | None:
@@ -299,11 +501,23 @@ def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if not c.passed]
 
 
+def shift_text(shift: dict | None, model: str | None) -> str:
+    """What the gate says of a new normal (``Judgment.shift``): adopted, or the operator's command to adopt it."""
+    if not shift:
+        return ""
+    days = f"the {len(shift['days'])} days since {shift['since']} agree with each other but not with the days before"
+    if shift["adopted"]:
+        return f"a new normal since {shift['since']} adopted ({days}; on_shift adopt): they are the reference now"
+    return (f"a new normal since {shift['since']}? {days}. If it is real, make it the reference: dlrmflow days "
+            f"--model {model or 'NAME'} accept-shift {shift['since']} --why '...' (or set data_check.on_shift: "
+            "adopt)")
+
+
 def summary(judgment: Judgment, mode: str, test_day: str, unchecked: list[str] = ()) -> dict:
     """What the model's history records of a night's data gate: the mode, the count of checks, the test day's failed
     checks where its verdict is quarantined (they refuse a promotion under ``warn``), the test day's checks (its
     drift and shares, night after night), the window's days left out as quarantined (day -> why), every day's
-    verdict and who gave it, and the days without a stored profile."""
+    verdict and who gave it, the days without a stored profile and a new normal found (``Judgment.shift``)."""
     verdict = judgment.verdicts.get(test_day, {})
     bad = [c.row() for c in failed(judgment.checks) if c.day == test_day] if verdict.get("verdict") == QUARANTINED \
         else []
@@ -314,7 +528,7 @@ def summary(judgment: Judgment, mode: str, test_day: str, unchecked: list[str] =
             "test_day": [c.row() for c in judgment.checks if c.day == test_day],
             "left_out": {d: why for d, why in judgment.quarantined().items() if d != test_day},
             "verdicts": {d: f"{v['verdict']} ({v.get('by')})" for d, v in judgment.verdicts.items()},
-            "unchecked": list(unchecked)}
+            "unchecked": list(unchecked), "new_normal": judgment.shift}
 
 
 def refusals(recorded: dict | None) -> list[str]:

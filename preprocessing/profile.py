@@ -5,6 +5,11 @@ A profile holds the rows, the positive labels, each feature's missing values, ea
 fixed bins (of the transformed values, missing ones left out) and, where the parse counts the file's values, each
 vocabulary feature's count of values and its ``TOP`` most frequent values (from the file's all-rows counts).
 
+It also holds a sample of the file's row hashes (``duplicates``): each row's hash over all its parsed columns (a
+coded value by its value, not its block's code), kept where the hash's top ``bits`` bits are 0 (1/16 of the rows,
+fewer in a file whose sample would pass ``DUP_KEPT`` distinct hashes), as hash -> rows: a row repeated anywhere in
+the day falls in the sample with each of its copies, so the sampled share of repeats is the day's.
+
 The bins are fixed, the same for every file and dataset: four per doubling of |x| (the float32 exponent and its two
 leading mantissa bits), signed; bin 0 holds |x| < 2^-6, bin b = 4k + j + 1 holds |x| in [1 + j/4, 1 + (j + 1)/4)
 times 2^(k - 6), up to 2^41 (above: the last bin); bin -b the same negative values.
@@ -26,6 +31,8 @@ from .job import Job
 from .transforms import Transforms
 
 TOP = 100            # the most frequent values of a vocabulary feature kept per file
+DUP_BITS = 4         # a row is in the duplicates' sample when its hash's top DUP_BITS bits are 0: 1/16 of the rows
+DUP_KEPT = 4096      # distinct sampled hashes kept per file; beyond, the sample halves (one more bit)
 _LOW = 121 * 4       # float32 magnitude code (exponent * 4 + 2 mantissa bits) of 2^-6: bin 1
 _BINS = 188          # bins per sign: up to 2^41; beyond goes to the last
 
@@ -77,7 +84,66 @@ def block_profile(out: pl.DataFrame, t: Transforms, dictionaries: dict, numerica
         h = _histogram(out[n].to_numpy())
         h[0] -= missing[n]   # the missing values: 0.0, code 0
         histograms[n] = h
-    return {"rows": len(out), "positives": int(found["\0label"]), "missing": missing, "histograms": histograms}
+    return {"rows": len(out), "positives": int(found["\0label"]), "missing": missing, "histograms": histograms,
+            "duplicates": _sample(row_hashes(out, dictionaries), DUP_BITS)}
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise (uint64, wrapping)."""
+    x = (x ^ (x >> np.uint64(30))) * _MIX[0]
+    x = (x ^ (x >> np.uint64(27))) * _MIX[1]
+    return x ^ (x >> np.uint64(31))
+
+
+def row_hashes(out: pl.DataFrame, dictionaries: dict) -> np.ndarray:
+    """Each row's 64-bit hash over all its columns, the same for the same row in any block or file: a coded column
+    hashed by its values (``dictionaries``), a number by its bits; any other column (strings, lists) by polars'
+    hash, stable within a polars version (a coded list by its block's codes: its row repeated in another block is
+    missed)."""
+    h = np.zeros(len(out), np.uint64)
+    with np.errstate(over="ignore"):
+        for name in out.columns:
+            col = out[name]
+            if name in dictionaries and not isinstance(col.dtype, pl.List):
+                values = np.concatenate(([np.uint64(_MIX[2])], np.asarray(dictionaries[name]).astype(np.uint64)))
+                x = values[col.to_numpy()]
+            elif col.dtype.is_float() and not col.null_count():
+                x = col.cast(pl.Float64).to_numpy().view(np.uint64)
+            elif col.dtype.is_integer() and not col.null_count():
+                x = col.to_numpy().astype(np.uint64)
+            else:
+                x = col.hash(seed=0).to_numpy()
+            h = _mix(h * _MIX[2] + x)
+    return h
+
+
+def _sample(hashes: np.ndarray, bits: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """(bits, the distinct hashes whose top ``bits`` bits are 0, their rows), at most ``DUP_KEPT`` hashes: more
+    bits while there are more."""
+    hashes = hashes[hashes >> np.uint64(64 - bits) == 0]
+    kept, counts = np.unique(hashes, return_counts=True)
+    while len(kept) > DUP_KEPT:
+        bits += 1
+        inside = kept >> np.uint64(64 - bits) == 0
+        kept, counts = kept[inside], counts[inside]
+    return bits, kept, counts.astype(np.int64)
+
+
+def _merge_samples(a: tuple, b: tuple) -> tuple:
+    """Two blocks' samples (``_sample``) as one, at the sparser one's bits, rows summed per hash."""
+    bits = max(a[0], b[0])
+    hashes, counts = np.concatenate((a[1], b[1])), np.concatenate((a[2], b[2]))
+    inside = hashes >> np.uint64(64 - bits) == 0
+    kept, where = np.unique(hashes[inside], return_inverse=True)
+    summed = np.bincount(where, weights=counts[inside], minlength=len(kept)).astype(np.int64)
+    while len(kept) > DUP_KEPT:
+        bits += 1
+        inside = kept >> np.uint64(64 - bits) == 0
+        kept, summed = kept[inside], summed[inside]
+    return bits, kept, summed
 
 
 def merge(a: dict | None, b: dict | None) -> dict | None:
@@ -86,7 +152,8 @@ def merge(a: dict | None, b: dict | None) -> dict | None:
         return a or b
     return {"rows": a["rows"] + b["rows"], "positives": a["positives"] + b["positives"],
             "missing": {k: a["missing"][k] + b["missing"][k] for k in a["missing"]},
-            "histograms": {k: a["histograms"][k] + b["histograms"][k] for k in a["histograms"]}}
+            "histograms": {k: a["histograms"][k] + b["histograms"][k] for k in a["histograms"]},
+            "duplicates": _merge_samples(a["duplicates"], b["duplicates"])}
 
 
 def finish(profile: dict | None, t: Transforms, counts: Path | None) -> dict:
@@ -97,6 +164,8 @@ def finish(profile: dict | None, t: Transforms, counts: Path | None) -> dict:
              for n, h in profile["histograms"].items()}
     out = {"rows": profile["rows"], "positives": profile["positives"], "missing": profile["missing"],
            "histograms": {n: {str(int(b) - _BINS): int(h[b]) for b in np.flatnonzero(h)} for n, h in dense.items()}}
+    bits, hashes, rows = profile.get("duplicates") or (DUP_BITS, np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    out["duplicates"] = {"bits": int(bits), "hashes": [int(x) for x in hashes], "counts": [int(x) for x in rows]}
     if counts is not None:
         out["values"], out["top"] = {}, {}
         for f in t.vocab_features:

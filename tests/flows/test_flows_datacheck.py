@@ -94,6 +94,20 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
     assert line["reason"] in message and said["history"]
 
 
+def test_a_gate_that_cannot_judge_records_its_night_as_failed(days, tmp_path, said):
+    """Issue 46 §1: every night the gate stops writes its history line; one that cannot read the model's days.jsonl
+    too (the flow's failure hook leaves the data check's stage to the gate)."""
+    night = _night(days, tmp_path)
+    model = registry.model_uri(str(tmp_path / "store"), "ctr")
+    Path(model).mkdir(parents=True)
+    (Path(model) / registry.DAYS_FILE).write_text("{not json\n")
+    state = night()
+    assert state.is_failed() and "days.jsonl line 1 is not JSON" in state.message
+    [line] = registry.history(model)
+    assert line["decision"] == registry.FAILED and line["reason"].startswith("failed at data check: ")
+    assert "days.jsonl line 1 is not JSON" in line["reason"]
+
+
 def test_warn_lets_the_night_go_on_with_the_failures(no_labels, tmp_path, said):
     summary = _night(no_labels, tmp_path, "warn")().summary
     assert [c["check"] for c in summary["failed"]] == ["label_rate", "min_positives"]
@@ -125,7 +139,8 @@ def _gate(logs, store, date: dt.date, **config):
 
 def test_one_bad_day_is_judged_once_and_left_out_of_the_nights_after_it(week, tmp_path, said):
     """Issue 34's night: a day whose labels are all 0 fails its own night and only that one; the nights after it
-    train without it (down to min_days), naming it where it is left out, never blaming the good days; a re-uploaded
+    train without it on full windows (reaching back past it), naming it where it is left out, never blaming the
+    good days; a re-uploaded
     (repaired) day is judged again; the operator's override stands; every verdict is recorded once."""
     logs = tmp_path / "logs"
     shutil.copytree(week, logs)
@@ -143,14 +158,15 @@ def test_one_bad_day_is_judged_once_and_left_out_of_the_nights_after_it(week, tm
     assert {v["day"]: v["verdict"] for v in registry.day_verdicts(model)} == {
         "2026-11-02": "accepted", "2026-11-03": "accepted", "2026-11-04": "accepted", "2026-11-05": "quarantined"}
 
-    for day, train, val in ((6, ["2026-11-03"], ["2026-11-04"]), (7, ["2026-11-04"], ["2026-11-06"]),
-                            (8, ["2026-11-06"], ["2026-11-07"])):   # left out, the validation day moves
+    for day, train, val in ((6, ["2026-11-02", "2026-11-03"], ["2026-11-04"]),
+                            (7, ["2026-11-03", "2026-11-04"], ["2026-11-06"]),
+                            (8, ["2026-11-04", "2026-11-06"], ["2026-11-07"])):   # reached past, the windows full
         plan, gate = _gate(logs, store, dt.date(2026, 11, day))
         assert [d.isoformat() for d in plan.window.train] == train and [d.isoformat() for d in plan.window.val] == val
         assert not gate.failed and gate.summary["failed"] == [] and not gate.left_out
         assert list(gate.summary["left_out"]) == ["2026-11-05"]
         assert "label_rate 0 outside" in gate.summary["left_out"]["2026-11-05"]
-        assert "quarantined days left out: 2026-11-05" in plan.window.describe()
+        assert "past quarantined 2026-11-05 (day 2026-11-05: label_rate 0 outside" in plan.window.describe()
     lines = registry.day_verdicts(model)
     assert [v["day"] for v in lines] == ["2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05", "2026-11-06",
                                          "2026-11-07", "2026-11-08"]   # each day judged once
@@ -180,7 +196,8 @@ def test_a_day_quarantined_mid_window_plans_the_night_again_and_an_operator_over
     assert set(gate.left_out) == {dt.date(2026, 11, 3)} and "rows 100 outside" in gate.left_out[dt.date(2026, 11, 3)]
     assert not gate.failed   # the test day is fine: judged against the accepted days only
     replanned = plan_night(plan.config, Store(str(store)), dt.date(2026, 11, 5))   # as the pipeline does
-    assert [d.isoformat() for d in replanned.window.days] == ["2026-11-02", "2026-11-04", "2026-11-05"]
+    assert [d.isoformat() for d in replanned.window.days] == ["2026-11-01", "2026-11-02", "2026-11-04",
+                                                              "2026-11-05"]   # reached back past it
 
     part.write_bytes(whole)   # re-uploaded in full: judged again at the next night that reads it
     plan, gate = _gate(logs, store, dt.date(2026, 11, 6))
@@ -259,8 +276,10 @@ def test_a_test_day_whose_parse_fails_fails_its_night_and_is_left_out_after_it(w
                                                                    line["why"])
 
     plan, dataset, left_out = _preprocessed(logs, store, dt.date(2026, 11, 6))   # trains without it
-    assert not left_out and [d.isoformat() for d in plan.window.days] == ["2026-11-03", "2026-11-04", "2026-11-06"]
-    assert f"quarantined days left out: 2026-11-05 (its parse failed: {cut}: " in plan.window.describe()
+    assert not left_out and [d.isoformat() for d in plan.window.days] == ["2026-11-02", "2026-11-03", "2026-11-04",
+                                                                          "2026-11-06"]
+    assert f"reached back to 2026-11-02 past quarantined 2026-11-05 (its parse failed: {cut}: " \
+        in plan.window.describe()
     gate = task_module.check_data.fn(plan, dataset)
     assert not gate.failed and list(gate.summary["left_out"]) == ["2026-11-05"]   # what its history line records
     assert gate.summary["left_out"]["2026-11-05"] == f"{line['why']}; by data gate"
@@ -300,12 +319,13 @@ def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_fil
     assert list(left_out) == [dt.date(2026, 11, 3)]
     assert left_out[dt.date(2026, 11, 3)].startswith(f"its parse failed: input file {part}: 300 of 3000 rows are "
                                                      "malformed (10.00%), more than --max-bad-fraction 0.001.")
-    assert [d.isoformat() for d in plan.window.days] == ["2026-11-02", "2026-11-04", "2026-11-05"]
+    assert [d.isoformat() for d in plan.window.days] == ["2026-11-01", "2026-11-02", "2026-11-04", "2026-11-05"]
     assert any("2026-11-03 is quarantined" in w and "planned again without it" in w for w in said["warnings"])
     gate = task_module.check_data.fn(plan, dataset)
     assert not gate.failed and list(gate.summary["left_out"]) == ["2026-11-03"]
     assert {v["day"]: v["verdict"] for v in registry.day_verdicts(model)} == {
-        "2026-11-02": "accepted", "2026-11-03": "quarantined", "2026-11-04": "accepted", "2026-11-05": "accepted"}
+        "2026-11-01": "accepted", "2026-11-02": "accepted", "2026-11-03": "quarantined", "2026-11-04": "accepted",
+        "2026-11-05": "accepted"}
 
     recorded = registry.day_verdicts(model)
     for error in (UserError(f"no space left on the device of {part}"),   # names the file, blames none
