@@ -9,7 +9,8 @@ joins the probabilities with the rows' positions into the output Parquet, then i
 ``<out>.complete`` (rows and bytes); a reader takes the output only through ``check_scores`` or ``read_scores``.
 The temporary folder is removed.
 With ``bundle`` (a serving bundle, ``training.export``) instead: the rows are encoded with the bundle's own
-vocabularies and input spec and its TorchScript module predicts them in this process, batch by batch (no
+vocabularies and input spec and its torch.export program (``model.pt2``; a bundle written before it: its deprecated
+TorchScript ``model.pt``) predicts them in this process, batch by batch (no
 TorchRec sharding, no process group); the output is the same Parquet.
 What ``dlrmflow score``, the score flow and the pipeline's champion/challenger comparison call
 (``row_scores`` reads a scores file back for the comparison's same-rows and bootstrap gates).
@@ -60,18 +61,23 @@ def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:
 
 
 def score(config: ScoreConfig, *, launcher=None, env: dict[str, str] | None = None,
-          on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
+          on_line: Callable[[str], None] | None = None, slice_by: str | None = None) -> dict[str, Any]:
     """Score ``config.inputs`` (see the module doc) with a checkpoint on the ranks of ``launcher`` (a
     ``training.launchers.LauncherConfig`` or its dict; None: local torchrun, one rank), or with a bundle in this
     process. Returns the summary: rows, bad_rows, out, run, step, dataset, and the metrics (auc, logloss, ...)
-    when the inputs carry labels. ``on_line`` gets each line of progress text (default: printed)."""
+    when the inputs carry labels. ``on_line`` gets each line of progress text (default: printed). ``slice_by``: a
+    categorical feature whose raw value (by the checkpoint's vocabulary) each row also gets, in the column
+    ``slice_column(slice_by)`` (what the nightly comparison slices by; a checkpoint's scoring only)."""
     say = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     config, pinned = _with_champion_bundle(config)
     if config.bundle and (config.model or config.run):
         locate_checkpoint(config)   # the error naming both
+    if slice_by and config.bundle:
+        raise UserError(f"scores sliced by '{slice_by}' need a run's or a model's checkpoint, not the bundle "
+                        f"{config.bundle}. Fix: score with --run or --model.")
     with tempfile.TemporaryDirectory(prefix="dlrmflow-score-", ignore_cleanup_errors=True) as folder:
         summary = _score_bundle(config, say, folder, pinned) if config.bundle else \
-            _score_checkpoint(config, say, folder, launcher, env, on_line)
+            _score_checkpoint(config, say, folder, launcher, env, on_line, slice_by)
     say(f"wrote {summary['rows']:,} scores to {config.out}" +
         (f": auc {summary['auc']:.4f} logloss {summary['logloss']:.4f}" if "auc" in summary else ""))
     return summary
@@ -100,7 +106,8 @@ def read_scores(out: str, columns: list[str] | None = None):
 
 
 def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: str, launcher,
-                      env: dict[str, str] | None, on_line: Callable[[str], None] | None) -> dict[str, Any]:
+                      env: dict[str, str] | None, on_line: Callable[[str], None] | None,
+                      slice_by: str | None = None) -> dict[str, Any]:
     """``score`` with a run's checkpoint: encode with its dataset's vocabularies, predict on ranks (torchrun)."""
     from preprocessing.apply import SCORE_SPLIT, encode_inputs
     from training import predict_parts, scoring_launcher, write_scores
@@ -115,6 +122,8 @@ def _score_checkpoint(config: ScoreConfig, say: Callable[[str], None], folder: s
                             max_bad_fraction=config.max_bad_fraction, progress=config.progress)
     say(f"encoded {encoded.rows:,} rows ({encoded.bad_rows:,} bad rows skipped); predicting with "
         f"{found['run']} step {found['step']} on {runner.world_size} rank(s)")
+    if slice_by:
+        _add_slice(encoded, found["dataset"], slice_by)
     parts = f"{folder}/parts"
     predict_parts(found["run"], found["step"], encoded.dataset, SCORE_SPLIT, parts, launcher=runner,
                   env=env, on_line=on_line)
@@ -132,11 +141,54 @@ def row_scores(out: str) -> RowScores:
     table = read_scores(out, ["file", "row", PROBABILITY, LABEL])
     files = table.column("file").to_numpy(zero_copy_only=False)
     rows = table.column("row").to_numpy()
-    _, codes = np.unique(files, return_inverse=True)
-    order = np.lexsort((rows, codes))
+    order = _row_order(table)
     labels = table.column(LABEL).to_numpy()[order].astype(np.float64)
     return RowScores(table.column(PROBABILITY).to_numpy()[order].astype(np.float64), labels,
                      fingerprint(files[order], rows[order], labels))
+
+
+def _row_order(table) -> "np.ndarray":
+    """The order that sorts a scores table's rows by (file, row): ``row_scores``' order."""
+    import numpy as np
+
+    _, codes = np.unique(table.column("file").to_numpy(zero_copy_only=False), return_inverse=True)
+    return np.lexsort((table.column("row").to_numpy(), codes))
+
+
+def slice_column(feature: str) -> str:
+    """The scores output's column of each row's raw value of ``feature`` (``score(..., slice_by=feature)``)."""
+    return f"slice_{feature}"
+
+
+def slice_keys(out: str, feature: str) -> "np.ndarray":
+    """The raw values of ``feature`` of the scores file ``out`` (scored with ``slice_by=feature``), in
+    ``row_scores``' row order (so that they pair up with its scores)."""
+    table = read_scores(out, ["file", "row", slice_column(feature)])
+    return table.column(slice_column(feature)).to_numpy(zero_copy_only=False)[_row_order(table)]
+
+
+def _add_slice(encoded, dataset: str, feature: str) -> None:
+    """Add each encoded row's raw value of ``feature`` (by ``dataset``'s vocabulary; index 0: missing or rare) to the
+    positions file, which ``write_scores`` copies into the output."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from feature_spec import load as load_spec
+    from preprocessing.apply import SCORE_SPLIT
+    from training import check_feature, raw_values, read_column
+
+    spec = load_spec(dataset)
+    check_feature(spec, feature, "slice_by", dataset)
+    indices = read_column(encoded.dataset, load_spec(encoded.dataset), SCORE_SPLIT, feature)
+    names = raw_values(dataset, spec, feature, indices)
+    unique, inverse = np.unique(indices, return_inverse=True)
+    values = np.array([str(names[int(i)]) for i in unique], dtype=object)[inverse.ravel()]
+    table = pq.read_table(encoded.positions)
+    if table.num_rows != len(values):
+        raise UserError(f"{encoded.positions}: {table.num_rows} positions for {len(values)} encoded rows of "
+                        f"'{feature}'. Fix: score again (the encoded rows are incomplete).")
+    pq.write_table(table.append_column(slice_column(feature), pa.array(values, pa.string())), encoded.positions)
 
 
 def _with_champion_bundle(config: ScoreConfig) -> tuple[ScoreConfig, str | None]:

@@ -35,21 +35,29 @@ def check_inputs(run: RunDir, config: EvaluateConfig) -> dict[str, Any]:
                             "the last data.holdout_fraction of its train rows, never on 'test'), or evaluate "
                             "another split.")
         info["warning"] = "; ".join(w for w in (info["warning"], chosen) if w)
+    if config.slice_by or config.gauc_by:
+        from training.evaluate_slices import check_feature
+
+        spec = load_spec(info["dataset"])
+        check_feature(spec, config.slice_by, "slice_by", info["dataset"])
+        check_feature(spec, config.gauc_by, "gauc_by", info["dataset"])
     return info
 
 
 def completed(run: RunDir, config: EvaluateConfig, wanted: dict[str, Any]) -> dict[str, Any] | None:
     """The run's evaluation on ``config.split`` when it is already the one ``wanted`` (``check_inputs``: the same
-    checkpoint step and dataset; a dataset of the run's store recorded before the store moved is found where it is
-    now, ``common.store.Store.resolve``), else None. A record without a log loss is of an evaluation before
-    non-finite predictions were refused: it is done again."""
+    checkpoint step and dataset, and the same slices and GAUC asked for; a dataset of the run's store recorded before
+    the store moved is found where it is now, ``common.store.Store.resolve``), else None. A record without a log
+    loss is of an evaluation before non-finite predictions were refused: it is done again."""
     previous = run.eval_metrics(config.split) or {}
     dataset = previous.get("dataset")
     if isinstance(dataset, str) and dataset != wanted["dataset"]:
         with suppress(UserError):   # no store can hold the run (another scheme): as recorded
             dataset = Store(store_of(run.uri, RUNS)).resolve(dataset)
     same = (previous.get("step"), dataset) == (wanted["step"], wanted["dataset"])
-    return previous if same and previous.get("logloss") is not None else None
+    sliced = ((previous.get("slices") or {}).get("by"), (previous.get("slices") or {}).get("top", config.slice_top),
+              (previous.get("gauc") or {}).get("by")) == (config.slice_by, config.slice_top, config.gauc_by)
+    return previous if same and sliced and previous.get("logloss") is not None else None
 
 
 def evaluate_job(config: EvaluateConfig) -> RankJob:
@@ -68,7 +76,7 @@ def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, launcher=None, en
     checkpoint that one of them finished meanwhile is returned, checked under the lease taken with the wait."""
     run = RunDir(run)
     runner = build_launcher(launcher)
-    output = RankOutput(on_line or (lambda line: print(line, flush=True)))
+    output = RankOutput(on_line or (lambda line: print(line, flush=True)), run=run, job="evaluation")
     if warning := check_inputs(run, config)["warning"]:
         output(f"warning: {warning}")
     # never while a training or another evaluation writes the run (a stale lease's job is stopped first)
@@ -78,6 +86,7 @@ def evaluate_run(run: RunDir | str, config: EvaluateConfig, *, launcher=None, en
                    "one waited), reusing it")
             return done
         rc = runner.run_ranks(evaluate_job(config), run, env=env, on_line=output, lease=held)
+    output.close()
     if rc != 0:
         raise UserError(output.failure(f"evaluation of {run} on '{config.split}'", rc))
     return run.eval_metrics(config.split)

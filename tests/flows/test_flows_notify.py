@@ -157,3 +157,23 @@ def test_a_damaged_history_fails_the_night_at_setup_before_any_work(prefect_harn
     error = state.message.splitlines()[0]
     assert "damaged/history.jsonl line 1 is not JSON" in error and error.endswith("Fix: repair or remove that line.")
     assert not (store / "synthetic").exists() and not (store / "datasets").exists() and not (store / "runs").exists()
+
+
+def test_a_degraded_champion_notifies_the_webhook_block_and_emits_an_event(prefect_harness):
+    """A night whose champion fell out of its band while no challenger won (``models.watch``): the block is told and
+    ``dlrmflow.model.degraded`` names why; a night that promoted announces nothing."""
+    import logging
+
+    why = ["champion AUC 0.7000 below the median 0.7500 of its last 5 nights minus watch_auc_drop 0.02"]
+    entry = {"date": DAY, "decision": "kept", "reason": "champion kept: gate promote_margin: ...",
+             "champion_run": "/store/runs/r1", "watch": {"nights": 5, "auc": 0.7, "degraded": why}}
+    log = logging.getLogger("test")
+    with webhook() as (url, bodies):
+        block = _webhook_block("dlrmflow-test-degraded", url)
+        assert events.degraded("watched", entry | {"decision": "promoted"}, block, log) == []
+        assert events.degraded("watched", entry, block, log) == why
+    [body] = bodies
+    assert body["subject"] == f"dlrmflow: the champion of model watched degraded on {DAY}"
+    assert why[0] in body["text"] and "/store/runs/r1" in body["text"]
+    [event] = _events(events.MODEL_DEGRADED, "watched")
+    assert (event.payload["why"], event.payload["date"], event.payload["champion_run"]) == (why, DAY, "/store/runs/r1")
