@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from common.config import apply_overrides, filled_in, validate
+from common.config import apply_overrides, filled_in, load_yaml, validate
 from common.errors import UserError
 from common.store import RUNS, Store, filesystem, inside, is_location, read_text, store_of
 from feature_spec import file_uri
@@ -267,6 +267,9 @@ class TrainConfig(_Section):
     log_every: int = Field(10, ge=1, description="Write a metrics.jsonl line every this many steps.")
     seed: int = Field(0, description="Seed of the initial weights and of the data order.")
     pg_timeout_s: float = Field(600.0, gt=0, description="Process-group timeout: a failed rank ends the job after at most this long.")
+    calibrate: bool = Field(True, description="Fit a calibration (Platt scaling of the logit) on each validation's "
+                            "predictions and apply it wherever the checkpoint predicts: evaluation, scoring, the "
+                            "serving bundle (training.calibration). False: the raw logits.")
     init_from: InitFrom | None = Field(None, description="Warm start: initialise the model (before the first step of a "
                                        "fresh run, never on resume) from a checkpoint of an earlier run, embedding rows "
                                        "matched by raw value through both vocabularies: RUN, RUN@best|latest|STEP, "
@@ -338,7 +341,7 @@ class TrainConfig(_Section):
     def from_yaml(cls, path: str, **storage_options: Any) -> "TrainConfig":
         """Load and validate a YAML config (local path or fsspec URI)."""
         try:
-            data = yaml.safe_load(read_text(path, **storage_options)) or {}
+            data = load_yaml(read_text(path, **storage_options), path) or {}
         except FileNotFoundError:
             raise UserError(f"{path}: training config does not exist. Fix: pass an existing YAML or --preset NAME "
                               f"({', '.join(preset_names())}).") from None
@@ -370,6 +373,15 @@ class EvaluateConfig(_Section):
     checkpoint: str = Field("best", description="`best` (by validation; the latest if the run never validated), "
                             "`latest` or a step number.")
     dataset: str | None = Field(None, description="Evaluate on this dataset instead of the run's own (same features).")
+    slice_by: str | None = Field(None, description="Also report AUC, NE, log loss and calibration per value of this "
+                                 "categorical feature (one value a row): its slice_top most frequent values on the "
+                                 "split, and 'other' (metrics.json's 'slices'; the pipeline compares the champion "
+                                 "per slice too).")
+    slice_top: int = Field(10, ge=1, le=1000, description="With slice_by: how many of the most frequent values get "
+                           "a slice of their own.")
+    gauc_by: str | None = Field(None, description="Also report the grouped AUC (GAUC, TorchRec's: the rows-weighted "
+                                "mean of each group's AUC over the groups holding both classes) by this categorical "
+                                "feature (metrics.json's 'gauc').")
 
     def check_split(self, splits: list[str], where: str, field: str = "split") -> None:
         """Raise UserError naming ``splits`` (the dataset's, or those a split rule will make) when ``split``
@@ -458,6 +470,8 @@ def config_hash(train: TrainConfig, store: Store | None = None) -> str:
     for optimizer in data["optimizer"]["embedding"], data["optimizer"]["dense"]:
         if not optimizer["weight_decay"]:
             optimizer.pop("weight_decay")   # added later (0: none): unset, names stay
+    if data.get("calibrate") is True:
+        data.pop("calibrate")   # added later (True: calibrate): set to its default, names stay
     if data.get("init_from") and data["init_from"].get("store") is None:
         data["init_from"].pop("store")   # added later (the store a warm start may read): unset, names stay
     text = json.dumps(data, sort_keys=True)

@@ -44,6 +44,8 @@ class RunDir(Folder):
     EVAL = "eval"                 # eval/<split>/: the plots, then metrics.json (training.report)
     EVAL_METRICS = "metrics.json"  # written last: an evaluation is complete when it exists
     ROC, CALIBRATION = "roc.png", "calibration.png"
+    CALIBRATION_FIT = "calibration.json"  # the Platt fit of each validated checkpoint, by step (training.calibration)
+    LIBRARY_LOG = "logs/library.log"   # the known library warnings of its rank jobs (training.launchers.output)
     LEASE = "run.lease"           # while a training or an evaluation writes the run (``RunDir.lease``)
     SCORING = "scoring"           # scoring/<token>/: a scoring's scratch while ranks elsewhere predict (training.score)
     LEASE_STALE_S = 300.0         # renewed by a heartbeat every fifth of it: only a crashed holder's lease expires

@@ -17,7 +17,7 @@ import posixpath
 
 from common.atomic import write_atomic
 from common.store import filesystem
-from training import distributed
+from training import calibration, distributed
 from training.rundir import RunDir
 from training.score import META, part_name
 from training.trainer import Trainer
@@ -40,7 +40,8 @@ def score(run: RunDir, step: int, dataset: str, split: str, parts: str) -> None:
         write_atomic(posixpath.join(folder, META), json.dumps({"rows": data.num_rows, "world_size": env.world_size,
                                                               "batch_rows": trainer.eval_batch_size * env.world_size}),
                      fs)
-        print(f"scored {data.num_rows:,} rows with step {step} on {env.world_size} rank(s)", flush=True)
+        print(f"scored {data.num_rows:,} rows with step {step} on {env.world_size} rank(s); "
+              f"{calibration.describe(trainer.calibration)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,9 +36,16 @@ def train(run: RunDir, resume: bool) -> None:
     trainer.train()
     if env.is_main:
         best = ckpt.pointer("best")
-        print(f"done: {trainer.step} steps; best {best}" if best else f"done: {trainer.step} steps", flush=True)
+        print(f"done: {trainer.step:,} steps" + (f"; best {best_text(best)}" if best else ""), flush=True)
         print(f"validated on: {validation(trainer)}", flush=True)
         run.mark_complete({"latest_step": ckpt.step_of("latest"), "world_size": env.world_size})
+
+
+def best_text(best: dict) -> str:
+    """The best pointer as a person reads it: ``step 93: auc 0.7506, logloss 0.4848 on 6,000 rows (chosen by auc)``."""
+    shown = [f"{k} {v:.4f}" for k, v in best.items() if k not in ("step", "rows") and isinstance(v, float)]
+    rows = f" on {best['rows']:,} rows" if isinstance(best.get("rows"), int) else ""
+    return f"step {best.get('step')}: {', '.join(shown)}{rows} (chosen by {best.get('metric')})"
 
 
 def validation(trainer) -> str:
@@ -48,12 +55,12 @@ def validation(trainer) -> str:
     split = trainer.eval_split
     if split == HOLDOUT:
         held, rest = trainer.dataset(HOLDOUT), trainer.train_data
-        return (f"holdout: the last {held.num_rows} rows of split '{rest.split}' (rows {held.start}.."
-                f"{held.start + held.num_rows - 1}, data.holdout_fraction {trainer.cfg.data.holdout_fraction:g}), "
-                f"set aside: training on its first {rest.num_rows}; never the test split")
+        return (f"holdout: the last {held.num_rows:,} rows of split '{rest.split}' (rows {held.start:,}.."
+                f"{held.start + held.num_rows - 1:,}, data.holdout_fraction {trainer.cfg.data.holdout_fraction:g}), "
+                f"set aside: training on its first {rest.num_rows:,}; never the test split")
     if split is None:
         return "none (eval_split null): the last checkpoint is kept, none is chosen"
-    return f"split '{split}' ({trainer.dataset(split).num_rows} rows)"
+    return f"split '{split}' ({trainer.dataset(split).num_rows:,} rows)"
 
 
 def main(argv: list[str] | None = None) -> int:

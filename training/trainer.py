@@ -3,7 +3,8 @@
 ``Trainer(cfg, env, run)`` builds data, model, sharding plan, DistributedModelParallel and the
 optimizers; ``train()`` runs TrainPipelineSparseDist between validation/checkpoint boundaries;
 ``predict(split)`` and ``validate(split)`` run over a split on all ranks. ``from_run`` rebuilds the
-model of a finished run and loads one of its checkpoints (what evaluation builds on).
+model of a finished run and loads one of its checkpoints with its calibration (what evaluation and scoring build
+on: ``training.calibration``; each validation of a training fits the calibration of its step).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from tqdm import tqdm
 
 from common.errors import UserError
-from training import metrics
+from common.progress import progress
+from training import calibration, metrics
 from training.checkpoint import Checkpointer
 from training.config import HOLDOUT, DenseOptimizerConfig, EmbeddingOptimizerConfig, OptimizerConfig, TrainConfig
 from training.data import SplitBinaryDataset
@@ -93,6 +95,7 @@ class Trainer(Stateful):
         self.bad_evals = 0
         self.stopped_early = False
         self.last_finite: tuple[int, float] | None = None  # (step, loss) of the last finite per-step loss read
+        self.calibration: calibration.Calibration | None = None   # applied by predict_stream (from_run sets it)
 
     # ---- building ------------------------------------------------------------------------
     def dataset(self, split: str) -> SplitBinaryDataset:
@@ -186,7 +189,8 @@ class Trainer(Stateful):
         env = env or init(cfg.pg_timeout_s)
         cfg = cfg.with_overrides({"sharding.profile": profile_to_load_on(cfg.sharding.profile, env.device)})
         trainer = cls(cfg, env)
-        trainer.load(Checkpointer(run), which, model_only=True)
+        step = trainer.load(Checkpointer(run), which, model_only=True)
+        trainer.calibration = calibration.of_step(run, step)
         return trainer
 
     # ---- prediction and validation ---------------------------------------------------------
@@ -194,13 +198,14 @@ class Trainer(Stateful):
     def predict_stream(self, split: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's (click probabilities, labels) per batch of ``split`` (``eval_batch_size`` rows each, of
         the rows ``training.data.rank_slice`` gives this rank; padded rows at the end, label -1); not gathered.
+        The logits go through ``self.calibration`` (``training.calibration.apply``; None: raw) before the sigmoid.
         All ranks must consume it to the end (the sharded model communicates)."""
         data = self.dataset(split)
         self.dmp.eval()
         try:
             for batch in self._batches(data, self.eval_batch_size):
                 _, (_, logits, y) = self.dmp(batch.to(self.env.device, non_blocking=self._pinned))
-                yield torch.sigmoid(logits), y
+                yield torch.sigmoid(calibration.apply(logits, self.calibration)), y
         finally:
             self.dmp.train()
 
@@ -218,8 +223,7 @@ class Trainer(Stateful):
 
     def validate(self, split: str) -> dict[str, float]:
         """ROC AUC, log loss and row count on ``split`` (all ranks)."""
-        p, y = self.predict(split)
-        return {"auc": metrics.roc_auc(p, y), "logloss": metrics.log_loss(p, y), "rows": int(len(y))}
+        return _validation(*self.predict(split))
 
     # ---- training ----------------------------------------------------------------------------
     def steps_per_epoch(self) -> int:
@@ -244,8 +248,8 @@ class Trainer(Stateful):
         total = self.total_steps()
         log = MetricsLog(self.run, resume_step=self.step) if self._writes() else None
         ckpt = Checkpointer(self.run, self.cfg.keep_checkpoints) if self.run else None
-        bar = tqdm(total=total, initial=self.step, disable=not self.env.is_main, desc="train", unit="step",
-                   dynamic_ncols=True)
+        # a bar on a terminal, else a line per tenth of the run or per 30 s ($DLRMFLOW_PROGRESS: what the launcher saw)
+        bar = progress(total, "train", "step", initial=self.step, disable=not self.env.is_main)
         self._window = (time.perf_counter(), self.step, [])  # start, start step, this rank's losses (device)
         try:
             while self.step < total and not self.stopped_early:
@@ -326,7 +330,7 @@ class Trainer(Stateful):
         steps = self._window_losses()
         loss = float(np.mean(steps))
         rate = (self.step - start_step) * self.cfg.data.batch_size / max(time.perf_counter() - start, 1e-9)
-        bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:,.0f}", refresh=False)
+        bar.set_postfix({"rows/s": f"{rate:,.0f}", "loss": f"{loss:.4f}"}, refresh=False)
         f = lr_factor(self.cfg.optimizer, self.step - 1)
         if log:
             log.log({"step": self.step, "epoch": self.epoch, "loss": loss, "samples_per_s": rate,
@@ -403,7 +407,9 @@ class Trainer(Stateful):
     def _validate(self, log: MetricsLog | None) -> dict[str, Any] | None:
         """Validate on the eval split; update best / patience. Returns the metrics when they are a new best."""
         split = self.eval_split
-        result = self.validate(split)
+        probs, labels = self.predict(split)
+        result = _validation(probs, labels)
+        self._fit_calibration(probs, labels, split)
         if log:  # flushed before the line below: a reader of that line finds the evaluation in metrics.jsonl
             log.log({"step": self.step, "epoch": self.epoch, "eval_split": split, **result})
             log.flush()
@@ -422,8 +428,26 @@ class Trainer(Stateful):
                            f"(best at step {self.best['step']})")
         return None
 
+    def _fit_calibration(self, probs: np.ndarray, labels: np.ndarray, split: str) -> None:
+        """Rank 0 fits the calibration of this step on its validation predictions (raw: ``self.calibration`` is
+        None while training) and records it in the run folder, before the step's checkpoint is saved
+        (``training.calibration``); nothing with ``calibrate: false``."""
+        if not (self.cfg.calibrate and self._writes()):
+            return
+        fit = calibration.fit(probs, labels, step=self.step, split=split)
+        if fit is None or not calibration.is_finite(fit):
+            tqdm.write(f"step {self.step}: no calibration fitted ('{split}' holds one class, or the fit diverged)")
+            return
+        calibration.record(self.run, fit)
+        tqdm.write(f"step {self.step}: {calibration.describe(fit)}")
+
     def _stop_requested(self) -> bool:
         """Whether the run folder holds a stop request (``RunDir.STOP``: a tune prunes a trial): rank 0 looks, every
         rank learns it (one all-reduce), so all stop at the same step."""
         found = int(self._writes() and self.run.exists(RunDir.STOP))
         return bool(all_reduce_sum(torch.tensor(found, dtype=torch.int64, device=self.env.device)).item())
+
+
+def _validation(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """A validation's metrics of gathered predictions: ROC AUC, log loss and row count."""
+    return {"auc": metrics.roc_auc(probs, labels), "logloss": metrics.log_loss(probs, labels), "rows": int(len(labels))}

@@ -69,7 +69,9 @@ def _old_predictions(run: Path) -> np.ndarray:
     from training.trainer import Trainer
 
     with one_rank():
-        p, _ = Trainer.from_run(str(run), "latest").predict("test")
+        trainer = Trainer.from_run(str(run), "latest")
+        trainer.calibration = None   # the raw model: a warm start copies weights, never the old run's calibration
+        p, _ = trainer.predict("test")
     return np.sort(p)
 
 
