@@ -4,10 +4,17 @@
 
 - ``weights.pt``: the model's unsharded weights, one plain state dict of ``training.inference.DLRMInference``
   (DCP reshards the checkpoint into whole tensors, whatever world size and plan wrote it);
-- ``model.pt``: that module as TorchScript (``torch.jit.load``; Triton's PyTorch backend loads it as is):
-  ``(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]``, and for list features
-  its method ``forward_lists(values, lengths, numerical)`` (a KeyedJaggedTensor's values and lengths);
-- ``model.json``: the model config, feature order, table sizes and the source (run, step, dataset);
+- ``model.pt2``: that module as a ``torch.export`` program (``write_program``; ``torch.export.load(f).module()``),
+  dynamic batch: ``(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]``, or for a
+  model with list features ``(values, lengths, numerical)`` (a KeyedJaggedTensor's values and lengths); verified
+  against the eager module at export (the manifest's ``program.max_abs_diff``). What ``load_bundle``'s
+  ``predictor`` serves;
+- ``model.pt``: the same module as TorchScript (``torch.jit.load``; ``forward`` and ``forward_lists``),
+  **deprecated** (torch deprecates torch.jit): written until ``TORCHSCRIPT_UNTIL`` for the servers that load it,
+  used here only for a bundle without ``model.pt2``;
+- ``model.json``: the model config, feature order, table sizes, the source (run, step, dataset) and the
+  checkpoint's calibration (``training.calibration``: ``a, b`` of the logit, in ``model.pt2`` and ``model.pt``; null:
+  none);
 - ``feature_spec.yaml``, ``vocab/<f>.parquet`` and ``input_spec.yaml``: the dataset's spec, vocabularies and
   the input spec it was preprocessed with (the numerical transforms, hash buckets, label rule), so raw rows
   encode exactly as for training (``preprocessing.apply.encode_inputs``);
@@ -23,8 +30,8 @@ UserError naming the bundle, how the child ended and the free space there, and w
 folder) is removed; nothing at the bundle's place verifies, so a re-run exports it again.
 
 A full disk is ``common.space.NoSpace`` (the path, the free space, the fix): refused before writing when the bundle's
-filesystem has less free space than the bundle takes (its weights twice, ``weights.pt`` and ``model.pt``, and the
-vocabularies), or raised by the write that found none.
+filesystem has less free space than the bundle takes (its weights three times, ``weights.pt``, ``model.pt2`` and
+``model.pt``, and the vocabularies), or raised by the write that found none.
 
 Test hook: ``$DLRMFLOW_EXPORT_CRASH=abort`` aborts the exporting process (SIGABRT, as torch's C++ does) once
 ``weights.pt`` is written in the bundle's temporary folder; unset, it does nothing.
@@ -46,6 +53,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,13 +71,18 @@ from common.process import dying_with_this_process, exit_text
 from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
-from training.inference import DLRMInference, plain_state
+from training.inference import DLRMInference, export_program, plain_state
 from training.launchers import warm
 from training.rundir import RunDir
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 WEIGHTS, MODULE, CONFIG = "weights.pt", "model.pt", "model.json"
+PROGRAM = "model.pt2"   # the torch.export program; MODULE (TorchScript) is deprecated, written until TORCHSCRIPT_UNTIL
+TORCHSCRIPT_UNTIL = "2027-06"
+VERIFY_TOLERANCE = 1e-5   # the most a saved model's probabilities may differ from the eager module's at export
+# torch's deprecation of TorchScript (torch.jit.script/save/load), known: kept off the console while it is written
+JIT_DEPRECATED = r"`torch\.jit\.\w+` is deprecated"
 SPEC, INPUT_SPEC = "feature_spec.yaml", "input_spec.yaml"
 MODEL_PREFIX = "model.model."   # the TorchRec DLRM's keys inside a checkpoint (Trainer.state_dict: DLRMTask.model)
 CRASH = "DLRMFLOW_EXPORT_CRASH"   # the test hook (see the module doc)
@@ -106,7 +119,8 @@ def unsharded_state(run: RunDir | str, step: int) -> dict[str, torch.Tensor]:
 
 def model_config(run: RunDir, step: int) -> dict[str, Any]:
     """What ``DLRMInference`` and the scorer need: the run's arch config, its dataset's feature order and
-    table sizes (``max_table_size`` applied), and where the model came from."""
+    table sizes (``max_table_size`` applied), the checkpoint's calibration and where the model came from."""
+    from training import calibration
     from training.dlrm import table_name
 
     cfg = run.load_config()
@@ -119,6 +133,8 @@ def model_config(run: RunDir, step: int) -> dict[str, Any]:
             "categorical": list(spec.categorical_features), "numerical": list(spec.numerical_features),
             "tables": [table_name(f) for f in spec.categorical_features], "table_rows": rows,
             "pooling": [spec.feature_spec[f].pooling or "sum" for f in spec.categorical_features],
+            "lists": any(spec.feature_spec[f].multi_valued for f in spec.categorical_features),
+            "calibration": None if (fit := calibration.of_step(run, step)) is None else fit.to_dict(),
             "source": {"run": run.uri, "step": step, "dataset": cfg.dataset}}
 
 
@@ -144,7 +160,7 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
     fs, path = filesystem(out)
     need = bundle_bytes(config, module)
     what = f"the serving bundle of {run.uri} step {step}"
-    estimate = "its weights twice, weights.pt and model.pt, and its vocabularies"
+    estimate = "its weights three times, weights.pt, model.pt and model.pt2, and its vocabularies"
     if isinstance(fs, LocalFileSystem):
         check_free(path, need, what, estimate, NO_SPACE_FIX)
         with writing(path, NO_SPACE_FIX), atomic_dir(path) as folder:
@@ -163,19 +179,20 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
 
 
 def bundle_bytes(config: dict[str, Any], module: DLRMInference) -> int:
-    """About the bytes of the bundle of ``module``: its weights twice (``weights.pt``, and ``model.pt``, which holds
-    them too) and the dataset's vocabularies."""
+    """About the bytes of the bundle of ``module``: its weights three times (``weights.pt``, and ``model.pt`` and
+    ``model.pt2``, which hold them too) and the dataset's vocabularies."""
     weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     dataset = config["source"]["dataset"]
-    spec = read_text(posixpath.join(dataset, SPEC))
+    spec_uri = posixpath.join(dataset, SPEC)
+    spec = read_text(spec_uri)
     vocab = 0
-    for relative in (((load_yaml(spec) or {}).get("metadata") or {}).get("vocab") or {}).values():
+    for relative in (((load_yaml(spec, spec_uri) or {}).get("metadata") or {}).get("vocab") or {}).values():
         fs, path = filesystem(posixpath.join(dataset, str(relative)))
         try:
             vocab += int(fs.size(path) or 0)
         except (FileNotFoundError, OSError):
             pass   # _write names a missing one
-    return 2 * weights + vocab + len(spec)
+    return 3 * weights + vocab + len(spec)
 
 
 def verify_bundle(uri: str, run: str, step: int) -> str:
@@ -270,7 +287,7 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     """Every file of the bundle into the local ``folder``, the manifest last."""
     dataset = config["source"]["dataset"]
     spec_text = read_text(posixpath.join(dataset, SPEC))
-    metadata = (load_yaml(spec_text) or {}).get("metadata") or {}
+    metadata = (load_yaml(spec_text, posixpath.join(dataset, SPEC)) or {}).get("metadata") or {}
     settings = metadata.get("preprocessing") or {}
     input_spec = settings.get("spec")
     (folder / SPEC).write_text(spec_text)
@@ -297,18 +314,73 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
         torch.save(module.state_dict(), f)
     if os.environ.get(CRASH) == "abort":
         os.abort()
-    with open(folder / MODULE, "wb") as f:
+    with open(folder / MODULE, "wb") as f, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", JIT_DEPRECATED)
         torch.jit.save(torch.jit.script(module), f)
+    program = write_program(module, bool(config.get("lists")), folder / PROGRAM)   # the format to serve
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", JIT_DEPRECATED)
+        scripted = torch.jit.load(str(folder / MODULE), map_location="cpu").eval()
+    lists = bool(config.get("lists"))
+    torchscript_diff = _max_diff(module, scripted.forward_lists if lists else scripted, lists)
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    manifest = {"format": FORMAT, "kind": "torchscript", "module": MODULE, "weights": WEIGHTS,
+    manifest = {"format": FORMAT, "kind": "pt2", "program": program, "module": MODULE, "weights": WEIGHTS,
+                "torchscript": {"file": MODULE, "deprecated": True, "written_until": TORCHSCRIPT_UNTIL,
+                                "max_abs_diff": torchscript_diff},
                 "inputs": {"categorical": ["int64", len(config["categorical"])],
                            "numerical": ["float32", len(config["numerical"])]},
                 "output": "probability [B] float32", "source": config["source"],
+                "calibration": config.get("calibration"),
                 "files": {name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
                           for name in files}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def write_program(module: DLRMInference, lists: bool, path: Path) -> dict[str, Any]:
+    """``module`` as a ``torch.export`` program saved at ``path`` (``torch.export.save``; loaded with
+    ``torch.export.load(path).module()``), with a dynamic batch: ``(categorical [B, n_cat] int64, numerical [B, n_num]
+    float32)`` or, ``lists``, ``(values [N] int64, lengths [n_cat * B] int64, numerical)`` (a KeyedJaggedTensor's
+    values and lengths). Verified, as saved and loaded again, against the eager module on batches of other sizes than
+    the one it was traced on. Returns its manifest entry (file, format, inputs, the largest difference seen)."""
+    with torch.inference_mode(False), torch.no_grad():
+        program = export_program(module, sample_inputs(module, lists, rows=8, seed=0))
+    with open(path, "wb") as f:
+        torch.export.save(program, f)
+    diff = _max_diff(module, torch.export.load(str(path)).module(), lists)
+    n_cat, n_num = int(module.rows.shape[0]), module.bottom[0].in_features
+    inputs = ({"values": ["int64", "N"], "lengths": ["int64", f"{n_cat} * B"], "numerical": ["float32", n_num]}
+              if lists else {"categorical": ["int64", n_cat], "numerical": ["float32", n_num]})
+    return {"file": path.name, "format": f"torch.export (PT2), torch {torch.__version__.split('+')[0]}",
+            "inputs": inputs, "output": "probability [B] float32", "max_abs_diff": diff}
+
+
+def sample_inputs(module: DLRMInference, lists: bool, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Random inputs of ``rows`` rows in the order of the program's signature (lists: 0 to 3 ids a row and
+    feature, at least one id in all)."""
+    g = torch.Generator().manual_seed(seed)
+    n_cat, n_num = int(module.rows.shape[0]), module.bottom[0].in_features
+    numerical = torch.rand(rows, n_num, generator=g) * 5
+    if not lists:
+        return torch.randint(0, 1 << 20, (rows, n_cat), generator=g), numerical
+    lengths = torch.randint(0, 4, (n_cat * rows,), generator=g)
+    lengths[0] = max(int(lengths[0]), 1)
+    return torch.randint(0, 1 << 20, (int(lengths.sum()),), generator=g), lengths, numerical
+
+
+def _max_diff(module: DLRMInference, predict: Any, lists: bool) -> float:
+    """The largest difference of ``predict``'s probabilities from the eager module's on batches of 1, 7 and 33 rows
+    (ValueError above ``VERIFY_TOLERANCE``: the saved model does not compute what the module does)."""
+    diff = 0.0
+    with torch.no_grad():
+        for seed, rows in enumerate((1, 7, 33), start=1):
+            inputs = sample_inputs(module, lists, rows, seed)
+            want = module.forward_lists(*inputs) if lists else module(*inputs)
+            diff = max(diff, float((predict(*inputs) - want).abs().max()))
+    if diff > VERIFY_TOLERANCE:
+        raise ValueError(f"a saved serving model differs from the eager one by {diff} (a bug of the export)")
+    return diff
 
 
 @dataclass(frozen=True)
@@ -332,8 +404,31 @@ class Bundle:
         return str(self.folder / spec) if spec == INPUT_SPEC else spec
 
     def module(self) -> torch.jit.ScriptModule:
-        """The TorchScript model, in eval mode on the CPU."""
-        return torch.jit.load(str(self.folder / MODULE), map_location="cpu").eval()
+        """The TorchScript model (deprecated: ``predictor``), in eval mode on the CPU."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", JIT_DEPRECATED)
+            return torch.jit.load(str(self.folder / MODULE), map_location="cpu").eval()
+
+    def predictor(self) -> Any:
+        """``predict(values, lengths, numerical) -> probabilities [B]`` (a KeyedJaggedTensor's values and lengths):
+        the bundle's torch.export program, else (a bundle written before them) its TorchScript module, with a
+        deprecation warning (FutureWarning: Python shows it) once a process."""
+        program = self.manifest.get("program")
+        if not program:
+            if not _WARNED:
+                _WARNED.append(True)
+                warnings.warn(f"{self.folder}: a bundle with only a TorchScript model ({MODULE}), which is deprecated "
+                              "(torch.jit); re-export it (dlrmflow export) to get its torch.export program "
+                              f"({PROGRAM})", FutureWarning, stacklevel=2)   # FutureWarning: shown to the user
+            return self.module().forward_lists
+        model = torch.export.load(str(self.folder / program["file"])).module()
+        if "lengths" in program["inputs"]:
+            return lambda values, lengths, numerical: model(values.to(torch.int64), lengths.to(torch.int64), numerical)
+        n_cat = program["inputs"]["categorical"][1]   # one id a row and feature: values are [n_cat * B], feature-major
+        return lambda values, lengths, numerical: model(values.to(torch.int64).view(n_cat, -1).t(), numerical)
+
+
+_WARNED: list[bool] = []   # the TorchScript fallback's warning: once a process
 
 
 def load_bundle(uri: str, cache: str | Path | None = None, manifest_sha256: str | None = None) -> Bundle:
@@ -359,6 +454,10 @@ def load_bundle(uri: str, cache: str | Path | None = None, manifest_sha256: str 
         if required not in names:
             raise UserError(f"{uri}: the bundle's {MANIFEST} lists no {required}. Fix: re-export the bundle "
                             "(dlrmflow export).")
+    program = (manifest.get("program") or {}).get("file")
+    if program is not None and program not in names:
+        raise UserError(f"{uri}: the bundle's {MANIFEST} names the program {program!r} but does not list it among "
+                        "its files. Fix: re-export the bundle (dlrmflow export).")
     if isinstance(fs, LocalFileSystem):
         folder = Path(path)
     else:
@@ -406,13 +505,13 @@ def predict_split(bundle: Bundle, dataset: str, split: str, parts: str | Path, b
     names = data.spec.categorical_features
     if list(names) != bundle.config["categorical"] or list(data.spec.numerical_features) != bundle.config["numerical"]:
         raise RuntimeError(f"{dataset}: features differ from the bundle's")   # encoded with the bundle's spec: a bug
-    module, parts = bundle.module(), Path(parts)
+    predict, parts = bundle.predictor(), Path(parts)
     parts.mkdir(parents=True, exist_ok=True)
     check_free(parts, 4 * data.num_rows, f"the probabilities of {dataset} {split}", "4 bytes a row")
     with writing(parts / part_name(0)), torch.inference_mode(), open(parts / part_name(0), "wb") as f:
         for batch in data.batches(batch_rows):
             kjt = batch.sparse_features
-            probs = module.forward_lists(kjt.values(), kjt.lengths(), batch.dense_features)
+            probs = predict(kjt.values(), kjt.lengths(), batch.dense_features)
             f.write(probs.numpy().astype(np.float32).tobytes())
     write_atomic(parts / META, json.dumps({"rows": data.num_rows, "world_size": 1, "batch_rows": batch_rows}))
     return data.num_rows

@@ -1,13 +1,18 @@
-"""The serving model: a plain PyTorch DLRM (no TorchRec, no FBGEMM) that a bundle stores as TorchScript.
+"""The serving model: a plain PyTorch DLRM (no TorchRec, no FBGEMM) that a bundle stores as a torch.export program
+(and, deprecated, as TorchScript).
 
 ``DLRMInference(cfg)`` computes what ``training.dlrm``'s TorchRec DLRM / DLRM_DCN compute, with the same
 operations: one embedding bag per categorical pooling a row's ids as the table does (``pooling`` sum or mean; a
 single id gives its row), ids taken modulo the table's rows (``IdHasher``'s ``max_table_size`` rule; a no-op
 for uncapped tables), the bottom MLP (ReLU after every layer), the dot interaction (``bmm`` + upper triangle,
-dense first) or the low-rank DCN, the top MLP (ReLU after all but the last layer) and a sigmoid.
+dense first) or the low-rank DCN, the top MLP (ReLU after all but the last layer), the checkpoint's calibration
+of the logit (``training.calibration.affine``, compiled into the TorchScript module; ``a=1, b=0`` without one) and
+a sigmoid.
 ``forward(categorical [B, n_cat] int64, numerical [B, n_num] float32) -> probabilities [B]`` takes one id per
 row and feature; ``forward_lists(values, lengths, numerical)`` takes a KeyedJaggedTensor's ``values()`` and
-``lengths()`` (multi-valued features: any number of ids a row). This module imports only torch.
+``lengths()`` (multi-valued features: any number of ids a row). ``StaticDLRM`` computes the same with static shapes
+(one weight for every table, one ``embedding_bag``), what ``export_program`` exports with ``torch.export`` (a
+bundle's ``model.pt2``). This module imports only torch (and the calibration's formula).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from training.calibration import affine
 
 
 class _Cross(nn.Module):
@@ -39,6 +46,9 @@ class DLRMInference(nn.Module):
         rows: list[int] = config["table_rows"]
         dim, n_num, n_cat = config["embedding_dim"], len(config["numerical"]), len(rows)
         self.dcn = config["interaction"] == "dcn"
+        fitted = config.get("calibration") or {}   # bundles written before calibration: none
+        self.calibration_a: float = float(fitted.get("a", 1.0))
+        self.calibration_b: float = float(fitted.get("b", 0.0))
         pooling = config.get("pooling") or ["sum"] * n_cat   # bundles written before list features: all sum
         self.tables = nn.ModuleList([nn.EmbeddingBag(r, dim, mode=p) for r, p in zip(rows, pooling)])
         self.register_buffer("rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
@@ -59,9 +69,7 @@ class DLRMInference(nn.Module):
     def forward_lists(self, values: torch.Tensor, lengths: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
         """Probabilities [B] of B rows given as a KeyedJaggedTensor's ``values()`` (every feature's ids, feature
         by feature) and ``lengths()`` ([n_cat * B]: ids per feature and row, feature-major)."""
-        x = numerical
-        for linear in self.bottom:
-            x = torch.relu(linear(x))
+        x = self.dense(numerical)
         lengths = lengths.to(torch.int64).view(len(self.tables), -1)
         starts = torch.cumsum(lengths, dim=1) - lengths   # each row's first id within its feature
         ends = torch.cumsum(lengths.sum(dim=1), dim=0)
@@ -71,7 +79,20 @@ class DLRMInference(nn.Module):
             last = int(ends[i])
             embedded.append(table(values[first:last] % self.rows[i], starts[i]).unsqueeze(1))
             first = last
-        combined = torch.cat(embedded, dim=1)
+        return self.head(x, torch.cat(embedded, dim=1))
+
+    @torch.jit.export
+    def dense(self, numerical: torch.Tensor) -> torch.Tensor:
+        """The bottom MLP's output [B, dim]."""
+        x = numerical
+        for linear in self.bottom:
+            x = torch.relu(linear(x))
+        return x
+
+    @torch.jit.export
+    def head(self, x: torch.Tensor, combined: torch.Tensor) -> torch.Tensor:
+        """Probabilities [B] from the bottom MLP's output ``x`` and ``combined`` ([B, 1 + n_cat, dim]: ``x`` and
+        every table's pooled embedding): interaction, top MLP, calibration, sigmoid."""
         if self.dcn:
             x0 = combined.reshape(combined.shape[0], -1)
             z = x0
@@ -85,7 +106,65 @@ class DLRMInference(nn.Module):
             z = top(z)
             if k < last:
                 z = torch.relu(z)
-        return torch.sigmoid(z.squeeze(-1))
+        return torch.sigmoid(affine(z.squeeze(-1), self.calibration_a, self.calibration_b))
+
+
+class StaticDLRM(DLRMInference):
+    """``model`` with static shapes, what ``torch.export`` can trace (``DLRMInference`` slices each table's ids by
+    the lengths' values, which torch.export cannot): every table's rows in one weight ``[sum of rows, dim]``, each
+    id shifted to its table's first row, one ``embedding_bag`` over all ids with the rows' offsets (a cumsum of the
+    lengths), mean tables divided by their lengths. Shares ``model``'s MLPs (and its dense/head code); holds the
+    tables' weights once more (the one weight)."""
+
+    def __init__(self, model: DLRMInference):
+        nn.Module.__init__(self)   # not DLRMInference's: its tables would be allocated again
+        self.dcn, self.calibration_a, self.calibration_b = model.dcn, model.calibration_a, model.calibration_b
+        self.bottom, self.cross, self.top = model.bottom, model.cross, model.top
+        self.tables = nn.ModuleList()   # none: ``weight`` holds them
+        rows = model.rows
+        self.register_buffer("rows", rows.clone(), persistent=False)
+        self.register_buffer("base", torch.cumsum(rows, dim=0) - rows, persistent=False)
+        self.register_buffer("mean", torch.tensor([t.mode == "mean" for t in model.tables]), persistent=False)
+        self.register_buffer("pair_i", model.pair_i.clone(), persistent=False)
+        self.register_buffer("pair_j", model.pair_j.clone(), persistent=False)
+        self.weight = nn.Parameter(torch.cat([t.weight.detach() for t in model.tables]), requires_grad=False)
+
+    def forward_lists(self, values: torch.Tensor, lengths: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
+        x = self.dense(numerical)
+        n, batch = self.rows.shape[0], numerical.shape[0]
+        lengths = lengths.to(torch.int64).reshape(-1)
+        offsets = torch.cat((torch.zeros(1, dtype=torch.int64, device=lengths.device), torch.cumsum(lengths, dim=0)))
+        ends = offsets[torch.arange(1, n + 1, device=lengths.device) * batch]   # each table's last id + 1
+        table = torch.searchsorted(ends, torch.arange(values.shape[0], device=values.device), right=True)
+        ids = values.to(torch.int64) % self.rows[table] + self.base[table]
+        pooled = nn.functional.embedding_bag(ids, self.weight, offsets, mode="sum", include_last_offset=True)
+        counts = torch.where(self.mean.unsqueeze(1), lengths.view(n, batch).clamp(min=1), 1).to(pooled.dtype)
+        pooled = pooled.view(n, batch, -1) / counts.unsqueeze(2)
+        return self.head(x, torch.cat((x.unsqueeze(1), pooled.transpose(0, 1)), dim=1))
+
+
+class ListsInput(nn.Module):
+    """``model.forward_lists`` as a forward: what ``export_program`` exports for a model with list features."""
+
+    def __init__(self, model: DLRMInference):
+        super().__init__()
+        self.model = model
+
+    def forward(self, values: torch.Tensor, lengths: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_lists(values, lengths, numerical)
+
+
+def export_program(model: DLRMInference, sample: tuple[torch.Tensor, ...]) -> torch.export.ExportedProgram:
+    """``model`` as a ``torch.export`` program with a dynamic batch (and, for lists, a dynamic values length),
+    traced on ``sample``: ``(categorical, numerical)`` (one id per row and feature: ``forward``) or ``(values,
+    lengths, numerical)`` (``forward_lists``). The sample's batch and values length must be 2 or more (torch.export
+    specializes a size of 0 or 1)."""
+    batch, model = torch.export.Dim("batch", min=1), StaticDLRM(model).eval()
+    if len(sample) == 2:
+        return torch.export.export(model, sample, dynamic_shapes=({0: batch}, {0: batch}), strict=False)
+    values = torch.export.Dim("values", min=1)   # an empty batch of lists (no value at all) is not served
+    shapes = ({0: values}, {0: int(model.rows.shape[0]) * batch}, {0: batch})
+    return torch.export.export(ListsInput(model), sample, dynamic_shapes=shapes, strict=False)
 
 
 def _linears(sizes: list[int]) -> list[nn.Linear]:

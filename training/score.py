@@ -73,7 +73,7 @@ def predict_parts(run: RunDir | str, step: int, dataset: str, split: str, parts:
     run = RunDir(run)
     runner = scoring_launcher(launcher)
     Path(parts).mkdir(parents=True, exist_ok=True)
-    output = RankOutput(on_line or (lambda text: print(text, flush=True)))
+    output = RankOutput(on_line or (lambda text: print(text, flush=True)), run=run, job="scoring")
     if runner.shares_files:
         rc = runner.run_ranks(score_job(step, dataset, split, str(parts)), run, env=env, on_line=output)
     else:
@@ -88,6 +88,7 @@ def predict_parts(run: RunDir | str, step: int, dataset: str, split: str, parts:
                 _copy_from(run, Path(parts), RunDir.SCORING, token, "parts")
         finally:
             run.remove_scoring(token)
+    output.close()
     if rc != 0:
         raise UserError(output.failure(f"scoring with {run} (step {step})", rc))
 

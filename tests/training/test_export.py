@@ -39,13 +39,15 @@ dtypes = json.loads(dtypes)
 manifest = json.load(open(f"{bundle}/manifest.json"))
 config = json.load(open(f"{bundle}/model.json"))
 model = torch.jit.load(f"{bundle}/{manifest['module']}").eval()
+program = torch.export.load(f"{bundle}/{manifest['program']['file']}").module()
 cat = np.stack([np.fromfile(f"{dataset}/{split}/cat_{f}.bin", dtypes[f]) for f in config["categorical"]], 1)
 num = np.fromfile(f"{dataset}/{split}/numerical.bin", dtypes[config["numerical"][0]])
 num = num.reshape(len(cat), len(config["numerical"])).astype(np.float32)
 with torch.inference_mode():
     p = model(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
+    p2 = program(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torchrec", "fbgemm_gpu", "training", "flows"))
-print(json.dumps({"p": p.tolist(), "loaded": loaded}))
+print(json.dumps({"p": p.tolist(), "p2": p2.tolist(), "loaded": loaded}))
 """
 
 
@@ -63,14 +65,19 @@ def _fresh(bundle: Path, dataset: Path, split: str) -> dict:
 
 @pytest.mark.slow
 def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo, criteo_run, tmp_path):
-    """Real Criteo rows: the TorchScript model, loaded where neither torchrec nor fbgemm is imported, gives the
-    DCP model's probabilities of the test split; a second export is a no-op."""
+    """Real Criteo rows: the torch.export program (model.pt2) and the deprecated TorchScript model, loaded where
+    neither torchrec nor fbgemm is imported, give the DCP model's probabilities of the test split (777 rows, not the
+    program's sample); the manifest records both, verified; a second export is a no-op."""
     step = criteo_run["evaluation"]["step"]
     out = tmp_path / "bundle"
     manifest = export_bundle(str(criteo_run["run"]), step, str(out))
     assert manifest["source"] == {"run": str(criteo_run["run"]), "step": step, "dataset": str(criteo["dataset"])}
     files = set(manifest["files"])
-    assert {"weights.pt", "model.pt", "model.json", "feature_spec.yaml"} <= files
+    assert {"weights.pt", "model.pt", "model.pt2", "model.json", "feature_spec.yaml"} <= files
+    assert manifest["kind"] == "pt2" and manifest["program"]["file"] == "model.pt2"
+    assert manifest["program"]["inputs"] == {"categorical": ["int64", 26], "numerical": ["float32", 13]}
+    assert manifest["torchscript"]["deprecated"] and manifest["torchscript"]["written_until"] == "2027-06"
+    assert manifest["program"]["max_abs_diff"] <= 1e-5 and manifest["torchscript"]["max_abs_diff"] <= 1e-5
     assert json.loads((out / "model.json").read_text())["input_spec"] == "criteo"   # the preset: nothing to copy
     assert {f"vocab/C{i}.parquet" for i in range(1, 27)} <= files
     assert (out / "vocab" / "C1.parquet").read_bytes() == (criteo["dataset"] / "vocab" / "C1.parquet").read_bytes()
@@ -78,6 +85,7 @@ def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo,
     got = _fresh(out, criteo["dataset"], "test")
     assert got["loaded"] == []
     np.testing.assert_allclose(np.array(got["p"], np.float32), criteo_run["p"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.array(got["p2"], np.float32), np.array(got["p"], np.float32), rtol=0, atol=1e-6)
 
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     assert export_bundle(str(criteo_run["run"]), step, str(out)) == manifest
@@ -88,7 +96,8 @@ def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo,
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_score_bundle_equals_score_run_on_raw_rows(criteo, criteo_run, tmp_path):
-    """`dlrmflow score --bundle` (one process) and `score --run` give the same probabilities on raw rows,
+    """`dlrmflow score --bundle` (one process, the bundle's PT2 program, no deprecation warning) and `score --run`
+    give the same probabilities on raw rows,
     including rows with values the model never saw; rows, positions and labels are the same Parquet."""
     out = tmp_path / "bundle"
     proc = subprocess.run([sys.executable, "-m", "flows.cli", "export", "--run", str(criteo_run["run"]),
@@ -104,6 +113,7 @@ def test_score_bundle_equals_score_run_on_raw_rows(criteo, criteo_run, tmp_path)
                            "--out", str(by_bundle), "--no-progress"], cwd=REPO, env={**os.environ, **ENV},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "deprecated" not in proc.stdout + proc.stderr   # scored with the PT2 program: no TorchScript warning
     by_run = tmp_path / "run.parquet"
     score(ScoreConfig(run=str(criteo_run["run"]), inputs=[str(raw)], out=str(by_run), progress=False), env=ENV,
           on_line=lambda _: None)
