@@ -36,12 +36,14 @@ WORK = "_work"            # <dataset key>/: one preprocessing job's work folder 
 SYNTHETIC = "synthetic"   # criteo-<rows>-seed<seed>/: the embedded default's raw data
 STORE_LEASE = "_store.lease"  # the store-wide lease: removals run under it (common.lease.store_lease)
 TRASH = "_trash"          # <what>-<token>/: a folder gc (models.gc) renamed away and is deleting (local stores)
-TOP = (DATASETS, RUNS, MODELS, TUNES, FILES, WORK, SYNTHETIC, TRASH)   # the top-level folders: a location recorded
-                                                                       # store-relative starts with one of them
+SPECS = "specs"           # <name>.yaml and <name>/v<N>.yaml: input specs named in the store (preprocessing.specs)
+TOP = (DATASETS, RUNS, MODELS, TUNES, FILES, WORK, SYNTHETIC, TRASH, SPECS)   # the top-level folders: a location
+                                                                              # recorded store-relative starts with one
 
 RUN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$"   # a folder of runs/: one path segment, never "." or ".."
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"   # a folder of models/ (models.registry's NAME_PATTERN)
 DATASET_NAME = r"^(?!\.\.?$)[A-Za-z0-9_.\-]{1,255}$"  # a folder of datasets/: one segment, never "." or ".."
+SPEC_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"    # a spec of specs/ (``store:NAME``)
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"
@@ -264,6 +266,13 @@ class Store:
     def tune_uri(self, name: str) -> str:
         """The folder of the tune called ``name`` (its study; its trials are runs)."""
         return self.join(TUNES, check_run_name(name))
+
+    def spec_uri(self, name: str) -> str:
+        """The input spec called ``name`` in the store: ``specs/<name>.yaml`` (versions: ``preprocessing.specs``)."""
+        if not re.fullmatch(SPEC_NAME, name):
+            raise UserError(f"spec name {name!r} cannot name a file in the store's {SPECS}/ folder. Fix: use letters, "
+                            "digits, '.', '_' or '-' (at most 64, starting with a letter or digit).")
+        return self.join(SPECS, f"{name}.yaml")
 
     def synthetic_uri(self, rows: int, seed: int) -> str:
         return self.join(SYNTHETIC, f"criteo-{rows}-seed{seed}")

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.config import store_field
+
 DEFAULT_SPLIT = "ordered:train=0.8,val=0.1,test=0.1"
 
 
@@ -18,7 +20,9 @@ class PreprocessConfig(BaseModel):
     inputs: list[str] = Field(description="Input files, folders or globs (local, file://, s3://, memory://). "
                               "`split=PATH` assigns the files to a split directly (the `files` split rule).")
     out: str = Field(description="Artifact store root; the dataset goes to `out/datasets/NAME-FINGERPRINT/`.")
-    spec: str = Field(default="criteo", description="`criteo` (built-in preset) or the path/URI of an input spec YAML.")
+    spec: str = Field(default="criteo", description="`criteo` (built-in preset), the path/URI of an input spec YAML, "
+                      "`store:NAME` (the store's specs/NAME.yaml, e.g. from the spec-draft flow) or a spec's YAML "
+                      "pasted as the value (kept in the store's specs/_pasted/). Both are checked before any work.")
     split: str | None = Field(default=None, description="Split rule: `ordered:train=0.8,val=0.1,test=0.1`, "
                               "`random:train=0.9,test=0.1,seed=0`, `column:COL` (the column's value names the split) "
                               "or `column:COL:train<V1,val<V2,test` (cut points). Default: the spec's "
@@ -67,3 +71,21 @@ class FlowPreprocessConfig(PreprocessConfig):
                                                     "intermediate parts through the store.")
     dask_address: str | None = Field(None, description="The Dask scheduler's address (tcp://HOST:8786) for "
                                      "task_runner=dask. Default: a temporary local Dask cluster.")
+
+
+class SpecDraftConfig(BaseModel):
+    """The spec-draft flow's form: draft an input spec from a sample of the data and keep it in the store as
+    ``specs/NAME.yaml`` (``preprocessing.specs``), for ``spec: store:NAME`` in the preprocess and pipeline forms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[str] = Field(description="The data: files, folders or globs (CSV with a header row, or Parquet; "
+                              "local or s3).")
+    store: str = store_field()
+    name: str | None = Field(default=None, description="The spec's name in the store (specs/NAME.yaml) and the "
+                             "dataset's (metadata.name). Default: the first file's name.")
+    label: str | None = Field(default=None, description="The label column, or a rule: `rating>=4`, `income==>50K`. "
+                              "Default: a 0/1 column named label, click, target...")
+    rows: int = Field(default=100_000, ge=1, description="Rows to sample.")
+    overwrite: bool = Field(default=False, description="Replace a different spec already kept under NAME (it stays "
+                            "as its version, specs/NAME/vN.yaml). Without it such a draft fails.")

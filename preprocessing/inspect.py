@@ -1,5 +1,5 @@
-"""Summary of a preprocessed dataset: rows per split, per-feature cardinality, dtype, share of index 0 (of the
-rows; of the elements for a list feature, marked '/el'), hotness and mean/max list length; ``verify``: every
+"""Summary of a preprocessed dataset: rows and label rate per split, per-feature cardinality, dtype, share of index 0
+(of the rows; of the elements for a list feature, marked '/el'), hotness and mean/max list length; ``verify``: every
 file against the sizes its metadata gives and the checksums it records; and ``verify_once``: the same check when a
 run reuses a finished dataset, recorded in the dataset (``writer.VERIFIED``) so that it is done once per write."""
 
@@ -46,7 +46,8 @@ def summary(dataset: str) -> str:
     if spec.numerical_features:
         dtype = spec.feature_spec[spec.numerical_features[0]].dtype
         lines.append(f"numerical: {len(spec.numerical_features)} features ({dtype})")
-    lines.append(f"label: {spec.label_feature}")
+    lines.append(f"label: {spec.label_feature}; label rate " + ", ".join(
+        f"{split} {rate}" for split, rate in _label_rates(dataset, spec).items()))
     train = "train" if "train" in index0 else next(iter(index0), None)
     lengths = (meta.get("list_lengths") or {}).get(train) or {}
     head = f"{'feature':<24} {'cardinality':>12} {'dtype':>6} {'index 0 (' + (train or '-') + ')':>16} " \
@@ -65,6 +66,29 @@ def summary(dataset: str) -> str:
         lines.append(f"{name:<24} {f.cardinality:>12,} {f.dtype:>6} {share:>16} {hotness:>9} {mean:>9} "
                      f"{longest:>8}{hashed}")
     return "\n".join(lines)
+
+
+def _label_rates(dataset: str, spec: fspec.FeatureSpec) -> dict[str, str]:
+    """Each split's share of label 1 (its label file: one bool byte a row), as text; '~' where only the first
+    ``_LABEL_BYTES`` rows were read, '?' where the file is missing."""
+    import numpy as np
+    rates = {}
+    for split in spec.splits:
+        fs, path = filesystem(fspec.file_uri(dataset, spec.file_of(split, spec.label_feature)[0]))
+        try:
+            with fs.open(path, "rb") as f:
+                ones = rows = 0
+                while rows < _LABEL_BYTES and (block := f.read(min(_READ_BYTES, _LABEL_BYTES - rows))):
+                    ones, rows = ones + int(np.count_nonzero(np.frombuffer(block, np.uint8))), rows + len(block)
+                more = bool(f.read(1))
+        except FileNotFoundError:
+            rates[split] = "?"
+            continue
+        rates[split] = f"{'~' if more else ''}{ones / rows:.2%}" if rows else "-"
+    return rates
+
+
+_LABEL_BYTES = 256 << 20   # the rows a label rate reads at most per split (a sample's rate beyond: '~')
 
 
 def _lengths(f: fspec.Feature, stats: dict | None) -> tuple[str, str, str]:

@@ -17,6 +17,7 @@ from . import lists, splits
 from .config import DEFAULT_SPLIT, PreprocessConfig
 from .inputs import InputFile, expand, file_type, split_mapping
 from .readers import Format, parquet_types
+from .specs import resolved
 from .transforms import Transforms
 from .work import FileParts, Mirror, WorkFolder
 
@@ -44,7 +45,9 @@ class Job:
 
     @classmethod
     def from_config(cls, config: PreprocessConfig) -> Job:
-        """Look up the spec and inputs, derive the split rule and fingerprint, name the dataset and work folders."""
+        """Look up the spec (``store:NAME`` or pasted YAML: ``specs.resolved``) and inputs, derive the split rule and
+        fingerprint, name the dataset and work folders."""
+        config = resolved(config)
         spec = _spec(config)
         defaults = spec.metadata.get("preprocessing") or {}
         inputs = expand(config.inputs or _spec_files(config.spec, spec))
@@ -57,14 +60,14 @@ class Job:
         numeric_cuts = bool(rule.cuts) and all(_is_number(c) for c in rule.cuts)
         transforms = Transforms.from_spec(spec, threshold, rule.column, numeric_cuts)
         fmt = _format(config.spec, spec, inputs)
-        lists.check_input(spec, fmt.kind)
+        native = parquet_types(inputs[0].uri) if fmt.kind == "parquet" else None
+        lists.check_input(spec, fmt.kind, native, inputs[0].uri)
         settings = {**config.output_settings(), "frequency_threshold": threshold, "split": rule.text(),
                            "format_version": FORMAT_VERSION}
         identity = {"inputs": [f.model_dump() for f in inputs], "config": settings,
                     "spec": spec.model_dump(mode="json", exclude={"source_spec"})}
         fingerprint = _digest(identity)
         key = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(spec.metadata.get("name") or "dataset")) + "-" + fingerprint[:12]
-        native = parquet_types(inputs[0].uri) if fmt.kind == "parquet" else None
         types = transforms.parse_types(native)
         parse = _parse_settings(config, rule, transforms, fmt, types)
         mirror = Mirror.locate(config.work_dir, config.out)
@@ -120,6 +123,7 @@ def _spec_files(spec_uri: str, spec: FeatureSpec) -> list[str]:
 def split_rule(config: PreprocessConfig) -> splits.SplitRule:
     """The split rule of ``config``, known before any input is read; its ``splits`` are those preprocessing
     will write (empty when the data decides: ``column:COL`` without cut points)."""
+    config = resolved(config)
     spec = _spec(config)
     mapped = [split_mapping(i)[0] for i in config.inputs] if config.inputs else \
         [s for s, chunks in spec.source_spec.items() for c in chunks if c.files]

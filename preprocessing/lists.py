@@ -41,16 +41,40 @@ def lengths_file_name(feature: str) -> str:
     return categorical_file_name(feature)[:-len(".bin")] + ".lengths.bin"
 
 
-def check_input(spec: FeatureSpec, kind: str) -> None:
-    """A list feature of text input (csv, tsv, criteo) needs ``sep``: UserError naming the feature otherwise."""
-    if kind == "parquet":
-        return
+def unsplit(f: Feature, kind: str, dtype: pl.DataType | None = None) -> bool:
+    """Whether the list feature ``f`` would be read as one-element lists: no ``sep``, and its field is text (csv,
+    tsv, criteo) or its Parquet column (of type ``dtype``; None: not known) not a list. The one rule of
+    preprocessing (``check_input``) and `dlrmflow spec check --input` (``spec_check``)."""
+    listed = isinstance(dtype, (pl.List, pl.Array)) or (kind == "parquet" and dtype is None)
+    return f.multi_valued and f.sep is None and not listed
+
+
+def check_input(spec: FeatureSpec, kind: str, types: dict | None = None, uri: str | None = None) -> None:
+    """A list feature of text input (csv, tsv, criteo), or of a Parquet column that is not a list (``types``: the
+    first input file's column types, ``uri`` that file), needs ``sep``: UserError naming the feature otherwise (and
+    the separator found in a sample of the Parquet column, if any)."""
     for name in spec.categorical_features:
         f = spec.feature_spec[name]
-        if f.multi_valued and f.sep is None:
-            raise UserError(f"feature_spec.{name}: a list feature ({_hotness_text(f)}) in {kind} input needs the "
-                            f"separator of its elements. Fix: add `sep: \"|\"` (the character between the values "
-                            f"of one field) to feature_spec.{name}.")
+        if not unsplit(f, kind, (types or {}).get(name)):
+            continue
+        if kind == "parquet":
+            sep = _sample_separator(uri, name)
+            raise UserError(f"feature_spec.{name}: a list feature ({_hotness_text(f)}), but its Parquet column is "
+                            f"{types[name]} in {uri}: without `sep` every row would be a one-element list. Fix: " +
+                            (f"add `sep: {sep!r}` (found between the values of a sample) to feature_spec.{name}."
+                             if sep else f"remove hotness/max_hotness from feature_spec.{name} (a one-hot feature), "
+                             "or write the column as a Parquet list."))
+        raise UserError(f"feature_spec.{name}: a list feature ({_hotness_text(f)}) in {kind} input needs the "
+                        f"separator of its elements. Fix: add `sep: \"|\"` (the character between the values "
+                        f"of one field) to feature_spec.{name}.")
+
+
+def _sample_separator(uri: str | None, name: str) -> str | None:
+    """The separator of the text column ``name`` in a sample of the Parquet file ``uri`` (``spec_check``'s rule)."""
+    from .sample import read_sample
+    from .spec_check import find_separator   # spec_check imports this module (through transforms)
+
+    return find_separator(read_sample([uri], 1000).rows[name]) if uri else None
 
 
 def _hotness_text(f: Feature) -> str:

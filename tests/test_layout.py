@@ -31,7 +31,7 @@ ALLOWED = {
     "flows": {"nightly", "models", "tuning", "training", "preprocessing", "synthetic", "feature_spec", "common"},
 }
 PREFECT = {"prefect", "prefect_dask"}
-STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash"}
+STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash", "specs"}
 STORE_MODULE = "common/store.py"
 # the light tier: what a command's options, a config file or a look at the store may import cheaply
 HEAVY = ("torch", "torchrec", "fbgemm_gpu", "prefect")
