@@ -10,9 +10,12 @@ importing torch or Prefect.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -22,6 +25,7 @@ COMMANDS = {
     "synth": "flows.commands.synth",
     "preprocess": "flows.commands.preprocess",
     "inspect": "flows.commands.inspect",
+    "spec": "flows.commands.spec",
     "train": "flows.commands.train",
     "evaluate": "flows.commands.evaluate",
     "score": "flows.commands.score",
@@ -40,14 +44,48 @@ def _available() -> dict[str, str]:
     return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod) is not None}
 
 
+class Parser(argparse.ArgumentParser):
+    """An option is its whole name (``--epoch`` is not taken for ``--epochs``: no abbreviations), and an unknown
+    option or command is named with the nearest known one, under the usage of the (sub)command it was given to."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def options(self) -> list[str]:
+        return [o for o in self._option_string_actions if o.startswith("--")]
+
+    def unknown(self, token: str) -> str:
+        """``unrecognized option --inptu: did you mean --input?`` (the nearest option, when one is near)."""
+        name = token.split("=", 1)[0]
+        near = difflib.get_close_matches(name, self.options(), n=1, cutoff=0.6)
+        near = near or [o for o in self.options() if o.startswith(name)][:1]   # an abbreviation, refused
+        return f"unrecognized option {name}" + (f": did you mean {near[0]}?" if near else
+                                                 f". Fix: see `{self.prog} --help-all`.")
+
+    def error(self, message: str):
+        if choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            names = re.findall(r"'([^']*)'", choice.group(2))
+            if near := difflib.get_close_matches(choice.group(1), names, n=1):
+                message += f"; did you mean {near[0]}?"
+        super().error(message)
+
+
+def _unknown_options(parser: Parser, argv: list[str]) -> list[str]:
+    """The ``--options`` of ``argv`` that ``parser`` does not know (before a ``--`` that ends the options)."""
+    tokens = argv[:argv.index("--")] if "--" in argv else argv
+    known = set(parser.options())
+    return [t for t in tokens if t.startswith("--") and len(t) > 2 and t.split("=", 1)[0] not in known]
+
+
 def build_parser(only: str | None = None, help_all: bool = False) -> argparse.ArgumentParser:
     """The command list; with ``only``, that command's options too (all listed by --help with ``help_all``)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dlrmflow",
         description="Raw click logs in, a trained and evaluated TorchRec DLRM out.",
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (before the command)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, mod_name in _available().items():
         if only is not None and name != only:
             sub.add_parser(name)
@@ -103,12 +141,21 @@ def main(argv: list[str] | None = None) -> int:
 
         server_dies_with_this_process()  # an ephemeral server this command starts ends with it, even on kill -9
     parser = build_parser(only=command if command in COMMANDS else None, help_all="--help-all" in argv)
-    args = parser.parse_args(["--help" if a == "--help-all" else a for a in argv])
+    argv = ["--help" if a == "--help-all" else a for a in argv]
+    at = argv.index(command) if command in argv else len(argv)
+    sub = parser._subparsers._group_actions[0].choices[command] if command in COMMANDS else parser
+    for owner, tokens in [(parser, argv[:at])] + ([(sub, argv[at + 1:])] if command in COMMANDS else []):
+        if unknown := _unknown_options(owner, tokens):   # named before a missing required option is
+            owner.error(owner.unknown(unknown[0]))
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0 if not argv else 2
     try:
-        return int(args._run(args) or 0)
+        with _owner_only(command):   # an ephemeral server it starts answers it (and its children) only
+            return int(args._run(args) or 0)
     except UserError as e:
         if debug:
             traceback.print_exc()
@@ -130,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _owner_only(command: str | None):
+    """``flows.ephemeral.server_for_its_owner_only`` for a command that runs Prefect flows here, else nothing."""
+    if command not in PREFECT_COMMANDS:
+        return contextlib.nullcontext()
+    from flows.ephemeral import server_for_its_owner_only
+
+    return server_for_its_owner_only()
 
 
 def _store_option(args: argparse.Namespace) -> str | None:

@@ -12,16 +12,17 @@ from common.store import redact
 from flows import artifacts
 from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S
-from training import (EvaluateConfig, LauncherConfig, LocalLauncherConfig, RunDir, check_inputs, completed,
-                      evaluate_run, format_table)
+from training import (NOISE, EvaluateConfig, LauncherConfig, LocalLauncherConfig, RunDir, check_inputs, completed,
+                      evaluate_run)
 
 
 @task(cache_policy=NONE)  # no retries: a failed evaluation is a bug or bad input, a retry would hide it
 @user_errors
 def run_evaluation(run: RunDir, config: EvaluateConfig, launcher: LauncherConfig | None = None) -> None:
-    log = get_run_logger()
+    log = get_run_logger()   # library warnings at WARNING (the known ones go to the run's library log instead)
     evaluate_run(run, config, launcher=launcher, env=rank_env(launcher), wait_s=OVERLAP_WAIT_S, reuse=True,
-                 on_line=lambda line: (log.warning if line.startswith("warning: ") else log.info)(redact(line)))
+                 on_line=lambda line: (log.warning if line.startswith("warning: ") or NOISE.match(line)
+                                       else log.info)(redact(line)))
 
 
 def rank_env(launcher: LauncherConfig | None) -> dict[str, str]:
@@ -54,5 +55,7 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig(),
     else:
         run_evaluation(run, config, launcher, return_state=True).result()  # raises its error (flows.errors)
     metrics = artifacts.evaluation(run, config.split)
-    log.info("'%s' metrics (checkpoint step %s):\n%s", config.split, metrics.get("step"), format_table(metrics))
+    auc = metrics.get("auc")   # the table is the artifact's (and `dlrmflow run` prints it once, at its end)
+    log.info("'%s' metrics of checkpoint step %s: ROC AUC %s; all of them: artifact '%s'", config.split,
+             metrics.get("step"), "n/a" if auc is None else f"{auc:.4f}", artifacts.EVALUATION_METRICS)
     return metrics

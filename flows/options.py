@@ -50,7 +50,7 @@ def _flag(path: str) -> str:
 
 def _scalar(text: str):
     """A value as YAML reads it (``3`` -> 3, ``true`` -> True, ``[64, 16]`` -> list, ``none`` -> None)."""
-    value = load_yaml(text)
+    value = load_yaml(text, f"the option value {text[:40]!r}")
     return None if isinstance(value, str) and value.lower() == "none" else value
 
 
@@ -180,8 +180,9 @@ class _Adder:
             kwargs["type"] = _text if optional else str
         else:
             kwargs["type"] = _scalar
-        if annotation is not bool:
-            kwargs.setdefault("metavar", path.rsplit(".", 1)[-1].upper())
+        if annotation is not bool:   # an alias names the value too (--store STORE, not --store OUT)
+            name = (self.aliases[path].lstrip("-") if path in self.aliases else path).rsplit(".", 1)[-1]
+            kwargs.setdefault("metavar", name.replace("-", "_").upper())
         if field.is_required() and "." not in path:
             kwargs.update(required=True)
             kwargs.pop("default")

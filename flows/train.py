@@ -17,7 +17,7 @@ from common.store import redact, store_error
 from flows import artifacts
 from flows.errors import user_errors
 from models import champion_init
-from training import (Checkpointer, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, NOISE, RankOutput, RunDir,
+from training import (Checkpointer, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, RankOutput, RunDir,
                       TrainConfig, build_launcher, default_train)
 
 OVERLAP_WAIT_S = 12 * 3600.0   # how long a run waits for another training or evaluation of its run folder
@@ -31,12 +31,13 @@ class TrainingFailed(UserError):
 
 class _Stream(RankOutput):
     """Consumes torchrun's merged output (``RankOutput``: it keeps each rank's tail for the failure message):
-    progress bars drive the progress artifact, library warnings are logged at WARNING, other text at INFO, each
+    progress bars drive the progress artifact, known library warnings go to the run's library log (``RankOutput``),
+    other library warnings are logged at WARNING, other text at INFO, each
     tagged ``[rank 1]`` (``[rank 1 on n2]`` on several nodes); the sharding plan is published (not logged) as soon
     as rank 0 has written it, the training curve at each evaluation."""
 
     def __init__(self, logger, progress: artifacts.Progress, run: RunDir, curve: artifacts.TrainingCurve):
-        super().__init__()
+        super().__init__(run=run, job="training")   # known library warnings: RUN/logs/library.log
         self.logger, self.progress, self.run, self.curve = logger, progress, run, curve
         self.plan_lines: set[str] = set()  # the published plan's lines, not logged
 
@@ -56,7 +57,7 @@ class _Stream(RankOutput):
         if not body:
             return
         self.keep(rank, text)
-        if NOISE.match(text):
+        if self.noise(rank, text):
             self.logger.warning("[%s] %s", self.tag(rank), text)
         elif rank == 0 and body.startswith(RunDir.PLAN_HEADER):
             self.plan_lines = {line.strip() for line in artifacts.plan(self.run).splitlines()}
@@ -81,11 +82,13 @@ def launch_torchrun(run: RunDir, config: TrainConfig, resume: bool, launcher: La
     logger.info("launching training: %s", runner.describe())
     stream = _Stream(logger, artifacts.Progress(f"training {run}"), run,
                      artifacts.TrainingCurve(run, config.best_metric))
-    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning"}
+    env = {"PET_TEE": "3", "PYTHONUNBUFFERED": "1", "TQDM_MININTERVAL": "2", "PYTHONWARNINGS": "ignore::FutureWarning",
+           "DLRMFLOW_PROGRESS": "bar"}   # rank 0's tqdm bar drives the progress artifact (_BAR), never logged
     if launcher.kind == "local":  # this machine's cores; remote nodes set their own
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) //
                                                                                 launcher.nproc))
     code = runner.launch(run, config, resume=resume, env=env, on_line=stream, wait_s=OVERLAP_WAIT_S, reuse=True)
+    stream.close()
     if code == 0:
         _publish(stream, run)
         return

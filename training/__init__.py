@@ -18,6 +18,8 @@ _FACE = {   # name -> the module of this package that holds it (a module's own n
     "RunDir": "rundir",
     "Checkpointer": "checkpoint", "checkpoint_of": "checkpoint",
     "check_inputs": "evaluate", "completed": "evaluate", "evaluate_run": "evaluate",
+    "check_feature": "evaluate_slices", "raw_values": "evaluate_slices", "read_column": "evaluate_slices",
+    "slices_png": "evaluate_slices",
     "export_bundle": "export", "export_verified": "export", "load_bundle": "export", "predict_split": "export",
     "LABEL": "score", "PROBABILITY": "score", "predict_parts": "score", "scoring_launcher": "score",
     "write_scores": "score",
@@ -28,7 +30,7 @@ _FACE = {   # name -> the module of this package that holds it (a module's own n
     "embedding_tables": "dlrm", "table_name": "dlrm",
     "LauncherConfig": "launchers", "LocalLauncherConfig": "launchers", "RankOutput": "launchers",
     "RanksConfig": "launchers", "build_launcher": "launchers", "train_job": "launchers",
-    "NOISE": "launchers.output",
+    "NOISE": "launchers.output", "library_note": "launchers.output",
     "metrics": "metrics", "plots": "plots",
 }
 __all__, __getattr__, __dir__ = lazy(__name__, _FACE)

@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flows.options import build
-    from training import EvaluateConfig, RanksConfig, RunDir, evaluate_run, format_table
+    from training import EvaluateConfig, RanksConfig, RunDir, evaluate_run, format_table, library_note
 
     config = build(EvaluateConfig, args, root="evaluate")
     launch = build(RanksConfig, args, root="launch")
@@ -45,4 +45,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{config.split} metrics of {run} (checkpoint {record['checkpoint']}, step {record['step']}):")
     print(format_table(record))
     print(f"\nwrote {where}/{RunDir.EVAL_METRICS}, {where}/{RunDir.ROC}, {where}/{RunDir.CALIBRATION}")
+    if note := library_note(run):
+        print(note)
     return 0

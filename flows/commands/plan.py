@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     optimizer = cfg.optimizer.embedding.type
     world, local = request.world_size, request.local_world_size
     print(f"Planning {len(tables)} tables (dim {cfg.arch.embedding_dim}) for {world} x {profile.name}, "
-          f"batch {batch} per rank, {optimizer} ...", flush=True)
+          f"batch {batch:,} per rank, {optimizer} ...", flush=True)
     plan = plan_tables(tables, cfg.sharding, world, local, batch, optimizer=optimizer, profile=profile,
                        pooling_factors=factors)
     text = format_plan(plan, tables, build_topology(profile, world, local), optimizer, factors, why)

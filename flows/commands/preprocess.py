@@ -11,7 +11,8 @@ Examples:
   dlrmflow preprocess --input adult.parquet --spec examples/adult.yaml --split random:train=0.8,test=0.2,seed=0 --out artifacts
   dlrmflow preprocess --input s3://logs/day_*.gz --out s3://bucket/store --task-runner dask --dask-address tcp://scheduler:8786
 
-Options on the command line override the spec's metadata.preprocessing defaults. Running again with
+--store STORE and --out STORE are one option (the store the dataset is written into, as --store of the other
+commands). Options on the command line override the spec's metadata.preprocessing defaults. Running again with
 the same inputs and options reuses the finished dataset; an interrupted run resumes where it stopped.
 S3 endpoints and credentials come from the standard AWS_* environment variables. With --task-runner dask
 the preprocess flow runs (Prefect) and sends its per-file tasks to the Dask cluster (see docs/deploy.md).
@@ -22,7 +23,7 @@ def add_arguments(parser) -> None:
     from preprocessing.config import FlowPreprocessConfig
     from flows.options import add_options
 
-    add_options(parser, FlowPreprocessConfig)
+    add_options(parser, FlowPreprocessConfig, aliases={"out": "--store"})   # --store: as every other command names it
 
 
 def run(args) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 HELP = "Generate synthetic Criteo-format click logs (labels from a planted model with a known best AUC)."
 DESCRIPTION = HELP + """
@@ -40,8 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from common.progress import progress
     from flows.options import build
     from synthetic.generator import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
                                          write_days)
@@ -52,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         total = config.days * config.rows_per_day
         kept = {d.isoformat() for d in day_dates(config) if read_day(config, d) is not None}
-    with tqdm(total=total, unit="rows", unit_scale=True, disable=args.quiet, desc="synth") as bar:
+    with progress(total, "synth", "rows", disable=args.quiet) as bar:   # a bar on a terminal, else a line per tenth
         if config.days is None:
             written = [(config.out, write(config, progress=bar.update))]
         else:
@@ -62,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         if args.quiet:
             print(target)
         else:
-            summary = {k: metadata[k] for k in ("rows", "label_rate", "best_auc", "best_logloss")}
             done = "kept (already complete)" if metadata.get("date") in kept else "wrote"
-            print(f"{done} {len(metadata['files'])} file(s) and {target}: {json.dumps(summary)}")
+            print(f"{done} {len(metadata['files'])} file(s) and {target}: {metadata['rows']:,} rows, label rate "
+                  f"{metadata['label_rate']:.2%}, best achievable ROC AUC {metadata['best_auc']:.4f}, log loss "
+                  f"{metadata['best_logloss']:.4f}")
     return 0

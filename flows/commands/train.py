@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 
 from common.errors import UserError
+
+_BAR = re.compile(r"^(\[default0\]:)?train:.*\|")   # rank 0's tqdm bar (training.trainer), on a terminal
 
 HELP = "train a sharded TorchRec DLRM on a dataset (torchrun, Slurm or Kubernetes; checkpoints; resume)"
 DESCRIPTION = """Train a TorchRec DLRM (dot or DCN-v2 interaction) on a split_binary dataset.
@@ -70,8 +74,9 @@ def resolve_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from common.progress import ENV as PROGRESS_ENV
     from flows.options import build
-    from training import Checkpointer, RanksConfig, RunDir, build_launcher
+    from training import Checkpointer, RankOutput, RanksConfig, RunDir, build_launcher, library_note
 
     from models import champion_init
 
@@ -83,4 +88,35 @@ def run(args: argparse.Namespace) -> int:
     if existing and not args.resume:
         raise UserError(f"{args.run}: run folder already has checkpoints (steps {existing}). "
                         "Fix: pass --resume to continue it, or choose a new --run.")
-    return build_launcher(launch.launcher).launch(run_dir, cfg, resume=args.resume)
+    console = Console(sys.stdout)
+    output = RankOutput(console, run=run_dir, job="training")
+    env = {PROGRESS_ENV: "bar" if console.tty else "lines",   # the ranks' own output is a pipe: they are told
+           "PYTHONWARNINGS": "ignore::FutureWarning"}   # torch's deprecations of TorchRec's calls (as the train flow)
+    code = build_launcher(launch.launcher).launch(run_dir, cfg, resume=args.resume, env=env, on_line=output)
+    output.close()
+    console.end_bar()
+    if note := library_note(run_dir, output.library.count):
+        print(note)
+    return code
+
+
+class Console:
+    """The ranks' lines on this process's stdout; on a terminal, rank 0's tqdm bar redrawn in place (its redraws
+    come as lines of their own, the pipe's reader ends a line at each "\\r")."""
+
+    def __init__(self, stream):
+        self.stream, self.tty, self.bar = stream, stream.isatty(), False
+
+    def __call__(self, line: str) -> None:
+        if self.tty and _BAR.match(line):
+            self.stream.write("\r" + line.rstrip() + "\x1b[K")
+            self.bar = True
+        elif line.strip() or not self.tty:
+            self.end_bar()
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def end_bar(self) -> None:
+        if self.bar:
+            self.stream.write("\r\x1b[K")
+            self.bar = False

@@ -181,11 +181,14 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 143   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
+        assert total == 165   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
         # gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
         # --train.init-from.store (issue 20 §3); --nproc is --launcher.nproc (the local launcher's, for all three
         # stages), --evaluate.nproc gone (issue 20 §2); --launcher.gpu-vendor (issue 32 §1);
-        # --data.holdout-fraction and --data.holdout-rows (issue 32 §6)
+        # --data.holdout-fraction and --data.holdout-rows (issue 32 §6); issue 41: --promote.max-ne,
+        # --promote.logloss-tolerance, --promote.warm-start-days, --calibrate, --lookback-days, --skip-missing,
+        # --evaluate.slice-by/-slice-top/-gauc-by, --promote.slice-max-loss/-slice-min-share/-watch-*; issue 46:
+        # --data-check.reference-days/-min-reference-days/-long-*/-shift-days/-on-shift/-max-duplicates-increase
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))
@@ -304,3 +307,45 @@ def test_preprocess_imports_neither_training_nor_nightly_nor_prefect(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "does not exist" in done.stderr, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+@pytest.mark.parametrize("args, typo, nearest", [
+    (["preprocess", "--frequency-treshold", "5"], "--frequency-treshold", "--frequency-threshold"),
+    (["preprocess", "--inptu", "x.tsv", "--store", "s"], "--inptu", "--input"),
+    (["preprocess", "--inptu", "x.tsv"], "--inptu", "--input"),   # named, not "--inputs is required"
+    (["train", "--run", "r", "--epoch", "2"], "--epoch", "--epochs"),   # a prefix is no option (allow_abbrev)
+    (["run", "--data.batch-sise=64"], "--data.batch-sise", "--data.batch-size"),
+])
+def test_a_mistyped_option_names_the_nearest_under_the_commands_usage(args, typo, nearest, capsys):
+    """Exit 2 with the subcommand's usage and one line naming the typo and the nearest option; nothing runs."""
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as end:
+        main(args)
+    err = capsys.readouterr().err
+    assert end.value.code == 2 and err.startswith(f"usage: dlrmflow {args[0]} ")
+    assert err.rstrip().splitlines()[-1] == (f"dlrmflow {args[0]}: error: unrecognized option {typo}: did you "
+                                             f"mean {nearest}?")
+
+
+def test_a_mistyped_command_or_a_stray_argument_is_named(capsys):
+    from flows.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["trian", "--run", "r"])
+    assert capsys.readouterr().err.rstrip().endswith("did you mean train?")
+    with pytest.raises(SystemExit):
+        main(["inspect", "d", "extra"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dlrmflow inspect ") and "unrecognized arguments: extra" in err
+
+
+def test_preprocess_takes_store_as_every_command_does():
+    """`--store` is preprocess's `--out` (one option, two names): the same dataset either way."""
+    from flows.cli import build_parser
+    from flows.options import collect
+
+    parser = build_parser(only="preprocess")
+    for flag in ("--store", "--out"):
+        assert collect(parser.parse_args(["preprocess", "--input", "x.tsv", flag, "s3://b/p"])) == {
+            "inputs": ["x.tsv"], "out": "s3://b/p"}

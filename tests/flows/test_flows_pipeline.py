@@ -13,6 +13,8 @@ import yaml
 from flows import artifacts
 from flows.pipeline import pipeline
 from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
+from training import RunDir
+from training.launchers.output import KNOWN
 
 
 def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
@@ -50,6 +52,11 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
     assert sum(row["best"] == "yes" for row in evaluations) == 1
     assert logs_matching(": val auc ") and logs_matching("sharding plan published")
     assert not logs_matching("Memory per rank")  # the plan is in its artifact, not in the logs
+    # the known library warnings (one list: training.launchers.output.KNOWN_WARNINGS) are in the run's library log,
+    # not in the logs (the console of `dlrmflow run`)
+    assert not [m for m in logs_matching("") if KNOWN.search(m)]
+    library = (run / RunDir.LIBRARY_LOG).read_text()
+    assert "== training, " in library and "== evaluation, " in library and KNOWN.search(library)
     labels = np.fromfile(dataset / "test" / "label.bin", np.uint8)
     assert f"test {labels.mean():.2%} ({int(labels.sum()):,})" in arts["dataset-summary"]
     [row] = arts[artifacts.runs_key(str(tmp_path / "store"))]

@@ -1,12 +1,14 @@
 """The train flow's reader of torchrun's output (``flows.train._Stream``) on lines recorded from a real
 2-rank run: bars drive the progress, evaluation results are logged (also when they follow a bar in the same
-line, or come as a "\\r" segment), warnings at WARNING, the plan published instead of logged; and from a 2-node
+line, or come as a "\\r" segment), known library warnings in the run's library log and others at WARNING, the
+plan published instead of logged; and from a 2-node
 Slurm job: each rank tagged with its node, the failure message naming the node and srun's report of it."""
 
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +20,9 @@ PLAN = """Sharding plan: 2 ranks (1 node(s) x 2), device cpu
 table                              rows   dim  sharding          kernel             ranks
 t_c1                                200    16  table_wise        fused              1
 
+Memory per rank (embedding weights + rowwise_adagrad state, GiB; equal ranks grouped):
+  ranks    HBM used / capacity    DDR used / capacity
+    0,1                      -       0.00 /     11.77
 FITS: the fullest rank uses 0% of its memory for embeddings (the rest holds the dense model, activations and buffers).
 """
 BAR = "train:  38%|███▊      | 3/8 [00:00<00:01,  4.58step/s, loss=0.8531, samples_s=4,958]"
@@ -78,13 +83,21 @@ def test_evaluations_logged_bars_drive_progress(stream):
 
 
 def test_warnings_at_warning_and_plan_published_not_logged(stream):
+    """Known library warnings (training.launchers.output.KNOWN_WARNINGS) go to the run's library log, also one after
+    a bar in the same line; other library warnings are logged at WARNING; the plan's indented rows are not."""
     s, rec, published = stream
     warnings = [m for level, m in rec.logs if level == logging.WARNING]
-    assert len(warnings) == 4 and all(m.startswith(("[rank 0] ", "[rank 1] ")) for m in warnings)
-    assert any("is_fx_tracing" in m for m in warnings) and any("UserWarning" in m for m in warnings)
+    assert len(warnings) == 2 and all(m.startswith("[rank 1] ") for m in warnings)   # a UserWarning, its source line
+    assert "UserWarning" in warnings[0] and "run_backward" in warnings[1]
+    library = (Path(s.run.uri) / RunDir.LIBRARY_LOG).read_text().splitlines()
+    assert library[1:] == ["[rank 0] WARNING:root:Sharding spec not found for .t_c0",
+                           "[rank 0] [rank0]:W1123 17:36:43.273000 5807 .venv/lib/python3.11/site-packages/torch/fx/"
+                           "_symbolic_trace.py:56] is_fx_tracing will return true"]
+    assert library[0].startswith("== training, ") and s.library.count == 2
     assert published == [s.run.uri]
     logged = "\n".join(m for _, m in rec.logs)
-    assert "t_c1" not in logged and "table " not in logged
+    assert "t_c1" not in logged and "table " not in logged and "HBM used" not in logged
+    assert "Sharding spec" not in logged and "is_fx_tracing" not in logged
     assert "sharding plan published (artifact 'sharding-plan'): FITS: the fullest rank" in logged
 
 
@@ -142,9 +155,11 @@ def test_ranks_of_several_nodes_are_tagged_with_their_node(tmp_path):
     assert s.nodes == {0: "n1", 1: "n2"} and rec.progress == [(0, 160), (3, 8)]
     assert (logging.INFO, "[rank 1 on n2] reading /runs/r/checkpoints/8") in rec.logs
     assert (logging.INFO, "[rank 0 on n1] step 3: val auc 0.7727 logloss 0.6469") in rec.logs
-    warnings = [m for level, m in rec.logs if level == logging.WARNING]   # c10's "[rank1]:" stays text
+    library = (tmp_path / RunDir.LIBRARY_LOG).read_text()   # known warnings, tagged; c10's "[rank1]:" stays text
     assert "[rank 1 on n2] [rank1]:W1126 14:30:14.362000 9806 torch/fx/_symbolic_trace.py:56] is_fx_tracing will " \
-           "return true" in warnings and any(m.startswith("[rank 0 on n1] [rank0]:W1126") for m in warnings)
+           "return true\n" in library and "\n[rank 0 on n1] [rank0]:W1126 14:30:14.412000" in library
+    assert "[rank 1 on n2] WARNING:torchrec.distributed.utils:Sharding Type is data_parallel" in library
+    assert not [m for level, m in rec.logs if level == logging.WARNING]
     assert s.failure("training", 143) == (
         "training failed: rank 1 on node n2, exit code -9 (killed by signal 9); srun: node n2: Exited with exit code 1."
         " Last lines of rank 1:\nreading /runs/r/checkpoints/8\n")

@@ -15,6 +15,7 @@ from helpers.runs import metrics
 from training.config import HOLDOUT, EvaluateConfig, TrainConfig
 from training.evaluate import check_inputs, evaluate_run
 from training.launchers.base import check_resume
+from training.launchers.output import KNOWN
 from training.dlrm import table_name
 from training.rundir import RunDir
 
@@ -60,6 +61,8 @@ def test_nvidia_dataset_trains_on_one_rank_then_evaluates(trained_runs, tmp_path
     assert "validation: holdout: the last 51 rows of split 'train' (rows 461..511, data.holdout_fraction 0.1), " \
            "set aside: training on its first 461; never the test split" in proc.stdout
     assert "validated on: holdout: the last 51 rows" in proc.stdout   # the summary, after `done:`
+    # piped: progress as lines, not a bar's redraws; no known library warning (they are in the run's library log)
+    assert "%|" not in proc.stdout and "train: step 4/4 (100%)" in proc.stdout and not KNOWN.search(proc.stdout)
     saved = RunDir(str(run)).load_config()
     assert (saved.eval_split, saved.data.holdout_rows) == (HOLDOUT, 51)
     validations = [r for r in metrics(run) if "eval_split" in r]
