@@ -1,6 +1,7 @@
 """Prefect artifacts of the flows: dataset tables, sharding plan, training progress and curve, metrics, plots,
-output locations, the store's runs table and clean-up table, a night's data checks, a named model's history (table,
-decision, AUC by date, each feature's drift by date).
+output locations, the store's runs table and clean-up table, a night's data checks, a named model's page
+(``model-<name>``: champion, latest decision, nights linked to their flow runs, days) and history (table, decision, AUC
+by date, each feature's drift by date).
 
 Keys (lowercase, digits, dashes) stay the same from run to run, so the Artifacts page keeps a history; every
 key is named below. Pictures are markdown artifacts with an embedded PNG (an image artifact shows its whole
@@ -35,24 +36,40 @@ SHARDING_PLAN, TRAINING_PROGRESS = "sharding-plan", "training-progress"
 TRAINING_CURVE, TRAINING_EVALUATIONS = "training-curve", "training-evaluations"
 EVALUATION_METRICS, EVALUATION_LOCATION = "evaluation-metrics", "evaluation-location"
 ROC_CURVE, CALIBRATION_PLOT = "roc-curve", "calibration-plot"
+EVALUATION_SLICES, SLICES_PLOT = "evaluation-slices", "slices-plot"   # with evaluate.slice_by / gauc_by
 PIPELINE_METRICS, PIPELINE_OUTPUTS = "pipeline-metrics", "pipeline-outputs"
 MODEL_HISTORY, MODEL_DECISION, MODEL_AUC = "history", "decision", "auc"  # model-<name>-<kind> (model_key)
 MODEL_DRIFT = "drift"   # model-<name>-drift: each feature's drift by test day
 MODEL_DAYS = "days"     # model-<name>-days: the days its nights read and the data gate's verdicts
 DATA_CHECKS = "data-checks"
 SCORE_SUMMARY = "score-summary"
+SPEC_DRAFT = "spec-draft"
 TUNE_TRIALS, TUNE_RESULT = "tune-trials", "tune-result"
 TUNE_BEST_SO_FAR, TUNE_IMPORTANCES = "tune-best-so-far", "tune-importances"
 
 
+def _slug(name: str) -> str:
+    """``name`` lowercased with anything but letters and digits made a dash; a name that changes so gets a short
+    hash of itself appended, so that two names never share a slug."""
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", name.lower())).strip("-")
+    return slug if slug == name else f"{slug}-{hashlib.sha1(name.encode()).hexdigest()[:6]}".lstrip("-")
+
+
+def _store_key(prefix: str, store_uri: str) -> str:
+    """``<prefix><the store's folder name>-<short hash of its URI>``: a name to read, and one table per store."""
+    base = posixpath.basename(store_uri.rstrip("/"))
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", base.lower())).strip("-")[:40].strip("-") or "store"
+    return f"{prefix}{slug}-{hashlib.sha1(store_uri.encode()).hexdigest()[:6]}"
+
+
 def runs_key(store_uri: str) -> str:
-    """The key of a store's runs table: ``runs-<hash of the store URI>`` (one table per store)."""
-    return "runs-" + hashlib.sha1(store_uri.encode()).hexdigest()[:8]
+    """The key of a store's runs table: ``runs-<store folder>-<hash of the store URI>`` (one table per store)."""
+    return _store_key("runs-", store_uri)
 
 
 def gc_key(store_uri: str) -> str:
-    """The key of a store's clean-up table: ``gc-<hash of the store URI>`` (one table per store)."""
-    return "gc-" + hashlib.sha1(store_uri.encode()).hexdigest()[:8]
+    """The key of a store's clean-up table: ``gc-<store folder>-<hash of the store URI>`` (one table per store)."""
+    return _store_key("gc-", store_uri)
 
 
 def location(uri: str) -> str:
@@ -206,7 +223,33 @@ def evaluation(run: RunDir, split: str) -> dict:
                  description=f"{name} on '{split}', checkpoint step {metrics.get('step')}")
     where = run.eval_dir(split)
     create_markdown_artifact(f"Evaluation folder: {location(where)}", key=EVALUATION_LOCATION, description=where)
+    evaluation_slices(metrics, owners)
     return metrics
+
+
+def evaluation_slices(metrics: dict, owners: list[dict] | None = None) -> None:
+    """An evaluation's metrics per slice (``training.evaluate_slices``) as a table, with the GAUC in its description,
+    and a bar chart of each slice's AUC and NE (also on the parent run); nothing when it was not sliced."""
+    sliced, grouped = metrics.get("slices"), metrics.get("gauc")
+    if not sliced and not grouped:
+        return
+    gauc = (f" GAUC by {grouped['by']}: {_num(grouped['gauc'])} over {grouped['groups']} groups holding both "
+            "classes." if grouped else "")
+    rows = [{"value": str(r["value"]), "rows": r["rows"], "share": f"{r['share']:.2%}", "positives": r["positives"],
+             "AUC": _num(r["auc"]), "NE": _num(r["normalized_entropy"]), "log loss": _num(r["logloss"]),
+             "calibration": _num(r["calibration"])} for r in (sliced or {}).get("table", [])]
+    where = f"split '{metrics.get('split')}', checkpoint step {metrics.get('step')}"
+    if not sliced:
+        rows = [{"value": "(all rows)", "rows": metrics.get("rows"), "AUC": _num(metrics.get("auc"))}]
+    create_table_artifact(rows, key=EVALUATION_SLICES, description=(
+        f"Metrics per value of {sliced['by']} (its {sliced['top']} most frequent, then 'other') on {where}."
+        if sliced else f"Metrics on {where}.") + gauc)
+    if sliced:
+        from training import slices_png
+
+        _publish(owners if owners is not None else _owners(), MarkdownArtifact, key=SLICES_PLOT,
+                 markdown=_picture(slices_png(sliced, where), SLICES_PLOT),
+                 description=f"AUC and NE per value of {sliced['by']} on {where}")
 
 
 def score_summary(summary: dict) -> None:
@@ -305,17 +348,24 @@ def gc_table(report) -> None:
 
 
 def model_key(name: str, kind: str) -> str:
-    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC, MODEL_DRIFT, MODEL_DAYS) with the name lowercased and
-    anything but letters and digits made a dash; a name that changes so gets a short hash of itself appended,
-    so that two models never share a key."""
-    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", name.lower())).strip("-")
-    if slug != name:
-        slug += "-" + hashlib.sha1(name.encode()).hexdigest()[:6]
-    return f"model-{slug}-{kind}"
+    """``model-<name>-<kind>`` (kind: MODEL_HISTORY, MODEL_DECISION, MODEL_AUC, MODEL_DRIFT, MODEL_DAYS), the name
+    as ``_slug`` makes it (two models never share a key)."""
+    return f"model-{_slug(name)}-{kind}"
+
+
+def model_page_key(name: str) -> str:
+    """``model-<name>``: the model's page (``model_page``), named like the model's other keys."""
+    return f"model-{_slug(name)}"
 
 
 def _num(value) -> object:
-    return round(value, 6) if isinstance(value, float) else "-" if value is None else value
+    """A table's number: a float to 4 decimals (4 significant digits below 0.001), an int with thousands
+    separators, blank for none."""
+    if isinstance(value, float):
+        return round(value, 4) if not value or abs(value) >= 1e-3 else float(f"{value:.4g}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "" if value is None else value
 
 
 def _interval(entry: dict) -> str:
@@ -324,18 +374,29 @@ def _interval(entry: dict) -> str:
     return f"{interval} ({entry['paired']['confidence']:g})" if interval else "-"
 
 
+def _ne(metrics: dict) -> float | None:
+    """Normalized entropy: log loss / the base rate's entropy (None when either is unknown)."""
+    loss, base = metrics.get("logloss"), metrics.get("base_logloss")
+    return loss / base if loss is not None and base else None
+
+
 def _history_row(entry: dict) -> dict:
     challenger, champion = entry.get("challenger") or {}, entry.get("champion") or {}
     window = entry.get("window") or []
     return {"date": entry.get("date"), "decision": entry.get("decision"),
             "challenger AUC": _num(challenger.get("auc")), "champion AUC": _num(champion.get("auc")),
             "challenger log loss": _num(challenger.get("logloss")), "champion log loss": _num(champion.get("logloss")),
-            "rows": _num(challenger.get("rows")), "margin": entry.get("promote_margin"),
-            "AUC gain interval": _interval(entry),
-            "window": f"{window[0]} .. {window[-1]} ({len(window)} days)" if window else "-",
-            "run": posixpath.basename(str(entry.get("run")).rstrip("/")),
-            "champion run": posixpath.basename(entry["champion_run"].rstrip("/")) if entry.get("champion_run") else "-",
-            "reason": entry.get("reason"), "at": entry.get("at")}
+            "challenger NE": _num(_ne(challenger)), "refused by": ", ".join(entry.get("refused") or []),
+            "rows": _num(challenger.get("rows")), "margin": _num(entry.get("promote_margin")),
+            "AUC gain interval": _interval(entry).strip("-"),
+            "window": f"{window[0]} .. {window[-1]} ({len(window)} days)" if window else "",
+            "run": _base(entry.get("run")), "champion run": _base(entry.get("champion_run")),
+            "reason": entry.get("reason") or "", "at": entry.get("at") or ""}
+
+
+def _base(uri: str | None) -> str:
+    """A run's (or bundle's) folder name, blank for none."""
+    return posixpath.basename(uri.rstrip("/")) if uri else ""
 
 
 def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
@@ -356,20 +417,155 @@ def model_history(model_uri: str, name: str, entry: dict | None = None) -> None:
                  ("rows' fingerprint", "fingerprint")]
         table = ["| | challenger | champion |", "|---|---|---|"]
         table += [f"| {label} | {_num(challenger.get(k))} | {_num(champion.get(k))} |" for label, k in cells]
+        table.insert(4, f"| normalized entropy | {_num(_ne(challenger))} | {_num(_ne(champion))} |")
         table.append(f"| run | {location(entry['run']) if entry.get('run') else '(none)'} | "
                      f"{location(entry['champion_run']) if entry.get('champion_run') else '(none)'} |")
         text = [f"### Model `{name}`, {entry['date']}: **{entry['decision']}**", "", entry.get("reason", ""), "",
-                *table, "", f"- promote margin (AUC): {entry.get('promote_margin')}",
+                *table, "", f"- refused by: {', '.join(entry.get('refused') or []) or '-'}",
+                f"- promote margin (AUC): {entry.get('promote_margin')}",
                 f"- gates: {', '.join(f'{k} {v}' for k, v in (entry.get('gates') or {}).items()) or '-'}",
                 f"- AUC gain interval (paired bootstrap): {_interval(entry)}",
                 f"- window: {', '.join(entry.get('window') or []) or '-'}",
                 f"- champion: {location(posixpath.join(model_uri, registry.CHAMPION_FILE))}",
                 f"- history: {location(posixpath.join(model_uri, registry.HISTORY_FILE))}"]
+        text += _watched(entry)
         create_markdown_artifact("\n".join(text), key=model_key(name, MODEL_DECISION),
                                  description=f"Model '{name}': this run's promotion decision.")
     create_markdown_artifact(_picture(plots.model_history_png(lines, name), model_key(name, MODEL_AUC)),
                              key=model_key(name, MODEL_AUC),
                              description=f"Model '{name}': champion and challenger AUC by test day.")
+    model_page(model_uri, name)
+
+
+PAGE_NIGHTS = 14   # the nights a model's page lists (its history table artifact holds them all)
+_FLOW_RUN = re.compile(r"^flow run (?P<name>.+) \((?P<id>[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})\)$")
+
+
+def _ui(path: str) -> str:
+    """A link into the Prefect UI, relative to the page that shows it (``/runs/flow-run/ID``, under the UI's serve
+    base): it opens whatever address the browser reached the UI by, where an absolute PREFECT_UI_URL may not."""
+    from prefect.settings import get_current_settings
+
+    return (get_current_settings().server.ui.serve_base or "/").rstrip("/") + path
+
+
+def _flow_run_link(entry: dict) -> str:
+    """The history line's flow run (its ``by``, ``flows.events.flow_run_owner``: ``flow run NAME (ID)``) as a link,
+    blank when no flow run wrote it (e.g. the command line)."""
+    from prefect.utilities.urls import UI_URL_FORMATS   # the UI's routes
+
+    found = _FLOW_RUN.match(entry.get("by") or "")
+    return f"[{found['name']}]({_ui('/' + UI_URL_FORMATS['flow-run'].format(obj_id=found['id']))})" if found else ""
+
+
+def _artifact_link(key: str, text: str | None = None) -> str:
+    return f"[{text or key}]({_ui('/artifacts/key/' + key)})"
+
+
+def _cell(value) -> str:
+    """A markdown table's cell: ``_num``'s text, pipes escaped."""
+    return str(_num(value)).replace("|", "\\|").replace("\n", " ")
+
+
+def _champion_lines(model_uri: str) -> list[str]:
+    champion = registry.load_champion(model_uri)
+    if champion is None:
+        return ["## Champion", "", "No champion yet: the first night that trains one makes it the champion."]
+    metrics = champion.metrics
+    return ["## Champion", "", "| | |", "|---|---|", f"| test day | {champion.date} |",
+            f"| run | {_base(champion.run)} (step {champion.step}) |", f"| promoted at | {champion.promoted_at} |",
+            f"| AUC | {_cell(metrics.get('auc'))} |", f"| log loss | {_cell(metrics.get('logloss'))} |",
+            f"| normalized entropy | {_cell(_ne(metrics))} |", f"| rows | {_cell(metrics.get('rows'))} |",
+            f"| bundle | {location(champion.bundle) if champion.bundle else '(none)'} |",
+            f"| flow run | {_flow_run_link(champion.line or {})} |"]
+
+
+def _decision_lines(entry: dict) -> list[str]:
+    gates = entry.get("gates") or {}
+    refused = [f"{g}" + (f" ({gates[g]})" if g in gates else "") for g in entry.get("refused") or []]
+    return [f"## Latest night: {entry.get('date')}, **{entry.get('decision')}**", "", entry.get("reason") or "", "",
+            f"- refused by: {', '.join(refused) or 'no gate'}",
+            f"- gates: {', '.join(f'{k} {v}' for k, v in gates.items() if v is not None) or '-'}",
+            f"- flow run: {_flow_run_link(entry) or '-'}"] + _watched(entry)
+
+
+def _nights_lines(lines: list[dict]) -> list[str]:
+    out = [f"## The last nights (newest first, at most {PAGE_NIGHTS})", "",
+           "| date | flow run | decision | refused by | challenger AUC | champion AUC | challenger NE | rows | run |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for e in reversed(lines[-PAGE_NIGHTS:]):
+        challenger, champion = e.get("challenger") or {}, e.get("champion") or {}
+        out.append(f"| {e.get('date')} | {_flow_run_link(e)} | {e.get('decision')} | "
+                   f"{', '.join(e.get('refused') or [])} | {_cell(challenger.get('auc'))} | "
+                   f"{_cell(champion.get('auc'))} | {_cell(_ne(challenger))} | {_cell(challenger.get('rows'))} | "
+                   f"{_base(e.get('run'))} |")
+    return out if lines else out[:2] + ["No nights yet."]
+
+
+def _days_lines(model_uri: str, name: str) -> list[str]:
+    from flows.deploy import deployment_name
+    from nightly.days import listing
+
+    try:
+        days = listing(model_uri)
+    except UserError as e:
+        return ["## Days", "", f"The days' verdicts cannot be read: {e}"]
+    counts = {v: sum(d["verdict"] == v for d in days) for v in ("accepted", "quarantined")}
+    out = ["## Days", "", f"{counts['accepted']} accepted, {counts['quarantined']} quarantined. Change a verdict with "
+           f"the deployment `days/{deployment_name('days', name)}` (Run: action accept or quarantine, the day, why) "
+           f"or `dlrmflow days --model {name}`.", ""]
+    shown = [d for d in days[:-PAGE_NIGHTS] if d["verdict"] == "quarantined"] + days[-PAGE_NIGHTS:]
+    if shown:
+        out += [f"The last {PAGE_NIGHTS} days and every quarantined one, newest first:", "",
+                "| day | verdict | by | why |", "|---|---|---|---|"]
+        out += [f"| {d['day']} | {'**quarantined**' if d['verdict'] == 'quarantined' else d['verdict']} | "
+                f"{_cell(d.get('by'))} | {_cell(d.get('why'))} |" for d in reversed(shown)]
+    return out
+
+
+def model_page(model_uri: str, name: str) -> None:
+    """The model's page (key ``model-<name>``), rewritten at the end of every night: its champion, the latest
+    decision with the gates that refused, the last nights (each linked to its flow run), the days' verdicts, the
+    champion's watch and slices, and links to its other artifacts (history, AUC and drift pictures, days)."""
+    lines = registry.history(model_uri)
+    text = [f"# Model `{name}`", "", f"Store: {location(model_uri)}. Rewritten at the end of every night.", ""]
+    text += _champion_lines(model_uri) + [""]
+    if lines:
+        text += _decision_lines(lines[-1]) + [""]
+    text += _nights_lines(lines) + [""] + _days_lines(model_uri, name) + [""]
+    more = [(MODEL_AUC, "champion and challenger AUC and log loss over the nights"),
+            (MODEL_DRIFT, "each feature's drift on each test day"), (MODEL_HISTORY, "every night, as a table"),
+            (MODEL_DECISION, "the latest decision in full"),
+            (MODEL_DAYS, "the days, as the days deployment lists them")]
+    checked = any(e.get("data_checks") for e in lines)   # the drift picture: drawn by nights with a data gate
+    text += ["## More", "", *(f"- {_artifact_link(model_key(name, kind))}: {what}" for kind, what in more
+                              if kind != MODEL_DRIFT or checked)]
+    create_markdown_artifact("\n".join(text), key=model_page_key(name),
+                             description=f"Model '{name}': champion, latest decision, nights, days.")
+
+
+def _watched(entry: dict) -> list[str]:
+    """The decision's lines on the champion's watch (``models.watch``) and both models per slice
+    (``models.slices``), when the night has them."""
+    lines = []
+    found = entry.get("watch")
+    if found:
+        why = found.get("degraded") or []
+        lines += ["", f"- champion watch (its last {found.get('nights')} nights): AUC {_num(found.get('auc'))} "
+                      f"(median {_num(found.get('auc_median'))}), NE {_num(found.get('ne'))} "
+                      f"(median {_num(found.get('ne_median'))}): " + ("**degraded**: " + "; ".join(why) if why
+                                                                       else "within its band")]
+    sliced = entry.get("slices")
+    if sliced:
+        theirs = {r["value"]: r for r in sliced.get("champion") or []}
+        lines += ["", f"AUC per value of {sliced['by']}:", "", "| value | rows | challenger AUC | champion AUC | "
+                  "challenger NE | champion NE |", "|---|---|---|---|---|---|"]
+        for r in sliced.get("challenger") or []:
+            old = theirs.get(r["value"]) or {}
+            lines.append(f"| {r['value']} | {r['rows']} ({r['share']:.1%}) | {_num(r.get('auc'))} | "
+                         f"{_num(old.get('auc'))} | {_num(r.get('normalized_entropy'))} | "
+                         f"{_num(old.get('normalized_entropy'))} |")
+    return lines
 
 
 def data_checks(checks: list, date: str, left_out: dict[str, str] | None = None) -> None:
@@ -398,3 +594,17 @@ def model_days(rows: list[dict], name: str) -> None:
     """A model's days and their verdicts (``nightly.days.listing``) as a table."""
     create_table_artifact(rows, key=model_key(name, MODEL_DAYS), description=f"Model '{name}': the days its nights "
                           "read and the data gate's verdicts (accepted, quarantined; by whom and why).")
+
+
+def spec_draft(draft, saved) -> None:
+    """A drafted spec kept in the store (``preprocessing.specs.Saved``): how to use it, a table of what the draft
+    made of each column (``preprocessing.draft.Draft.rows``) and the YAML."""
+    rows = draft.rows()
+    lines = [f"### Input spec `{draft.name}`: version {saved.version}" + ("" if saved.changed else " (unchanged)"),
+             "", f"Kept at {location(saved.uri)} (this version: {location(saved.version_uri)}). Use it with "
+             f"`spec: store:{draft.name}` in the preprocess or pipeline form (or `--spec store:{draft.name}`).", "",
+             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join("" if v is None else _cell(v) for v in row.values()) + " |" for row in rows]
+    lines += ["", "```yaml", draft.text.rstrip("\n"), "```"]
+    create_markdown_artifact("\n".join(lines), key=SPEC_DRAFT, description=f"The input spec drafted as "
+                             f"store:{draft.name} ({saved.uri}).")

@@ -17,8 +17,10 @@ from flows.pipeline import pipeline
 from flows.preprocess import preprocess
 from flows.score import score
 from flows.serving import serve_until_stopped
+from flows.spec import spec_draft
 from flows.train import train
 from flows.tune import tune
+from nightly.config import NO_PRESET
 
 TAGS = ["dlrmflow"]
 # one pipeline run at a time: two nights of one model never write the same folders at once (queued, not dropped)
@@ -31,9 +33,14 @@ def deployment_name(flow_name: str, model: str | None) -> str:
     return f"dlrmflow-{flow_name}" + (f"-{model}" if model else "")
 
 
+def _form(parameters: dict) -> dict:
+    """The pipeline's defaults as its form takes them: no preset is the choice ``none`` (``nightly.config``)."""
+    return parameters | {"preset": parameters.get("preset") or NO_PRESET}
+
+
 def deployments(config: ServeConfig) -> list:
-    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -train, -evaluate, -score, -tune, and -days with
-    a model; each followed by ``-<model>`` when the pipeline has a model name)."""
+    """The RunnerDeployments (names: dlrmflow-pipeline, -preprocess, -spec-draft, -train, -evaluate, -score, -tune,
+    and -days with a model; each followed by ``-<model>`` when the pipeline has a model name)."""
     store = config.store
 
     def name(flow_name: str) -> str:
@@ -43,11 +50,14 @@ def deployments(config: ServeConfig) -> list:
         pipeline.to_deployment(name("pipeline"), tags=TAGS,
                                schedules=[CronSchedule(cron=config.cron, timezone=config.timezone)],
                                concurrency_limit=PIPELINE_CONCURRENCY,
-                               parameters={"config": config.pipeline_parameters(store)},
+                               parameters={"config": _form(config.pipeline_parameters(store))},
                                description="Preprocess, train and evaluate (synthetic data unless inputs are set); "
                                            "dated runs train on a window of days and promote the better model."),
         preprocess.to_deployment(name("preprocess"), tags=TAGS, parameters={"config": {"inputs": [], "out": store}},
                                  description="Raw click logs -> split-binary dataset."),
+        spec_draft.to_deployment(name("spec-draft"), tags=TAGS, parameters={"config": {"inputs": [], "store": store}},
+                                 description="Draft an input spec from a sample of the data into the store "
+                                             "(specs/NAME.yaml), for `spec: store:NAME` in the other forms."),
         train.to_deployment(name("train"), tags=TAGS,
                             parameters={"config": default_train().model_dump(mode="json")},
                             description="Distributed DLRM training under torchrun (resumes a run with checkpoints)."),
@@ -68,6 +78,29 @@ def deployments(config: ServeConfig) -> list:
                                          "or quarantine one.")] if config.pipeline.model else [])
 
 
-def serve_all(config: ServeConfig) -> None:
-    """Register the deployments on the configured Prefect server and run their flow runs until stopped."""
-    serve_until_stopped(deployments(config))
+def described(found: list) -> list[str]:
+    """One line per deployment: ``flow/name`` and its schedule (cron and time zone) or ``on demand``."""
+    def when(d) -> str:
+        crons = [f"cron '{s.schedule.cron}' {s.schedule.timezone or 'UTC'}" for s in d.schedules or []]
+        return ", ".join(crons) or "on demand"
+
+    return [f"  {d.flow_name}/{d.name}: {when(d)}" for d in found]
+
+
+def serve_all(config: ServeConfig, say=lambda line: print(line, flush=True)) -> None:
+    """Register the deployments on the configured Prefect server, say where its UI is and what was registered
+    (``say``), and run their flow runs until stopped."""
+    from prefect.settings import get_current_settings
+
+    from flows.artifacts import model_page_key
+
+    found = deployments(config)
+    ui = get_current_settings().ui_url
+    say(f"{len(found)} deployments:")
+    for line in described(found):
+        say(line)
+    if ui:
+        say(f"Prefect UI: {ui} (deployments: {ui}/deployments" + (
+            f"; the model's page: {ui}/artifacts/key/{model_page_key(config.pipeline.model)}"
+            if config.pipeline.model else "") + ")")
+    serve_until_stopped(found)

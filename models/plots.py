@@ -9,10 +9,22 @@ from datetime import date as Date
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common.png import png  # noqa: E402
+
+
+MAX_TICKS = 14   # date ticks on a date axis: every day up to this many days, then every n-th day
+
+
+def _daily(ax, days: list[Date]) -> None:
+    """Ticks on whole days (never hours between two nights): each day, or every n-th one past ``MAX_TICKS``."""
+    if days:
+        span = (max(days) - min(days)).days + 1
+        ax.xaxis.set_major_locator(mdates.DayLocator(interval=max(1, -(-span // MAX_TICKS))))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
 
 
 def model_history_png(history: list[dict], title: str = "") -> bytes:
@@ -42,6 +54,7 @@ def model_history_png(history: list[dict], title: str = "") -> bytes:
                      f"{len(lines)} runs: {len(promoted)} promoted, {kept} kept", fontsize=10)
     auc_ax.legend(loc="best", fontsize=8)
     loss_ax.set_xlabel("test day")
+    _daily(loss_ax, days)
     fig.autofmt_xdate()
     return png(fig)
 
@@ -75,6 +88,7 @@ def data_drift_png(history: list[dict], title: str = "") -> bytes:
             ax.text(0.5, 0.5, "no data checks recorded", ha="center", va="center", transform=ax.transAxes)
     axes[0].set_title(f"Drift of each feature on each test day{' - ' + title if title else ''}", fontsize=10)
     axes[1].set_xlabel("test day")
+    _daily(axes[1], days)
     fig.autofmt_xdate()
     return png(fig)
 

@@ -1,4 +1,4 @@
-"""`dlrmflow serve`: the five flows as deployments on a Prefect server, the pipeline on a cron schedule."""
+"""`dlrmflow serve`: the flows as deployments on a Prefect server, the pipeline on a cron schedule."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ The pipeline options (those of dlrmflow run) are the scheduled runs' parameters.
 template and --train-days, each night's run is for yesterday (--lag-days 1): it trains on the
 --train-days days before that day, tests on it, and promotes the new model of --model when it beats
 the champion. Runs of the pipeline queue, one at a time.
-Then open http://127.0.0.1:4200/deployments and press Run on any of them. Stop with Ctrl-C or
-SIGTERM: all five deployments are paused and the pipeline's upcoming scheduled runs removed until
+serve prints the UI's address and each deployment it registered with its schedule (with --model, also the
+model's page); open the UI's deployments page and press Run on any of them. Stop with Ctrl-C or
+SIGTERM: all the deployments are paused and the pipeline's upcoming scheduled runs removed until
 serve runs again. If the server stops answering, serve ends with an error.
 """
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from helpers.browser import needs_chromium, page, visible_text
+from helpers.browser import needs_chromium, page, screenshot, visible_text
 from helpers.prefect_api import post
 from helpers.processes import until
 
@@ -106,8 +106,9 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         defs = pipeline["parameter_openapi_schema"]["definitions"]
         assert "dataset" not in defs["FlowTrainConfig"]["properties"]
         assert not {"out", "progress"} & set(defs["PipelinePreprocessConfig"]["properties"])
-        assert defs["PipelineConfig"]["properties"]["preset"]["anyOf"][0]["enum"] == ["criteo-sample", "default",
-                                                                                      "synthetic"]
+        preset = defs["PipelineConfig"]["properties"]["preset"]   # one choice, not a str / None toggle
+        assert (preset["enum"], preset["default"]) == (["none", "criteo-sample", "default", "synthetic"], "none")
+        assert pipeline["parameters"]["config"]["preset"] == "none" and "anyOf" not in preset
         assert pipeline["schedules"][0]["schedule"]["timezone"] == "UTC"
         tune = deployments["dlrmflow-tune"]   # on demand (no model, no --tune-cron): the form asks for a dataset
         assert tune["schedules"] == [] and tune["parameter_openapi_schema"]["required"] == ["config"]
@@ -117,10 +118,15 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
         train = deployments["dlrmflow-train"]["id"]
         form = visible_text(page(f"{ui}/deployments/deployment/{train}/run", tmp_path, "train"))
         assert " | dataset | A dataset folder" in form and "dataset (Optional)" not in form
-        form = visible_text(page(f"{ui}/deployments/deployment/{pipeline['id']}/run", tmp_path, "pipeline"))
+        dom = page(f"{ui}/deployments/deployment/{pipeline['id']}/run", tmp_path, "pipeline")
+        form = visible_text(dom)
         launcher = form[form.index("Launcher (Optional)"):form.index("Evaluate (Optional)")]
         assert '"local"' in launcher and not re.search(r"partition|sbatch|namespace|kubectl|gpus_per_node", launcher)
         assert "Preset (Optional)" in form and "`out/_work`" not in form and "out/_work" in form
+        field = dom[dom.index("Preset (Optional)"):dom.index("Store (Optional)")]   # a select, no str / None toggle
+        assert re.findall(r'<option [^>]*value="([^"]+)"', field) == ["none", "criteo-sample", "default", "synthetic"]
+        assert re.search(r'selected="" value="none"', field) and ">str<" not in field, field[-2000:]
+        screenshot(f"{ui}/deployments/deployment/{pipeline['id']}/run", tmp_path, "pipeline-form")
         os.killpg(serve.pid, signal.SIGTERM)
         code = _wait(serve, 30)
     assert code == 0
@@ -128,6 +134,22 @@ def test_forms_and_sigterm(prefect_server, tmp_path):
     assert len(deployments) == 6 and all(d["paused"] for d in deployments)
     scheduled = post(f"{api}/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
     assert not [r for r in scheduled if r["auto_scheduled"] and r["deployment_id"] in {d["id"] for d in deployments}]
+
+
+def test_the_preprocess_form_takes_a_spec_by_store_name_or_pasted(prefect_server, tmp_path):
+    """Issue 42 §3: the spec-draft deployment's form asks for the data and points at the served store; the preprocess
+    form's spec is a text box (a pasted spec keeps its line breaks) that says it takes store:NAME."""
+    server, api, ui = prefect_server, prefect_server.api, prefect_server.ui
+    with _serve(server, "serve-spec"):
+        deployments = {d["name"]: d for d in post(f"{api}/deployments/filter", {})}
+        drafting = deployments["dlrmflow-spec-draft"]
+        assert drafting["parameters"]["config"] == {"inputs": [], "store": str(server.folder / "store")}
+        assert {"inputs", "label", "rows", "name", "overwrite"} <= set(
+            drafting["parameter_openapi_schema"]["definitions"]["SpecDraftConfig"]["properties"])
+        form = deployments["dlrmflow-preprocess"]["id"]
+        dom = page(f"{ui}/deployments/deployment/{form}/run", tmp_path, "preprocess")
+        field = dom[dom.index("Spec (Optional)"):dom.index("Split (Optional)")]
+        assert "<textarea" in field and "store:NAME" in visible_text(field), visible_text(field)[:2000]
 
 
 def test_serve_ends_with_an_error_when_the_server_has_gone(prefect_server):

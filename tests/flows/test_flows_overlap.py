@@ -43,7 +43,8 @@ def test_two_served_models_register_distinct_deployments(tmp_path):
         return {(d.flow_name, d.name) for d in found}
 
     ctr, cvr = names("ctr"), names("cvr")
-    assert not ctr & cvr and len(ctr) == len(cvr) == 7   # days too: a model's verdicts
+    assert not ctr & cvr and len(ctr) == len(cvr) == 8   # days too: a model's verdicts
     assert ("pipeline", "dlrmflow-pipeline-ctr") in ctr
     assert {n for _, n in names(None)} == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train",
-                                          "dlrmflow-evaluate", "dlrmflow-score", "dlrmflow-tune"}
+                                          "dlrmflow-evaluate", "dlrmflow-score", "dlrmflow-tune",
+                                          "dlrmflow-spec-draft"}

@@ -26,3 +26,15 @@ def visible_text(dom: str) -> str:
     """The visible text of a DOM dump, one ' | ' between elements."""
     dom = re.sub(r"<(style|svg|script)\b.*?</\1>", "", dom, flags=re.S)
     return re.sub(r"(\s*\|\s*)+", " | ", re.sub(r"<[^>]+>", " | ", dom))
+
+
+def screenshot(url: str, tmp_path, name: str) -> "os.PathLike":
+    """A PNG of ``url`` as headless Chromium renders it, kept as ``tmp_path/NAME.png`` (for a person to look at
+    after a failure); returns its path."""
+    out = tmp_path / f"{name}.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1800",
+             "--hide-scrollbars", "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / ('chrome-' + name)}",
+             f"--screenshot={out}"]
+    subprocess.run([CHROMIUM, *flags, url], capture_output=True, text=True, timeout=90)
+    return out
