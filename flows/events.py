@@ -4,7 +4,9 @@ Events (``prefect.events.emit_event``), each about the model (resource ``dlrmflo
 model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics and the decision's numbers),
 ``dlrmflow.night.failed`` (date, stage, error), ``dlrmflow.model.promoted`` (the decision's numbers) and
 ``dlrmflow.data.check_failed`` (date, on_data_check, the test day's failed checks) and ``dlrmflow.data.day_quarantined``
-(day, why, the night's date), both emitted by the data gate (``flows.datacheck``).
+(day, why, the night's date), both emitted by the data gate (``flows.datacheck``), and ``dlrmflow.model.degraded``
+(date, the champion, why, its watch: ``models.watch``), emitted by ``degraded`` after a night where the champion fell
+out of its own band while no challenger won, which also notifies ``night.notify_block``.
 
 ``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
 model's history (a ``failed`` line naming the stage and the error, ``models.registry.record_failed``; the data gate
@@ -15,10 +17,12 @@ it is in through ``stage``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from common.errors import bounded
 from common.store import Store, default_store, store_error
-from models import PROMOTING, registry
+from models import PROMOTING, registry, watch
 from nightly.config import grouped
 
 HISTORY_LOCK_S = 60.0   # how long the failure hook waits for the model's promotion lock to record the failed night
@@ -28,6 +32,7 @@ NIGHT_FAILED = "dlrmflow.night.failed"
 MODEL_PROMOTED = "dlrmflow.model.promoted"
 DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck): the test day failed
 DAY_QUARANTINED = "dlrmflow.data.day_quarantined"   # by the data gate: a day judged now was quarantined
+MODEL_DEGRADED = "dlrmflow.model.degraded"   # the champion fell out of its band (models.watch), no challenger won
 
 _NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
 
@@ -48,10 +53,34 @@ def resource(model: str | None) -> dict[str, str]:
 
 
 def emit(event: str, model: str | None, payload: dict[str, Any]) -> None:
-    """Emit ``event`` about ``model`` with ``payload``."""
+    """Emit ``event`` about ``model`` with ``payload`` (``bounded_payload``: never too large to emit)."""
     from prefect.events import emit_event
 
-    emit_event(event, resource=resource(model), payload=payload)
+    emit_event(event, resource=resource(model), payload=bounded_payload(payload))
+
+
+PAYLOAD_ITEMS = 100          # of a list in an event's payload
+PAYLOAD_BYTES = 256 << 10    # of an event's payload as JSON (Prefect refuses an event over 1.5 MB: EventTooLarge)
+
+
+def bounded_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with each string cut to ``common.errors.MESSAGE_CHARS`` and each list to ``PAYLOAD_ITEMS`` (an
+    error may quote a file's bytes; a day's failed checks may be many); where it is still over ``PAYLOAD_BYTES``,
+    each list and mapping as its JSON text, cut."""
+    def cut(value: Any) -> Any:
+        if isinstance(value, str):
+            return bounded(value)
+        if isinstance(value, dict):
+            return {str(k)[:200]: cut(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            more = [f"... ({len(value) - PAYLOAD_ITEMS} more)"] if len(value) > PAYLOAD_ITEMS else []
+            return [cut(v) for v in value[:PAYLOAD_ITEMS]] + more
+        return value
+
+    out = cut(payload)
+    if len(json.dumps(out, default=str)) > PAYLOAD_BYTES:
+        out = {k: bounded(json.dumps(v, default=str)) if isinstance(v, (dict, list)) else v for k, v in out.items()}
+    return out
 
 
 def stage(name: str, date: str | None = None) -> None:
@@ -77,7 +106,7 @@ def completed(model: str | None, result: dict) -> None:
     if not result.get("date"):
         return
     decision = result.get("decision")
-    numbers = {k: decision.get(k) for k in ("decision", "reason", "challenger", "champion", "champion_run",
+    numbers = {k: decision.get(k) for k in ("decision", "reason", "refused", "challenger", "champion", "champion_run",
                                             "promote_margin")} if decision else {}
     metrics = {k: result.get("metrics", {}).get(k) for k in ("auc", "logloss", "rows", "step")}
     emit(NIGHT_COMPLETED, model, {"date": result.get("date"), "run": result.get("run"), "metrics": metrics,
@@ -103,7 +132,7 @@ def error_of(text: str | None, fallback: str) -> str:
     if not lines:
         return fallback
     cause = next((line.strip() for line in lines[1:] if line.startswith("error (rank")), None)
-    return f"{lines[0]} {cause}" if cause else lines[0]
+    return bounded(f"{lines[0]} {cause}" if cause else lines[0])   # what the history, the event and the note keep
 
 
 def night_failed(flow, flow_run, state) -> None:
@@ -139,12 +168,37 @@ def night_failed(flow, flow_run, state) -> None:
     block = (config.get("night") or {}).get("notify_block")
     if not block:
         return
-    subject, body = message(date, model, stage_name, error, flow_run.name)
+    notify(block, *message(date, model, stage_name, error, flow_run.name), log, "the failed night")
+
+
+def notify(block: str, subject: str, body: str, log, what: str) -> None:
+    """Send ``body`` under ``subject`` to the Prefect notification block ``block``; a failure is logged (naming
+    ``what`` was to be told), never raised."""
     try:
         import prefect.blocks.notifications  # noqa: F401 - registers the built-in notification block types
         from prefect.blocks.core import Block
 
         Block.load(block).notify(body, subject)
         log.info("notified %s: %s", block, subject)
-    except Exception as e:  # noqa: BLE001 - a failed notification must not mask the run's failure
-        log.error("could not notify %s of the failed night: %s: %s", block, type(e).__name__, e)
+    except Exception as e:  # noqa: BLE001 - a failed notification must not mask the run's state
+        log.error("could not notify %s of %s: %s: %s", block, what, type(e).__name__, e)
+
+
+def degraded(model: str | None, entry: dict, block: str | None, log) -> list[str]:
+    """After a night (its history line ``entry``): when its champion degraded while no challenger won
+    (``models.watch.degraded``), log it, emit ``dlrmflow.model.degraded`` and notify ``block``. Returns why."""
+    why = watch.degraded(entry)
+    if not why:
+        return why
+    champion = entry.get("champion_run")
+    subject = f"dlrmflow: the champion of model {model} degraded on {entry.get('date')}"
+    body = f"{subject}: {'; '.join(why)} (champion {champion}; {entry.get('decision')}: {entry.get('reason')})"
+    log.warning(body)
+    try:
+        emit(MODEL_DEGRADED, model, {"date": entry.get("date"), "champion_run": champion, "why": why,
+                                     "watch": entry.get("watch"), "decision": entry.get("decision")})
+    except Exception as e:  # noqa: BLE001 - the night's decision is recorded; the event is its echo
+        log.warning("could not emit %s: %s: %s", MODEL_DEGRADED, type(e).__name__, e)
+    if block:
+        notify(block, subject, body, log, "the degraded champion")
+    return why

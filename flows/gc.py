@@ -4,8 +4,6 @@ table of what went and publishes it as an artifact. `dlrmflow gc` runs the same 
 
 from __future__ import annotations
 
-import datetime as dt
-
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.context import FlowRunContext
@@ -25,7 +23,7 @@ def gc(config: PipelineConfig, store: str, days: Window) -> dict:
     log = get_run_logger()
     fr = FlowRunContext.get()
     owner = f"gc after flow run {fr.flow_run.name}" if fr and fr.flow_run else None
-    night = cleanup.Night(config.model, days.date + dt.timedelta(days=1 - config.window.train_days))
+    night = cleanup.Night(config.model, days.next_start())   # reaching back past a quarantined day, as tonight
     try:
         report = cleanup.collect(config.gc_config(store, list(days.templates)), night,
                                  work_dir=config.preprocess.work_dir, owner=owner, say=log.info)

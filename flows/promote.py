@@ -20,6 +20,7 @@ def compete(planned: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: 
     night's data gate (a failed check keeps the champion). Returns the history line, also shown as artifacts."""
     entry = night.compete(planned, run, dataset, metrics, gate, owner=events.flow_run_owner(),
                           say=get_run_logger().info)
+    events.degraded(planned.config.model, entry, planned.config.night.notify_block, get_run_logger())
     artifacts.model_history(planned.model, planned.config.model, entry)
     if gate is not None:
         artifacts.data_drift(planned.model, planned.config.model)

@@ -17,5 +17,6 @@ _FACE = {   # name -> the module of this package that holds it (a module's own n
     "NAME_PATTERN": "registry", "TUNED_FILE": "registry", "Champion": "registry", "champion_init": "registry",
     "load_tuned": "registry", "model_uri": "registry",
     "gc": "gc", "plots": "plots", "registry": "registry", "scoring": "scoring", "decision": "decision",
+    "slices": "slices", "watch": "watch",
 }
 __all__, __getattr__, __dir__ = lazy(__name__, _FACE)

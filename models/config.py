@@ -20,8 +20,14 @@ class PromoteConfig(BaseModel):
 
     margin: float = Field(0.0, description="Promote only when the new model's test-day ROC AUC exceeds the "
                           "champion's by more than this margin (a tie keeps the champion).")
-    min_auc_lift: float = Field(0.01, description="A first champion needs a test-day ROC AUC above 0.5 plus this "
-                                "(and a log loss below the entropy of the test day's positive rate).")
+    min_auc_lift: float = Field(0.01, description="Promote no model whose test-day ROC AUC is not above 0.5 plus "
+                                "this (a first champion or not: a chance-level model never replaces another).")
+    max_ne: float = Field(1.0, description="Promote no model whose test-day normalized entropy (its log loss / the "
+                          "entropy of the day's click rate) is not below this: at 1 it predicts no better than the "
+                          "day's click rate for every row, whatever its AUC.")
+    logloss_tolerance: float | None = Field(0.01, description="With a champion: promote no model whose test-day log "
+                                            "loss exceeds the champion's on the same rows by more than this "
+                                            "(relative: 0.01 = 1%), whatever its AUC gain. None: off.")
     min_test_rows: int = Field(1000, description="Promote no model tested on fewer rows (below about 1000 rows "
                                "a day's AUC moves by more than the margins that matter).")
     min_test_positives: int = Field(100, description="Promote no model tested on fewer positive rows (clicks).")
@@ -33,6 +39,26 @@ class PromoteConfig(BaseModel):
                                                  "Default: off (the ratio is recorded either way).")
     warm_start: bool = Field(True, description="With a model: initialise each run from the champion (train.init_from: "
                              "its layers, and its embedding rows by raw value), unless train.init_from is given.")
+    warm_start_days: Literal["new", "window"] = Field("new", description="With a warm start: train only on the "
+                                                      "window's days after the last day the champion trained on "
+                                                      "(`new`: each day is learned once along the models' line, as in "
+                                                      "incremental training), or on every training day of the window "
+                                                      "(`window`: the days the champion already learned are learned "
+                                                      "again, which overfits them).")
+    slice_max_loss: float | None = Field(None, ge=0, le=1, description="Promote no model whose test-day ROC AUC "
+                                         "on a slice (evaluate.slice_by's values) holding at least slice_min_share "
+                                         "of the rows is below the champion's by more than this, e.g. 0.02. "
+                                         "Default: off (the slices are recorded either way).")
+    slice_min_share: float = Field(0.05, gt=0, le=1, description="With slice_max_loss: the share of the test "
+                                   "day's rows a slice must hold to be judged.")
+    watch_nights: int = Field(7, ge=2, description="The champion is watched against its own metrics on its last this "
+                              "many nights (models.watch): a night where it degrades beyond the band while no "
+                              "challenger wins says so and emits dlrmflow.model.degraded.")
+    watch_auc_drop: float | None = Field(0.02, ge=0, le=1, description="Degraded: the champion's test-day AUC below "
+                                         "the median of its watched nights minus this. None: not watched.")
+    watch_ne_rise: float | None = Field(0.02, ge=0, description="Degraded: the champion's test-day normalized "
+                                        "entropy above the median of its watched nights plus this. None: not "
+                                        "watched.")
 
     @model_validator(mode="after")
     def _gates(self) -> "PromoteConfig":
@@ -42,6 +68,13 @@ class PromoteConfig(BaseModel):
         if not math.isfinite(self.min_auc_lift) or not 0 <= self.min_auc_lift < 0.5:
             raise ValueError(f"min_auc_lift {self.min_auc_lift} is not in [0, 0.5); fix: give the AUC a first "
                              "champion needs above 0.5, e.g. 0.01")
+        if not math.isfinite(self.max_ne) or not 0 < self.max_ne <= 1.5:
+            raise ValueError(f"max_ne {self.max_ne} is not in (0, 1.5]; fix: e.g. 1 (no worse than the click rate) or "
+                             "0.98 (2% better)")
+        tol = self.logloss_tolerance
+        if tol is not None and not (math.isfinite(tol) and 0 <= tol < 1):
+            raise ValueError(f"logloss_tolerance {tol} is not in [0, 1); fix: e.g. 0.01 (1% relative), or leave it "
+                             "out (off)")
         if self.min_test_rows < 1 or self.min_test_positives < 1:
             raise ValueError(f"min_test_rows {self.min_test_rows} and min_test_positives {self.min_test_positives} "
                              "must be >= 1; fix: give the test-day rows and positives a comparison needs")
@@ -55,8 +88,9 @@ class PromoteConfig(BaseModel):
         return self
 
     def recorded(self) -> dict:
-        """The gates as the history line records them."""
-        return self.model_dump(exclude={"warm_start"})
+        """The gates as the history line records them (the watch's band is no gate: its line says what it found)."""
+        return self.model_dump(exclude={"warm_start", "warm_start_days", "watch_nights", "watch_auc_drop",
+                                        "watch_ne_rise"})
 
 
 class _Checkpoint(BaseModel):

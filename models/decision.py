@@ -1,11 +1,14 @@
 """The promotion rule: does a challenger replace the champion, given both models' metrics on the same day?
 
 ``decide`` applies the gates (``models.config.PromoteConfig``, docs/nightly.md): both models finite and scored on
-the same rows (row count and fingerprint), enough test rows and positives, floors for a first champion (AUC above chance plus a
-lift, log loss below the base rate's entropy), an optional calibration band, a strictly better AUC (by more than
-the margin) and, optionally, a paired bootstrap interval of the AUC difference whose lower bound clears the
-margin (``paired``), and no failed data check (``on_data_check: warn``, ``nightly.datacheck``). A refusal names the
-gate, the value and the threshold."""
+the same rows (row count and fingerprint), enough test rows and positives, floors on the challenger alone every night
+(AUC above chance plus a lift; normalized entropy below ``max_ne``: a log loss below the test day's base rate's),
+an optional calibration band, a strictly better AUC (by more than the margin), a log loss no worse than the
+champion's on the same rows beyond ``logloss_tolerance``, optionally no slice of the test rows on which the
+challenger loses more AUC than ``slice_max_loss`` (``models.slices``) and a paired bootstrap interval of the AUC
+difference whose lower bound clears the margin (``paired``), and no failed data check (``on_data_check: warn``,
+``nightly.datacheck``). A refusal names the gate (its setting's name), the value and the threshold; the
+``Decision`` lists the refusing gates."""
 
 from __future__ import annotations
 
@@ -16,10 +19,20 @@ from typing import NamedTuple
 import numpy as np
 
 from models.config import PromoteConfig
+from models.slices import slice_refusals
 
 PROMOTING = ("promoted", "first")  # the decisions that make the challenger the champion
 RESAMPLES = 1000   # bootstrap resamples of the paired AUC difference
 SEED = 0           # the bootstrap's seed: the same scores give the same interval
+
+
+class Decision(NamedTuple):
+    """A promotion decision: ``decision`` ("first" | "promoted" | "kept"), its ``reason`` in words, and the names
+    of the gates that refused (``refused``: empty unless kept by a gate)."""
+
+    decision: str
+    reason: str
+    refused: tuple[str, ...] = ()
 
 
 class RowScores(NamedTuple):
@@ -95,89 +108,126 @@ def paired(new: RowScores, old: RowScores, confidence: float | None, resamples: 
     return out | {"resamples": resamples, "seed": seed}
 
 
-def _floors(challenger: dict, first: bool, gates: PromoteConfig) -> list[str]:
-    """The refusals of the gates on the challenger alone: test rows and positives, calibration band, and for a
-    first champion the AUC and log loss floors."""
+def _floors(challenger: dict, gates: PromoteConfig) -> list[tuple[str, str]]:
+    """The refusals (gate, text) of the gates on the challenger alone, every night: test rows and positives, the AUC
+    floor (chance plus ``min_auc_lift``), the normalized entropy (log loss / the base rate's entropy) below
+    ``max_ne`` and the calibration band."""
     refused = []
     for gate, key in (("min_test_rows", "rows"), ("min_test_positives", "positives")):
         value, least = _number(challenger, key), getattr(gates, gate)
         if not value >= least:   # NaN (unknown) refuses too
-            refused.append(f"gate {gate}: the test day has {value:g} {key} < {least}")
+            refused.append((gate, f"the test day has {value:g} {key} < {least}"))
+    auc, floor = _number(challenger, "auc"), 0.5 + gates.min_auc_lift
+    if not auc > floor:
+        refused.append(("min_auc_lift", f"AUC {auc:.4f} is not above 0.5 + {gates.min_auc_lift:g} = {floor:g}"))
+    loss, base = _number(challenger, "logloss"), _number(challenger, "base_logloss")
+    ne = loss / base if base > 0 else math.nan
+    if not ne < gates.max_ne:
+        refused.append(("max_ne", f"normalized entropy {ne:.4f} (log loss {loss:.4f} / the test day's base-rate "
+                                  f"entropy {base:.4f}) is not below {gates.max_ne:g}"
+                        + (": worse than predicting the day's click rate for every row" if ne >= 1 else "")))
     band = gates.calibration_band
     ratio = _number(challenger, "calibration")
     if band is not None and not band[0] <= ratio <= band[1]:
-        refused.append(f"gate calibration_band: challenger predicted/observed clicks {ratio:.3f} outside "
-                       f"[{band[0]:g}, {band[1]:g}]")
-    if first:
-        auc, floor = _number(challenger, "auc"), 0.5 + gates.min_auc_lift
-        if not auc > floor:
-            refused.append(f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + {gates.min_auc_lift:g} = {floor:g}")
-        loss, base = _number(challenger, "logloss"), _number(challenger, "base_logloss")
-        if not loss < base:
-            refused.append(f"gate base_logloss: log loss {loss:.4f} is not below the base rate's entropy {base:.4f}")
+        refused.append(("calibration_band", f"challenger predicted/observed clicks {ratio:.3f} outside "
+                                            f"[{band[0]:g}, {band[1]:g}]"))
     return refused
 
 
-def _same_rows(challenger: dict, champion: dict) -> str | None:
-    """The same_rows gate's refusal, None when both were scored on the same rows (``paired``'s fingerprints,
+def _logloss_regression(challenger: dict, champion: dict, gates: PromoteConfig) -> list[tuple[str, str]]:
+    """The logloss_tolerance gate's refusal: the challenger's log loss above the champion's on the same rows by more
+    than the tolerance (relative)."""
+    if gates.logloss_tolerance is None:
+        return []
+    new, old = _number(challenger, "logloss"), _number(champion, "logloss")
+    bound = old * (1 + gates.logloss_tolerance)
+    if new <= bound:
+        return []
+    return [("logloss_tolerance", f"log loss {new:.4f} regresses against the champion's {old:.4f} on the same rows "
+                                  f"by {new / old - 1:+.2%} (more than {gates.logloss_tolerance:.2%})")]
+
+
+def _same_rows(challenger: dict, champion: dict) -> list[tuple[str, str]]:
+    """The same_rows gate's refusal, none when both were scored on the same rows (``paired``'s fingerprints,
     else the metrics' own ``fingerprint``)."""
     found = champion.get("paired")
     rows = found["rows"] if found else [challenger.get("rows"), champion.get("rows")]
     prints = found["fingerprints"] if found else [challenger.get("fingerprint"), champion.get("fingerprint")]
     if None in prints or prints[0] != prints[1] or rows[0] != rows[1]:
-        return (f"gate same_rows: challenger rows {rows[0]} (fingerprint {prints[0]}) vs champion rows {rows[1]} "
-                f"(fingerprint {prints[1]}): not the same test rows, so not comparable")
-    return None
+        return [("same_rows", f"challenger rows {rows[0]} (fingerprint {prints[0]}) vs champion rows {rows[1]} "
+                              f"(fingerprint {prints[1]}): not the same test rows, so not comparable")]
+    return []
 
 
 def data_refusals(failed_checks: list[str]) -> list[str]:
-    """The data_check gate's refusal of a night whose data checks failed (``on_data_check: warn``)."""
+    """The data_check gate's refusal of a night whose data checks failed (``on_data_check: warn``), as text."""
+    return [_text(r) for r in _data(failed_checks)]
+
+
+def _data(failed_checks: list[str]) -> list[tuple[str, str]]:
     if not failed_checks:
         return []
     more = f"; and {len(failed_checks) - 3} more" if len(failed_checks) > 3 else ""
-    return [f"gate data_check: {len(failed_checks)} data check(s) failed ({'; '.join(failed_checks[:3])}{more})"]
+    return [("data_check", f"{len(failed_checks)} data check(s) failed ({'; '.join(failed_checks[:3])}{more})")]
+
+
+def _text(refusal: tuple[str, str]) -> str:
+    return f"gate {refusal[0]}: {refusal[1]}"
+
+
+def _kept(reason: str, refused: list[tuple[str, str]]) -> Decision:
+    return Decision("kept", reason, tuple(dict.fromkeys(gate for gate, _ in refused)))
 
 
 def decide(challenger: dict, champion: dict | None, gates: PromoteConfig = PromoteConfig(),
-           failed_checks: list[str] = ()) -> tuple[str, str]:
-    """("first" | "promoted" | "kept", reason) for the challenger's and the champion's metrics on the same day
-    (auc, logloss, rows, positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the
-    comparison ``paired`` made). The challenger wins when every gate passes (module doc); the AUC gain must
-    exceed ``gates.margin`` (a tie keeps the champion), and no data check of the night may have failed
-    (``failed_checks``: their texts, ``nightly.datacheck``). Both sides need a finite AUC and log loss. The reason
-    reports both AUCs and log losses, and each refusing gate with its value and threshold."""
+           failed_checks: list[str] = ()) -> Decision:
+    """The ``Decision`` on the challenger's and the champion's metrics on the same day (auc, logloss, rows,
+    positives, base_logloss, calibration, fingerprint; the champion's ``paired``: the comparison ``paired`` made).
+    The challenger wins when every gate passes (module doc): the floors on the challenger alone (a first champion
+    too), and with a champion an AUC gain above ``gates.margin`` (a tie keeps the champion) without a log-loss
+    regression beyond ``gates.logloss_tolerance``; no data check of the night may have failed (``failed_checks``:
+    their texts, ``nightly.datacheck``). Both sides need a finite AUC and log loss. The reason reports both AUCs and
+    log losses, and each refusing gate with its value and threshold."""
     new = _number(challenger, "auc")
-    data = data_refusals(list(failed_checks))
-    also = "".join(f"; {r}" for r in data)   # named where another reason keeps the champion first
+    data = _data(list(failed_checks))
+    also = "".join(f"; {_text(r)}" for r in data)   # named where another reason keeps the champion first
     if champion is None:
         if not finite(challenger):
-            return "kept", (f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
-                            f"not promoted{also}")
-        refused = _floors(challenger, True, gates) + data
+            return _kept(f"no champion yet, but the challenger's metrics are not finite ({_summary(challenger)}): "
+                         f"not promoted{also}", [("finite", ""), *data])
+        refused = _floors(challenger, gates) + data
         if refused:
-            return "kept", f"no champion yet, but the challenger ({_summary(challenger)}) fails {'; '.join(refused)}"
-        return "first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first"
+            return _kept(f"no champion yet, but the challenger ({_summary(challenger)}) fails "
+                         f"{'; '.join(map(_text, refused))}", refused)
+        return Decision("first", f"no champion yet: the challenger ({_summary(challenger)}) becomes the first")
     old = _number(champion, "auc")
     if not finite(challenger) or not finite(champion):
         side = "challenger's" if not finite(challenger) else "champion's"
-        return "kept", (f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
-                        f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)}){also}")
+        return _kept(f"the {side} metrics are not finite (NaN or inf), so the models cannot be compared: "
+                     f"champion kept (challenger {_summary(challenger)}; champion {_summary(champion)}){also}",
+                     [("finite", ""), *data])
     losses = f"log loss {_number(challenger, 'logloss'):.4f} vs {_number(champion, 'logloss'):.4f}"
-    refused = [r for r in [_same_rows(challenger, champion), *_floors(challenger, False, gates), *data] if r]
+    refused = [*_same_rows(challenger, champion), *_floors(challenger, gates), *data]
     if not new - old > gates.margin:
-        refused.append(f"gate promote_margin: AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
-                       f"is not above the margin {gates.margin:g}")
+        refused.append(("promote_margin", f"AUC gain {new - old:+.4f} (challenger {new:.4f} - champion {old:.4f}) "
+                                          f"is not above the margin {gates.margin:g}"))
+    refused += _logloss_regression(challenger, champion, gates)
+    sliced = champion.get("slices") or {}   # both models per slice of the same rows (models.slices.compare)
+    refused += [("slice_max_loss", text) for text in slice_refusals(sliced.get("challenger"), sliced.get("champion"),
+                                                                     gates, sliced.get("by", "slice"))]
     found = champion.get("paired")
     interval = interval_text(found)
     if gates.confidence is not None:
         lower = found["auc_diff_interval"][0] if interval else math.nan
         if not lower > gates.margin:
-            refused.append(f"gate promote_confidence: the {gates.confidence:g} interval of the AUC gain "
-                           f"{interval or 'unknown'} does not lie above the margin {gates.margin:g}")
+            refused.append(("promote_confidence", f"the {gates.confidence:g} interval of the AUC gain "
+                                                  f"{interval or 'unknown'} does not lie above the margin "
+                                                  f"{gates.margin:g}"))
     if refused:
-        return "kept", f"champion kept: {'; '.join(refused)}; {losses}"
+        return _kept(f"champion kept: {'; '.join(map(_text, refused))}; {losses}", refused)
     gain = f" (AUC gain {found['confidence']:g} interval {interval})" if interval else ""
-    return "promoted", f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}{gain}; {losses}"
+    return Decision("promoted", f"challenger AUC {new:.4f} > champion AUC {old:.4f} + margin {gates.margin:g}{gain}; "
+                                f"{losses}")
 
 
 def interval_text(found: dict | None) -> str | None:

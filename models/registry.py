@@ -243,7 +243,8 @@ def history(model: str) -> list[dict]:
 
 def day_verdicts(model: str) -> list[dict]:
     """Every line of ``<model>/days.jsonl`` (the data gate's and the operator's verdicts on days, oldest first; the
-    line's fields are ``nightly.datacheck``'s), [] when there is none yet."""
+    line's fields are ``nightly.datacheck``'s: a judged day's line keeps its stats, the reference of the days after
+    it), [] when there is none yet."""
     text = _read(model, DAYS_FILE) or ""
     lines = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -349,17 +350,19 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
             reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
         if current is not None and measured is None and finite(current.metrics):   # kept: a newer day's, or unmeasured
-            data = "".join(f"; {r}" for r in data_refusals(list(failed_checks)))
-            decision, reason = "kept", reason_prefix + "champion kept" + data
+            data = data_refusals(list(failed_checks))
+            decision, reason, refused = "kept", reason_prefix + "champion kept" + "".join(f"; {r}" for r in data), \
+                ("data_check",) if data else ()
         else:
-            decision, reason = decide(challenger.metrics, measured, gates, list(failed_checks))
+            decision, reason, refused = decide(challenger.metrics, measured, gates, list(failed_checks))
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "dataset": challenger.dataset, "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None,
                  "paired": measured.get("paired") if measured else None, "promote_margin": gates.margin,
                  "gates": gates.recorded(), "data_checks": data_checks, "decision": decision, "reason": reason,
-                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "refused": list(refused), "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "by": owner,
+                 "slices": (measured or {}).get("slices"), "watch": (measured or {}).get("watch")}
         if decision in PROMOTING:
             _promote(model, challenger, entry, export, lock)
         lines = _append(model, lines, entry, lock)
@@ -377,7 +380,8 @@ def record_skipped(model: str, date: str, reason: str, owner: str | None = None,
         if done is not None:
             return done
         entry = {"date": date, "window": [], "run": None, "challenger": None, "champion": None, "champion_run": None,
-                 "decision": SKIPPED, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "decision": SKIPPED, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 "by": owner}
         _append(model, lines, entry, lock)
     return entry
 
@@ -396,7 +400,7 @@ def record_data_failed(model: str, date: str, window: list[str], data_checks: di
             return last
         entry = {"date": date, "window": window, "run": None, "dataset": dataset, "challenger": None, "champion": None,
                  "champion_run": None, "data_checks": data_checks, "decision": DATA_FAILED, "reason": reason,
-                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "by": owner}
         _append(model, lines, entry, lock)
     return entry
 
@@ -416,7 +420,7 @@ def record_failed(model: str, date: str, stage: str, error: str, owner: str | No
             return None
         entry = {"date": date, "window": [], "run": None, "challenger": None, "champion": None,
                  "champion_run": None, "stage": stage, "decision": FAILED, "reason": reason,
-                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "by": owner}
         _append(model, lines, entry, lock)
     return entry
 

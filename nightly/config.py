@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from common.config import apply_overrides, filled_in, store_field, validate
+from common.config import apply_overrides, filled_in, load_yaml, store_field, validate
 from common.errors import UserError
 from common.store import Store, check_run_name
 from models import GcConfig, NAME_PATTERN as MODEL_NAME, PromoteConfig, TUNED_FILE, load_tuned, model_uri
@@ -27,6 +26,9 @@ from training import (EvaluateConfig, FlowTrainConfig, LauncherConfig, LocalLaun
                       hashed_run, preset_names)
 
 
+LOOKBACK_EXTRA = 7   # days a window reaches back beyond train_days by default: a week of bad or missing days
+
+
 class WindowConfig(BaseModel):
     """Which days a dated run trains, validates and tests on (used when the inputs hold `{date}`)."""
 
@@ -36,8 +38,18 @@ class WindowConfig(BaseModel):
                                    "`val_days` of them validate, held out of training); the date itself is the test "
                                    "day. Needed when the inputs hold {date}.")
     val_days: int = Field(1, ge=1, description="The last days of the window that validate instead of training.")
-    min_days: int | None = Field(None, ge=2, description="Run with fewer days when some are missing, down to this "
-                                 "many (default: train_days; a missing test day always fails).")
+    min_days: int | None = Field(None, ge=2, description="Run with fewer days when the window finds fewer than "
+                                 "train_days (a missing day without skip_missing, or too few accepted days within "
+                                 "lookback_days), down to this many (default: train_days; a missing test day always "
+                                 "fails).")
+    lookback_days: int | None = Field(None, ge=2, description="How many days before the run's date the window may "
+                                      "reach back to find train_days accepted days, past quarantined days (and past "
+                                      "missing ones with skip_missing). Default: train_days + 7 (a week of bad days is "
+                                      "skipped whatever the window's length; older data makes the night shrink to "
+                                      "min_days or fail, for someone to look).")
+    skip_missing: bool = Field(False, description="Reach back past a missing day as past a quarantined one. Default: "
+                               "a missing day (maybe just late) fails the night, unless min_days allows the window "
+                               "without it; a missing test day always fails.")
     lag_days: int = Field(1, ge=0, description="Without a date, the run's date is its scheduled day minus this many "
                           "days (a 02:00 run processes yesterday).")
     timezone: str = Field("UTC", description="Time zone in which a scheduled time becomes the run's day.")
@@ -60,11 +72,20 @@ class WindowConfig(BaseModel):
                              "needs at least one training day")
         if self.min_days is not None and self.train_days is not None and self.min_days > self.train_days:
             raise ValueError(f"min_days ({self.min_days}) exceeds train_days ({self.train_days})")
+        if self.lookback_days is not None and self.train_days is not None and self.lookback_days < self.train_days:
+            raise ValueError(f"lookback_days ({self.lookback_days}) is less than train_days ({self.train_days}): the "
+                             "window could never reach its own days")
         return self
+
+    def reach(self) -> int:
+        """How many days before the run's date its window may read: ``lookback_days``, default train_days +
+        ``LOOKBACK_EXTRA``."""
+        return self.lookback_days or (self.train_days or 0) + LOOKBACK_EXTRA
 
 
 class DataCheckConfig(BaseModel):
-    """The data gate's thresholds: each day of a dated run's window against the days before it (nightly.datacheck)."""
+    """The data gate's thresholds: each day a dated run reads against its reference, the accepted days before it in
+    the model's history (nightly.datacheck)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -72,8 +93,10 @@ class DataCheckConfig(BaseModel):
                                    "median of the days before it.")
     label_rate_change: float = Field(0.5, gt=0, description="A day's positive rate must lie within this relative "
                                      "change of that of the days before it (0.5: from half to 1.5 times it).")
-    min_rows: int = Field(100, ge=0, description="The test day needs at least this many rows.")
-    min_positives: int = Field(10, ge=0, description="The test day needs at least this many positive labels.")
+    min_rows: int = Field(100, ge=0, description="The test day (and a model's first days) needs at least this many "
+                          "rows.")
+    min_positives: int = Field(10, ge=0, description="The test day (and a model's first days) needs at least this "
+                               "many positive labels, and as many negative ones.")
     missing_change: float = Field(0.1, gt=0, le=1, description="A feature's missing share on a day may differ from "
                                   "that of the days before it by at most this (absolute; 0.1: ten percentage points).")
     unseen_increase: float = Field(0.2, gt=0, le=1, description="With a champion: a categorical's share of values "
@@ -86,12 +109,33 @@ class DataCheckConfig(BaseModel):
                             "compares.")
     max_psi: float = Field(0.2, gt=0, description="A numerical's drift on a day, the population stability index of "
                            "its histogram over fixed bins against that of the days before it, may be at most this.")
+    max_duplicates_increase: float = Field(0.05, gt=0, le=1, description="A day's share of rows that repeat another "
+                                           "row of the day (from a 1/16 sample of row hashes) may exceed that of the "
+                                           "days before it by at most this (absolute; 1.9x ingested rows: 0.47).")
+    reference_days: int = Field(7, ge=1, description="A day is judged against the medians of the last this many "
+                                "accepted days before it in the model's history (days.jsonl).")
+    min_reference_days: int = Field(3, ge=1, description="A day with fewer accepted days before it (a model's first "
+                                    "days) is judged against the `reference_days` days nearest it, itself and the "
+                                    "night's other days included, and on its absolute bounds (`min_rows`, "
+                                    "`min_positives` positive and as many negative labels).")
+    long_reference_days: int = Field(28, ge=2, description="The longer horizon against slow drift: a day's rows and "
+                                     "label rate against the medians of the last this many accepted days before it.")
+    long_rows_band: list[float] = Field([0.5, 2.0], description="A day's rows must lie within [LOW, HIGH] times the "
+                                        "median of the `long_reference_days` accepted days before it.")
+    long_label_rate_change: float = Field(0.3, gt=0, description="A day's positive rate must lie within this relative "
+                                          "change of the median of the `long_reference_days` accepted days before it.")
+    shift_days: int = Field(3, ge=2, description="A new normal: this many (or more) last judged days, all quarantined, "
+                            "that agree with each other (each passes the checks against their median).")
+    on_shift: Literal["ask", "adopt"] = Field("ask", description="A new normal found: `ask` keeps its days "
+                                              "quarantined and names the command that adopts it (`dlrmflow days "
+                                              "--model NAME accept-shift DATE`); `adopt` accepts its days at once "
+                                              "(they become the reference).")
 
-    @field_validator("rows_band")
+    @field_validator("rows_band", "long_rows_band")
     @classmethod
     def _band(cls, band: list[float]) -> list[float]:
         if not (len(band) == 2 and 0 <= band[0] < 1 < band[1] and math.isfinite(band[1])):
-            raise ValueError(f"rows_band {band} is not [LOW, HIGH] with 0 <= LOW < 1 < HIGH; e.g. [0.5, 2]")
+            raise ValueError(f"the band {band} is not [LOW, HIGH] with 0 <= LOW < 1 < HIGH; e.g. [0.5, 2]")
         return band
 
 
@@ -183,13 +227,23 @@ DATE_PLACEHOLDER = "{date}"  # in a dated run's run_name: filled with the run's 
 PresetName = Literal[tuple(preset_names())]
 
 
+NO_PRESET = "none"   # the form's choice of no preset (null in a config)
+
+
+def _preset_choice(schema: dict) -> None:
+    """The form's ``preset``: one choice among ``none`` and the presets (Prefect draws ``Literal | None`` as a
+    str / None toggle, and refuses a null in an enum)."""
+    choices = next(s for s in schema.pop("anyOf") if "enum" in s)
+    schema.update(choices, enum=[NO_PRESET, *choices["enum"]], default=NO_PRESET)
+
+
 class PipelineConfig(_Model):
     """preprocess -> train -> evaluate, with everything stored under one root URI."""
 
     preset: PresetName | None = Field(None, description="A preset shipped with dlrmflow: its training settings "
                                       "(training/presets/NAME.yaml) and the preprocessing they were tuned with "
                                       "(nightly/presets.yaml), applied under the settings you give (in a form: those "
-                                      "changed from their defaults).")
+                                      "changed from their defaults).", json_schema_extra=_preset_choice)
     store: str = store_field()
     credentials_block: str | None = Field(None, description="Name of a Prefect Secret block holding the S3 "
                                           "settings as JSON (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
@@ -226,6 +280,11 @@ class PipelineConfig(_Model):
     data_check: DataCheckConfig = Field(default_factory=DataCheckConfig, description="The data checks' thresholds.")
     night: NightConfig = Field(default_factory=NightConfig, description="Dated runs: the night's policies (catch-up "
                                "after an outage, the data gate's verdict, who is told of a failure).")
+
+    @field_validator("preset", mode="before")
+    @classmethod
+    def _no_preset(cls, preset: Any) -> Any:
+        return None if preset == NO_PRESET else preset
 
     @field_validator("run_name")
     @classmethod
@@ -379,7 +438,8 @@ class PipelinePreset(_Model):
         """The preprocessing of the preset called ``name`` (none listed: no preprocessing settings)."""
         if name not in preset_names():
             raise UserError(f"unknown preset '{name}'. Fix: use one of {', '.join(preset_names())}.")
-        return validate(cls, yaml.safe_load(PRESETS_FILE.read_text()).get(name) or {}, f"{PRESETS_FILE}: {name}")
+        presets = load_yaml(PRESETS_FILE.read_text(), str(PRESETS_FILE))
+        return validate(cls, presets.get(name) or {}, f"{PRESETS_FILE}: {name}")
 
     def hints(self, given: dict) -> tuple[dict, dict]:
         """(applied, skipped): the preset's preprocessing settings that apply where ``given`` (the
@@ -417,11 +477,12 @@ class DaysConfig(BaseModel):
     store: str = store_field()
     model: str = Field(pattern=MODEL_NAME, description="The model whose nights' days to list or judge "
                        "(store/models/NAME/days.jsonl).")
-    action: Literal["list", "accept", "quarantine"] = Field("list", description="`list` the days and their "
-                                                            "verdicts; `accept` or `quarantine` the day `day` "
-                                                            "(an operator's verdict, which stands until the day's "
-                                                            "files change).")
-    day: date | None = Field(None, description="The day to accept or quarantine (YYYY-MM-DD).")
+    action: Literal["list", "accept", "quarantine", "accept-shift"] = Field(
+        "list", description="`list` the days and their verdicts; `accept` or `quarantine` the day `day` (an "
+        "operator's verdict, which stands until the day's files change); `accept-shift` adopts a new normal since "
+        "`day` (it and the later days the gate quarantined accepted: the reference of the days after them).")
+    day: date | None = Field(None, description="The day to accept or quarantine, or the first day of the new normal "
+                             "(YYYY-MM-DD); a day the data gate judged.")
     why: str | None = Field(None, min_length=1, description="Why (recorded with the verdict; required to accept or "
                             "quarantine).")
     by: str | None = Field(None, description="Who (recorded with the verdict). Default: this user@host.")

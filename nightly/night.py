@@ -18,11 +18,11 @@ from typing import Callable
 
 from common.errors import UserError
 from common.store import Store
-from models import RowScores, ScoreConfig, paired, registry, scoring
+from models import RowScores, ScoreConfig, paired, registry, scoring, slices, watch
 from nightly import datacheck
 from training import FlowTrainConfig, InitFrom, RunDir, TrainConfig
 from nightly.config import PipelineConfig
-from nightly.window import Window, catchup_skip, window
+from nightly.window import Window, absolute, catchup_skip, lookback, window
 from preprocessing.dated import fill_date
 from preprocessing.errors import blamed
 from preprocessing.inputs import expand
@@ -93,25 +93,52 @@ class NightPlan:
 
     def warm_started(self, say: Say = _quiet) -> TrainConfig:
         """With a model and ``promote.warm_start``: the training settings initialised from the champion (of an
-        earlier day, of the same architecture)."""
-        config = self.config
-        if not (self.model and config.promote.warm_start) or config.train.init_from:
-            return config.train
-        champion, absent = registry.usable_champion(self.model, self.day.isoformat())
-        if absent:
-            say(f"no warm start from model {config.model}: {absent}; training from scratch")
-        if champion is None or champion.date == self.day.isoformat():   # the night's own model: a re-run as the first
-            return config.train
-        arch = RunDir(champion.run).load_config().arch
-        if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model
-            say(f"no warm start: the champion of model {config.model} ({champion.run}) has another architecture than "
-                f"this night's ({arch.model_dump(exclude_defaults=True)} vs "
-                f"{config.train.arch.model_dump(exclude_defaults=True)}; a tuned config may have changed it); "
-                "training from scratch")
-            return config.train
-        say(f"warm start from the champion of model {config.model}: {champion.run} step {champion.step} (tested on "
-            f"{champion.date})")
-        return config.train.model_copy(update={"init_from": InitFrom(run=champion.run, checkpoint=str(champion.step))})
+        earlier day, of the same architecture: ``warm_source``)."""
+        champion = warm_source(self.config, self.model, self.day, say) if self.model else None
+        if champion is None:
+            return self.config.train
+        say(f"warm start from the champion of model {self.config.model}: {champion.run} step {champion.step} (tested "
+            f"on {champion.date})")
+        return self.config.train.model_copy(update={"init_from": InitFrom(run=champion.run,
+                                                                          checkpoint=str(champion.step))})
+
+
+def warm_source(config: PipelineConfig, model: str, day: dt.date, say: Say = _quiet) -> registry.Champion | None:
+    """The champion a night of ``model`` on ``day`` warm-starts from: with ``promote.warm_start`` and no
+    ``train.init_from``, the usable champion of an earlier day whose architecture is the night's (None, said why,
+    where there is none)."""
+    if not config.promote.warm_start or config.train.init_from:
+        return None
+    champion, absent = registry.usable_champion(model, day.isoformat())
+    if absent:
+        say(f"no warm start from model {config.model}: {absent}; training from scratch")
+    if champion is None or champion.date == day.isoformat():   # the night's own model: a re-run as the first
+        return None
+    arch = RunDir(champion.run).load_config().arch
+    if arch != config.train.arch:   # e.g. a tuned config changed it: its weights do not fit this night's model
+        say(f"no warm start: the champion of model {config.model} ({champion.run}) has another architecture than "
+            f"this night's ({arch.model_dump(exclude_defaults=True)} vs "
+            f"{config.train.arch.model_dump(exclude_defaults=True)}; a tuned config may have changed it); "
+            "training from scratch")
+        return None
+    return champion
+
+
+def _learned(config: PipelineConfig, model: str, day: dt.date) -> dt.date | None:
+    """The last day the champion a night warm-starts from trained on (``promote.warm_start_days: new``: the night
+    trains only on its days after it); None: the night trains on its whole window. A night already decided (a re-run)
+    reads the days it read then: the last training day its champion had is taken from its history line."""
+    if config.promote.warm_start_days != "new":
+        return None
+    val = config.window.val_days
+    decided = next((line for line in reversed(registry.history(model)) if line.get("date") == day.isoformat()
+                    and line.get("decision") in (*registry.PROMOTING, "kept")), None)
+    if decided is not None:   # the days it read then: its first training day follows what its champion learned
+        read = [dt.date.fromisoformat(d) for d in decided.get("window") or []][:-1 - val]
+        return read[0] - dt.timedelta(days=1) if read else None
+    champion = warm_source(config, model, day)
+    trained = [dt.date.fromisoformat(d) for d in champion.window][:-1 - val] if champion else []
+    return max(trained) if trained else None
 
 
 def skip_reason(config: PipelineConfig, store: Store, day: dt.date, due: list[dt.date], owner: str | None = None,
@@ -144,9 +171,10 @@ def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date
                left_out: dict[dt.date, str] | None = None) -> NightPlan:
     """The plan of a pipeline run of ``config`` (for ``date`` when dated): the preset or tuned config applied,
     the settings checked together, the window's days found (a missing day, a bad template or a wrong split name
-    fails here, before any work; a day the data gate quarantined is left out as a missing one is: the model's
-    standing verdicts, and ``left_out``: day -> why) and the preprocessing config (synthetic inputs unless inputs
-    are given; for a dated run the window's days as the `files` split rule)."""
+    fails here, before any work; a day the data gate quarantined is left out and the window reaches back past it:
+    the model's standing verdicts over the whole look-back, and ``left_out``: day -> why) and the preprocessing
+    config (synthetic inputs unless inputs are given; for a dated run the window's days as the `files` split
+    rule)."""
     config, notes = config.with_preset()
     store = store or Store(config.store)
     config.check_dated()
@@ -155,18 +183,36 @@ def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date
     inputs = config.preprocess.inputs or synthetic_inputs(config, store)
     days = None
     if config.dated:
-        days = window(inputs, date, config.window, check=bool(config.preprocess.inputs))
         quarantined = dict(left_out or {})
-        if config.model and config.night.on_data_check != "off":
-            quarantined |= _quarantined(registry.model_uri(store.uri, config.model), days.templates,
-                                        (*(date - dt.timedelta(days=k) for k in range(config.window.train_days, 0, -1)),
-                                         date))
-        if quarantined:
-            days = window(inputs, date, config.window, check=bool(config.preprocess.inputs), quarantined=quarantined)
+        if config.model and config.night.on_data_check != "off" and config.window.train_days:
+            quarantined |= _quarantined(registry.model_uri(store.uri, config.model), absolute(inputs),
+                                        lookback(date, config.window))   # as far as the window may reach back
+        days = window(inputs, date, config.window, check=bool(config.preprocess.inputs), quarantined=quarantined)
+        if config.model and (learned := _learned(config, registry.model_uri(store.uri, config.model), date)):
+            days = days.after(learned)
         inputs = days.inputs()
     preprocess = config.preprocess_config(inputs, store.uri)
     config.check_splits(preprocess)
     return NightPlan(config, store, preprocess, date if config.dated else None, days, tuple(notes))
+
+
+def record_setup_failed(config: PipelineConfig, store: Store, day: dt.date | None, error: BaseException,
+                        owner: str | None = None, say: Say = _quiet) -> dict | None:
+    """Record a dated night of a model whose plan failed before its flow started (``dlrmflow run`` plans first: a
+    window without enough days, a missing test day, a bad template) in the model's history: a ``failed`` line at
+    stage setup (``registry.record_failed``), as the flow's failure hook records a night that fails in the flow.
+    Returns it; None without a model or a date, for a repeated failure, or when the store cannot take it (said:
+    the night's own error is what counts)."""
+    if not (config.model and day):
+        return None
+    model = registry.model_uri(store.uri, config.model)
+    try:
+        return registry.record_failed(model, day.isoformat(), "setup",
+                                      (str(error).strip().splitlines() or [type(error).__name__])[0], owner=owner,
+                                      say=say)
+    except Exception as e:  # noqa: BLE001 - the night's own failure is what counts
+        say(f"could not record the failed night {day} in model {config.model}'s history: {type(e).__name__}: {e}")
+        return None
 
 
 def _quarantined(model: str, templates: tuple[str, ...], days: tuple[dt.date, ...]) -> dict[dt.date, str]:
@@ -216,8 +262,26 @@ class DataGate:
 
 def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> DataGate:
     """Judge the window's days from the profiles their parses stored (no pass over the data): each day without a
-    standing verdict against the accepted days before it, the test day's unseen values against the champion's
-    vocabulary too (``nightly.datacheck.judge``); the verdicts made now are recorded in the model's days.jsonl."""
+    standing verdict against its reference in the model's history, the test day's unseen values against the
+    champion's vocabulary too (``nightly.datacheck.judge``); the verdicts made now are recorded in the model's
+    days.jsonl. A gate that cannot judge (a days.jsonl line that is not JSON, a lock not had...) records the night
+    as failed at `data check` in the model's history before its error goes on (the flow's failure hook leaves the
+    data gate's stage to it)."""
+    try:
+        return _check_days(plan, owner, say)
+    except Exception as e:
+        if plan.model:
+            error = (str(e).splitlines() or [type(e).__name__])[0]
+            try:
+                registry.record_failed(plan.model, plan.window.date.isoformat(), "data check", error, owner=owner,
+                                       say=say)
+            except Exception as again:  # noqa: BLE001 - the gate's own error is what counts
+                say(f"could not record the failed night {plan.window.date} in model {plan.config.model}'s history: "
+                    f"{type(again).__name__}: {again}")
+        raise
+
+
+def _check_days(plan: NightPlan, owner: str | None, say: Say) -> DataGate:
     config, days = plan.config, plan.window
     stored = StoredProfiles(plan.preprocess)
     identities = stored.identities()
@@ -238,6 +302,9 @@ def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> 
         registry.record_verdicts(plan.model, judged.new, owner=owner, say=say)
     for line in judged.new:
         say(f"data gate: day {line['day']} {line['verdict']}" + (f" ({line['why']})" if line["why"] else ""))
+    shift = datacheck.shift_text(judged.shift, config.model)
+    if shift:
+        say(f"data gate: {shift}")
     summary = datacheck.summary(judged, config.night.on_data_check, test_day, [d.isoformat() for d in unchecked])
     summary["left_out"] |= {d.isoformat(): why for d, why in days.quarantined}   # left out when planned
     read = set(days.train + days.val)
@@ -248,7 +315,7 @@ def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> 
     more = (f"; and {len(texts) - DataGate.SHOWN} more (the data-checks artifact lists them)"
             if len(texts) > DataGate.SHOWN else "")
     reason = (f"the test day {test_day} is quarantined: {len(failed)} data check(s) failed: "
-              f"{'; '.join(texts[:DataGate.SHOWN])}{more}") if failed else None
+              f"{'; '.join(texts[:DataGate.SHOWN])}{more}" + (f"; {shift}" if shift else "")) if failed else None
     return DataGate(summary, judged.checks, failed, left_out, judged.new, unchecked, reason)
 
 
@@ -339,27 +406,42 @@ def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: Dat
     champion = registry.load_champion(model)
     compared = (champion is not None and champion.run != run.uri
                 and registry.ineligible(champion, days.date.isoformat()) is None)
+    by = config.evaluate.slice_by   # both models per slice of the same rows (models.slices)
+    if config.promote.slice_max_loss is not None and not by:
+        raise UserError(f"promote.slice_max_loss {config.promote.slice_max_loss:g} needs slices, but evaluate.slice_by "
+                        "is not set. Fix: set evaluate.slice_by to a categorical feature (e.g. C3), or leave "
+                        "promote.slice_max_loss out.")
     with tempfile.TemporaryDirectory(prefix="dlrmflow-compete-") as scratch:   # scores only feed the comparison
         scored: dict[str, tuple[dict, RowScores]] = {}
+        keys: dict[str, object] = {}   # side -> each scored row's raw value of the slice feature
 
-        def score(side: str, **which) -> tuple[dict, RowScores]:
+        def score(side: str, slice_by: str | None = None, **which) -> tuple[dict, RowScores]:
             """The test day scored by ``which`` (once per side): its metrics and its per-row scores."""
             if side not in scored:
                 out = os.path.join(scratch, f"{side}.parquet")
                 summary = scoring.score(ScoreConfig(**which, inputs=days.test_inputs(), out=out, progress=False),
-                                        launcher=config.launcher, on_line=say)
+                                        launcher=config.launcher, on_line=say,
+                                        **({"slice_by": slice_by} if slice_by else {}))
                 rows = scoring.row_scores(out)   # only a complete output (its marker checked)
+                if slice_by:
+                    keys[side] = scoring.slice_keys(out, slice_by)
                 scored[side] = {k: summary.get(k) for k in METRICS} | {"fingerprint": rows.fingerprint}, rows
             return scored[side]
 
         def challenger() -> tuple[dict, RowScores]:
-            return score("challenger", run=run.uri, checkpoint=metrics["step"])
+            return score("challenger", slice_by=by, run=run.uri, checkpoint=metrics["step"])
 
         def measure(current: registry.Champion) -> dict:
-            """The champion on the same rows as the challenger, with the paired comparison of the two."""
+            """The champion on the same rows as the challenger, with the paired comparison of the two, both per
+            slice, and the champion's watch against its own earlier nights (``models.watch``)."""
             say(f"scoring the champion ({current.run}, step {current.step}) on {days.date} with its own vocabulary")
             theirs, their_rows = score(f"champion-{registry.bundle_name(current.run)}", model=model)
-            return theirs | {"paired": paired(challenger()[1], their_rows, config.promote.confidence)}
+            mine = challenger()[1]
+            found = theirs | {"paired": paired(mine, their_rows, config.promote.confidence)}
+            if by:
+                found["slices"] = slices.compare(by, keys["challenger"], mine, their_rows, config.evaluate.slice_top)
+            earlier = watch.series(registry.history(model), current.run, days.date.isoformat())
+            return found | {"watch": watch.watch(earlier, theirs, config.promote)}
 
         if compared or config.evaluate.split != "test" or config.evaluate.dataset:
             mine = challenger()[0]   # a comparison needs both models' scores of the same rows
@@ -371,6 +453,10 @@ def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: Dat
                                 data_checks=gate.summary if gate else None,
                                 failed_checks=gate.refusals if gate else ())
     say(f"model {config.model} on {days.date}: {entry['decision']} ({entry['reason']})")
+    if entry.get("slices"):
+        say(slices.describe(entry["slices"]))
+    for why in watch.degraded(entry):
+        say(f"model {config.model} on {days.date}: the champion degraded: {why}")
     if entry["decision"] in registry.PROMOTING:
         say(f"serving bundle of the new champion: "
             f"{posixpath.join(model, registry.BUNDLES, registry.bundle_name(run.uri))}")

@@ -67,23 +67,27 @@ def _say(message: str) -> None:
 def run(args) -> int:
     import time
 
+    from common.errors import UserError
     from common.store import Store
     from nightly.window import run_date
 
     start = time.monotonic()
     config = build_config(args)
     from flows.pipeline import pipeline
-    from nightly.night import plan_night
+    from nightly.night import plan_night, record_setup_failed
 
     store = Store(config.store)
     date = run_date(args.date, None, config.window) if config.dated else None
     if args.date and not date:
-        from common.errors import UserError
         raise UserError("--date is for dated runs. Fix: pass --train-days N (and inputs with {date}).")
-    plan_night(config, store, date)  # fail fast, before Prefect starts
+    try:
+        plan_night(config, store, date)  # fail fast, before Prefect starts
+    except UserError as e:   # the night's history says so, as the flow's failure hook would
+        record_setup_failed(config, store, date, e, owner="dlrmflow run (failed)", say=_say)
+        raise
     if not config.credentials_block:
         store.check()
-    from training import RunDir, format_table
+    from training import RunDir, format_table, library_note
 
     out = pipeline(config, date)
     run_dir, evaluation = RunDir(out["run"]), out["evaluation"]
@@ -99,4 +103,6 @@ def run(args) -> int:
     print(format_table(out["metrics"]))
     if decision := out.get("decision"):
         print(f"model {config.model}: {decision['decision']} ({decision['reason']})")
+    if note := library_note(run_dir):
+        print(note)
     return 0

@@ -38,14 +38,14 @@ def scores(probs: np.ndarray, labels: np.ndarray, print_: str = "f") -> RowScore
 
 
 def test_a_tie_keeps_the_champion():
-    decision, reason = decide(metrics(0.70), metrics(0.70))
+    decision, reason, _ = decide(metrics(0.70), metrics(0.70))
     assert decision == "kept" and "gate promote_margin: AUC gain +0.0000" in reason and "margin 0" in reason
     assert decide(metrics(0.7001), metrics(0.70))[0] == "promoted"
 
 
 @pytest.mark.parametrize("auc, decision", [(0.5, "kept"), (0.51, "kept"), (0.515, "first")])
 def test_a_first_champion_needs_an_auc_above_chance_plus_the_lift(auc, decision):
-    got, reason = decide(metrics(auc), None)
+    got, reason, _ = decide(metrics(auc), None)
     assert got == decision
     if decision == "kept":
         assert f"gate min_auc_lift: AUC {auc:.4f} is not above 0.5 + 0.01 = 0.51" in reason
@@ -53,11 +53,54 @@ def test_a_first_champion_needs_an_auc_above_chance_plus_the_lift(auc, decision)
 
 
 def test_a_first_champion_needs_a_log_loss_below_the_base_rates_entropy():
-    got, reason = decide(metrics(0.7, logloss=0.57), None)
-    assert got == "kept" and "gate base_logloss: log loss 0.5700 is not below the base rate's entropy 0.5623" in reason
+    got, reason, refused = decide(metrics(0.7, logloss=0.57), None)
+    assert got == "kept" and refused == ("max_ne",)
+    assert ("gate max_ne: normalized entropy 1.0137 (log loss 0.5700 / the test day's base-rate entropy 0.5623) is "
+            "not below 1: worse than predicting the day's click rate for every row") in reason
     assert decide(metrics(0.7, logloss=0.57, base_logloss=None), None)[0] == "kept"   # unknown: refused
-    # a later promotion is judged against the champion, not the floors
-    assert decide(metrics(0.7, logloss=0.57), metrics(0.6))[0] == "promoted"
+
+
+def test_the_docs_example_night_is_not_promoted_for_a_higher_auc_with_a_worse_log_loss():
+    """docs/nightly.md's third night before issue 41: AUC 0.6619 > 0.6591 promoted a model whose log loss 0.6087 was
+    worse than the click rate's (0.5562) and than the champion's on the same rows (0.5550)."""
+    got, reason, refused = decide(metrics(0.6619, logloss=0.6087, base_logloss=0.5562),
+                                  metrics(0.6591, logloss=0.5550, base_logloss=0.5562))
+    assert got == "kept" and refused == ("max_ne", "logloss_tolerance")
+    assert "gate logloss_tolerance: log loss 0.6087 regresses against the champion's 0.5550 on the same rows by " \
+           "+9.68% (more than 1.00%)" in reason
+
+
+@pytest.mark.parametrize("new_loss, gates, decision", [
+    (0.4545, PromoteConfig(), "promoted"),                          # +1.0%: within the tolerance
+    (0.4546, PromoteConfig(), "kept"),                              # +1.02%
+    (0.4546, PromoteConfig(logloss_tolerance=0.02), "promoted"),
+    (0.50, PromoteConfig(logloss_tolerance=None), "promoted"),      # off: AUC alone (NE 0.89 still < 1)
+    (0.50, PromoteConfig(logloss_tolerance=0), "kept"),
+])
+def test_a_log_loss_regression_beyond_the_tolerance_keeps_the_champion(new_loss, gates, decision):
+    got, reason, refused = decide(metrics(0.71, logloss=new_loss), metrics(0.70, logloss=0.45), gates)
+    assert got == decision
+    assert (refused == ("logloss_tolerance",)) == (decision == "kept")
+
+
+def test_a_chance_level_challenger_never_replaces_a_chance_level_champion():
+    """Labels permuted among the rows (issue 46): a challenger at AUC 0.5101 over a champion at 0.5008 was promoted.
+    Without signal no model beats the click rate's log loss (NE >= 1), and an AUC at chance is refused, first or
+    not."""
+    got, reason, refused = decide(metrics(0.5101, logloss=0.5650), metrics(0.5008, logloss=0.5640))
+    assert got == "kept" and refused == ("max_ne",)
+    got, reason, refused = decide(metrics(0.5050), metrics(0.5008))
+    assert got == "kept" and refused == ("min_auc_lift",)
+    assert "gate min_auc_lift: AUC 0.5050 is not above 0.5 + 0.01 = 0.51" in reason
+
+
+def test_the_floors_hold_every_night_and_the_settings_are_checked():
+    assert decide(metrics(0.7, logloss=0.57), metrics(0.6, logloss=0.57))[0] == "kept"   # NE >= 1 with a champion
+    assert decide(metrics(0.7, logloss=0.55), metrics(0.6, logloss=0.55), PromoteConfig(max_ne=0.97))[2] == \
+        ("max_ne",)   # NE 0.978
+    for bad in ({"max_ne": 0}, {"max_ne": float("nan")}, {"logloss_tolerance": -0.1}, {"logloss_tolerance": 1}):
+        with pytest.raises(ValidationError):
+            PromoteConfig(**bad)
 
 
 @pytest.mark.parametrize("field, value, gate", [
@@ -69,7 +112,7 @@ def test_a_first_champion_needs_a_log_loss_below_the_base_rates_entropy():
 def test_too_few_test_rows_or_positives_never_promote(field, value, gate, champion):
     if champion is not None and field == "rows":
         champion = metrics(0.6, rows=value)
-    got, reason = decide(metrics(0.8, **{field: value}), champion)
+    got, reason, _ = decide(metrics(0.8, **{field: value}), champion)
     assert got == "kept" and gate in reason
 
 
@@ -79,16 +122,16 @@ def test_too_few_test_rows_or_positives_never_promote(field, value, gate, champi
     ({"fingerprint": None}, {}),
 ])
 def test_models_scored_on_different_rows_are_not_compared(challenger, champion):
-    got, reason = decide(metrics(0.8, **challenger), metrics(0.6, **champion))
+    got, reason, _ = decide(metrics(0.8, **challenger), metrics(0.6, **champion))
     assert got == "kept" and "gate same_rows" in reason and "not the same test rows" in reason
     found = {"rows": [3000, 3000], "fingerprints": ["a", "b"], "auc_diff_interval": None}
-    got, reason = decide(metrics(0.8), metrics(0.6, paired=found))   # the paired scores' fingerprints decide
+    got, reason, _ = decide(metrics(0.8), metrics(0.6, paired=found))   # the paired scores' fingerprints decide
     assert got == "kept" and "fingerprint a" in reason and "fingerprint b" in reason
 
 
 def test_the_calibration_band():
     band = PromoteConfig(calibration_band=(0.8, 1.25))
-    got, reason = decide(metrics(0.8, calibration=1.4), metrics(0.6), band)
+    got, reason, _ = decide(metrics(0.8, calibration=1.4), metrics(0.6), band)
     assert got == "kept" and "gate calibration_band: challenger predicted/observed clicks 1.400 outside " \
                              "[0.8, 1.25]" in reason
     assert decide(metrics(0.8, calibration=1.4), metrics(0.6))[0] == "promoted"   # off by default
@@ -97,8 +140,9 @@ def test_the_calibration_band():
 
 
 def test_every_refusal_is_named():
-    got, reason = decide(metrics(0.69, positives=10, fingerprint="x"), metrics(0.70), PromoteConfig(margin=0.01))
-    assert got == "kept"
+    got, reason, refused = decide(metrics(0.69, positives=10, fingerprint="x"), metrics(0.70),
+                                  PromoteConfig(margin=0.01))
+    assert got == "kept" and refused == ("same_rows", "min_test_positives", "promote_margin")
     for gate in ("same_rows", "min_test_positives", "promote_margin"):
         assert f"gate {gate}:" in reason
 
@@ -130,7 +174,7 @@ def test_a_non_significant_gain_is_kept_and_a_clear_one_promoted():
         if not promoted:
             assert 0 < gain and lo < 0   # better, but not significantly
             assert decide(challenger, champion)[0] == "promoted"   # no significance gate by default
-        got, reason = decide(challenger, champion, gates)
+        got, reason, _ = decide(challenger, champion, gates)
         assert got == ("promoted" if promoted else "kept"), reason
         assert f"[{lo:+.4f}, {hi:+.4f}]" in reason
         if not promoted:
@@ -185,8 +229,10 @@ def test_record_writes_the_gates_the_interval_and_both_calibrations(tmp_path):
     assert line == entry and line["paired"] == found
     assert (line["challenger"]["calibration"], line["champion"]["calibration"]) == (1.1, 0.9)
     assert line["challenger"]["fingerprint"] == line["champion"]["fingerprint"] == "f"
-    assert line["gates"] == {"margin": 0.0, "min_auc_lift": 0.01, "min_test_rows": 1000, "min_test_positives": 100,
-                             "confidence": 0.95, "calibration_band": [0.8, 1.25]}
+    assert line["gates"] == {"margin": 0.0, "min_auc_lift": 0.01, "max_ne": 1.0, "logloss_tolerance": 0.01,
+                             "min_test_rows": 1000, "min_test_positives": 100, "confidence": 0.95,
+                             "calibration_band": [0.8, 1.25], "slice_max_loss": None, "slice_min_share": 0.05}
+    assert line["refused"] == ["promote_confidence"]
 
 
 def test_the_gates_settings():

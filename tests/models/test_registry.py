@@ -71,7 +71,7 @@ def read(model: str, name: str) -> str | None:
     (0.70, -math.inf, 0.0, "kept"),
 ])
 def test_decide(challenger, champion, margin, decision):
-    got, reason = decide(metrics(challenger, 0.41), None if champion is None else metrics(champion, 0.43),
+    got, reason, _ = decide(metrics(challenger, 0.41), None if champion is None else metrics(champion, 0.43),
                          PromoteConfig(margin=margin))
     assert got == decision
     assert "0.4100" in reason and (champion is None or "0.4300" in reason)  # log loss reported too
@@ -83,9 +83,9 @@ def test_decide(challenger, champion, margin, decision):
 ])
 def test_decide_needs_finite_log_loss_on_both_sides(challenger_ll, champion_ll, side):
     """A better AUC with a non-finite log loss (a model predicting NaN or 0/1 where it is wrong) never promotes."""
-    got, reason = decide(metrics(0.9, challenger_ll), metrics(0.7, champion_ll))
+    got, reason, _ = decide(metrics(0.9, challenger_ll), metrics(0.7, champion_ll))
     assert got == "kept" and f"the {side} metrics are not finite" in reason
-    got, reason = decide(metrics(0.9, challenger_ll), None)
+    got, reason, _ = decide(metrics(0.9, challenger_ll), None)
     assert got == ("first" if side == "champion's" else "kept")
 
 
