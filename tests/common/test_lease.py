@@ -23,9 +23,11 @@ from helpers.processes import until
 
 def test_a_heartbeat_keeps_a_lease_past_stale_s(tmp_path):
     uri = str(tmp_path / "job.lease")
-    with lease.lease(uri, "long job", "job lease", "the job", timeout_s=0, stale_s=0.6, heartbeat_s=0.1) as held:
+    # stale_s 1.2 s against renewals every 0.1 s: a loaded 2-core machine (the suite's three workers) once kept the
+    # renewing thread off the CPU for the 0.5 s that stale_s 0.6 had left
+    with lease.lease(uri, "long job", "job lease", "the job", timeout_s=0, stale_s=1.2, heartbeat_s=0.1) as held:
         first = json.loads((tmp_path / "job.lease").read_text())
-        time.sleep(1.5)   # well past stale_s: without renewals another owner would take it over
+        time.sleep(2.5)   # well past stale_s: without renewals another owner would take it over
         with pytest.raises(lease.LeaseHeld, match="held by long job"):
             lease.acquire(uri, "intruder", "job lease", "the job", timeout_s=0.3, stale_s=5)
         held.check()
