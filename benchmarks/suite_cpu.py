@@ -7,7 +7,7 @@ by their worker's own CPU, and each worker's busy time.
 
 The same file is the pytest plugin that records each test's start, end and worker CPU (``-p suite_cpu``). A process
 that lives less than the sampling period may be missed (a few seconds in all); a forked process is counted under
-the command line of its parent (a warm launcher's jobs show as ``training.launchers.warm``). Measure on a quiet
+the command line of its parent (a warm launcher's jobs show as ``warm_launcher.py --serve``). Measure on a quiet
 machine: other load slows the suite but does not enter these CPU-seconds.
 """
 
@@ -31,7 +31,7 @@ ENV_OUT = "SUITE_CPU_OUT"
 TICK = os.sysconf("SC_CLK_TCK")
 KINDS = (   # the first pattern found in a process's command line names its kind
     ("pytest worker", "exec(eval(sys.stdin"), ("pytest", "-m pytest"),
-    ("warm launcher: jobs", "training.launchers.warm --serve"), ("warm launcher: clients", "training.launchers.warm"),
+    ("warm launcher: jobs", "warm_launcher.py --serve"), ("warm launcher: clients", "warm_launcher.py"),
     ("rank jobs: Slurm", "--rdzv-backend c10d"), ("rank jobs: plain", "training.launchers.torchrun"),
     ("rank jobs: plain", "bin/torchrun"), ("Prefect server", "prefect server start"),
     ("Prefect harness server", "uvicorn"), ("Prefect flow runs of `serve`", "prefect.engine"),

@@ -10,18 +10,26 @@ The kernel sends the signal when the *thread* that started the child exits, not 
 such a child from a thread that lives as long as the process. Elsewhere than Linux, nothing of this applies.
 
 Whether a process of this host lives, from /proc (Linux): ``started(pid)`` (its start time: with the pid, it names
-one process of a boot, so a pid reused by a later process is told apart), ``live_processes`` (a process group's or
-session's), ``pid_space()`` (the boot and pid namespace in which pids mean that).
+one process of a boot, so a pid reused by a later process is told apart), ``live_processes`` (a process group's, a
+session's, or those carrying an environment entry: the one reader of them), ``pid_space()`` (the boot and pid
+namespace in which pids mean that).
+
+``launch_command(cmd)``: a local rank job's torchrun (``training.launchers.local``) and the export child
+(``training.export``) start as ``$DLRMFLOW_LAUNCH_PREFIX CMD`` where that names a wrapper (``numactl
+--interleave=all``, ``nice -n 10``; the test suite's warm launcher, ``tests/helpers/warm_launcher.py``): the one seam
+between how dlrmflow starts its processes and what runs them.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 
 LINUX = sys.platform.startswith("linux")
 PR_SET_PDEATHSIG = 1
+LAUNCH_PREFIX = "DLRMFLOW_LAUNCH_PREFIX"   # a wrapper before a local rank job and the export child (launch_command)
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -45,6 +53,13 @@ def dying_with_this_process(cmd: list[str]) -> list[str]:
     return [sys.executable, "-P", "-m", "common.process", str(os.getpid()), *map(os.fspath, cmd)]
 
 
+def launch_command(cmd: list[str]) -> list[str]:
+    """``cmd`` (a local rank job's torchrun command, the export child's) after the words of ``$DLRMFLOW_LAUNCH_PREFIX``
+    (shell-quoted: a wrapper that runs the command it is given, keeping its pid, process group and exit status), or
+    ``cmd`` itself where that is unset or empty."""
+    return [*shlex.split(os.environ.get(LAUNCH_PREFIX, "")), *cmd]
+
+
 def _stat(pid: int) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (the state first), None when there is no such process."""
     try:
@@ -61,14 +76,29 @@ def started(pid: int) -> int | None:
     return None if fields is None or fields[0] in "ZX" else int(fields[19])
 
 
-def live_processes(*, group: int | None = None, session: int | None = None) -> dict[int, int]:
-    """Linux: pid -> parent pid of this host's live (not zombie) processes of process ``group`` or of ``session``."""
+def live_processes(*, group: int | None = None, session: int | None = None,
+                   carrying: str | None = None) -> dict[int, int]:
+    """Linux: pid -> parent pid of this host's live (not zombie) processes of process ``group``, of ``session``, or
+    with ``carrying`` (``NAME=VALUE``) in their environment as they started (``/proc/PID/environ``: another user's
+    cannot be read, and is not counted)."""
+    entry = carrying.encode() if carrying else None
     found = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        fields = _stat(int(entry))
-        if fields and fields[0] not in "ZX" and (int(fields[2]) == group or int(fields[3]) == session):
-            found[int(entry)] = int(fields[1])
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        fields = _stat(int(name))
+        if not fields or fields[0] in "ZX":
+            continue
+        if int(fields[2]) == group or int(fields[3]) == session or (entry and entry in _environ(int(name))):
+            found[int(name)] = int(fields[1])
     return found
+
+
+def _environ(pid: int) -> list[bytes]:
+    """The entries of ``/proc/PID/environ`` (``NAME=VALUE``), none when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
 
 
 def pid_space() -> str | None:

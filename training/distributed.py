@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from common.errors import UserError
+from training.launchers.torchrun import FORKED
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def exit_rank(code: int) -> None:
     through ``SystemExit``, which its launcher turns into a return value or a failure."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.environ.get("DLRMFLOW_FORKED_RANK"):
+    if os.environ.get(FORKED):
         sys.exit(code)
     os._exit(code)
 

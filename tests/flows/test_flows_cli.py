@@ -181,14 +181,15 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
     assert short.rstrip().splitlines()[-1] == f"--help-all shows all {total} options."
     assert "--help-all shows" not in full and set(_listed(short)) - {"--help-all"} < set(_listed(full))
     if command == "run":
-        assert total == 165   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
+        assert total == 166   # --tuned-config and both optimizers' --*.weight-decay (issue 22); the promotion
         # gates, --notify-block, --catchup, --gc.*, the data gate (issue 19 §5-8),
         # --train.init-from.store (issue 20 §3); --nproc is --launcher.nproc (the local launcher's, for all three
         # stages), --evaluate.nproc gone (issue 20 §2); --launcher.gpu-vendor (issue 32 §1);
         # --data.holdout-fraction and --data.holdout-rows (issue 32 §6); issue 41: --promote.max-ne,
         # --promote.logloss-tolerance, --promote.warm-start-days, --calibrate, --lookback-days, --skip-missing,
         # --evaluate.slice-by/-slice-top/-gauc-by, --promote.slice-max-loss/-slice-min-share/-watch-*; issue 46:
-        # --data-check.reference-days/-min-reference-days/-long-*/-shift-days/-on-shift/-max-duplicates-increase
+        # --data-check.reference-days/-min-reference-days/-long-*/-shift-days/-on-shift/-max-duplicates-increase;
+        # issue 45: --launcher.start-method
         assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
                 "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))

@@ -107,23 +107,25 @@ def slurm_cluster() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def warm_launcher(tmp_path_factory):
-    """This worker's warm launcher (training.launchers.warm), named in the environment every rank job inherits: a
-    local job then forks from it instead of importing torch and TorchRec again (~4.5 of the ~7 CPU-seconds a small
-    job takes). Until its socket is there (its own imports, a few seconds) jobs launch plainly, as do Slurm jobs
-    and those of a test using ``plain_launches``; a job of another session (``start_new_session``, a flow run of
-    `dlrmflow serve`) leads a session of its own."""
+    """This worker's warm launcher (helpers/warm_launcher.py), its client the launch prefix that every rank job and
+    export child inherits (``$DLRMFLOW_LAUNCH_PREFIX``, ``common.process.launch_command``): a local job then forks
+    from it instead of importing torch and TorchRec again (~4.5 of the ~7 CPU-seconds a small job takes). Until its
+    socket is there (its own imports, a few seconds) jobs launch plainly, as do Slurm jobs and those of a test using
+    ``plain_launches``; a job of another session (``start_new_session``, a flow run of `dlrmflow serve`) leads a
+    session of its own. Its log (``server.log`` beside the socket) has a line per job it forked."""
     import signal
     import sys
 
-    from training.launchers import warm
+    from common.process import LAUNCH_PREFIX
+    from helpers import warm_launcher as warm
 
     folder = tmp_path_factory.mktemp("warm")
     with open(folder / "server.log", "wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", warm.__name__, "--serve", str(folder / "launcher.sock")],
+        server = subprocess.Popen([sys.executable, "-P", warm.SCRIPT, "--serve", str(folder / "launcher.sock")],
                                   process_group=0, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    os.environ[warm.ENV] = str(folder / "launcher.sock")
+    os.environ[LAUNCH_PREFIX] = warm.prefix(str(folder / "launcher.sock"))
     yield folder / "launcher.sock"
-    os.environ.pop(warm.ENV, None)
+    os.environ.pop(LAUNCH_PREFIX, None)
     os.killpg(server.pid, signal.SIGKILL)
     server.wait()
 
@@ -132,9 +134,9 @@ def warm_launcher(tmp_path_factory):
 def plain_launches(monkeypatch) -> None:
     """This test's rank jobs launched plainly, without the warm launcher: for a test that finds a job's processes
     by their command line or environment (a warm launcher's forks carry the server's)."""
-    from training.launchers import warm
+    from common.process import LAUNCH_PREFIX
 
-    monkeypatch.delenv(warm.ENV, raising=False)
+    monkeypatch.delenv(LAUNCH_PREFIX, raising=False)
 
 
 @slow_fixture(scope="session")

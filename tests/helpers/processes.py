@@ -1,5 +1,5 @@
 """Processes of the tests: free loopback ports, waiting for a port or a condition, process groups that always
-stop, and this process as a one-rank job."""
+stop, and this process as a one-rank job. A group's or session's live processes: ``common.process.live_processes``."""
 
 from __future__ import annotations
 
@@ -9,20 +9,6 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
-from pathlib import Path
-
-
-def live_processes(*, group: int | None = None, session: int | None = None) -> dict[int, int]:
-    """pid -> parent pid of the live (not zombie) processes of process ``group`` or of ``session``."""
-    found = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()   # after "(comm)"
-        except OSError:
-            continue
-        if fields[0] not in "ZX" and (int(fields[2]) == group or int(fields[3]) == session):
-            found[int(entry)] = int(fields[1])
-    return found
 
 
 def free_port() -> int:

@@ -33,9 +33,7 @@ def heavy(argv) -> str | None:
         argv = [argv]
     argv = [os.fsdecode(a) for a in argv]
     names = [os.path.basename(a) for a in argv]
-    launchers = {"training.launchers.torchrun", "training.launchers.warm"} & set(argv)
-    if launchers and "--serve" in argv:
-        return None   # the warm launcher's server (the session's, helpers/fixtures.py): it starts no job
+    launchers = {"training.launchers.torchrun"} & set(argv)
     if launchers and any(re.match(r"[^:]*\.invalid(:|$)", a) for a in argv):
         return None   # a rendezvous host under .invalid (RFC 6761) never resolves: it stops before importing torch
     if "torchrun" in names or launchers or "torch.distributed.run" in argv:

@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 
 from common.lease import LeaseHeld
+from common.process import live_processes
 from helpers.fake_cluster import executable
 from helpers.paths import REPO
 from helpers import stores
-from helpers.processes import live_processes, until
+from helpers.processes import until
 from models import gc
 from models.config import GcConfig
 from training.config import TrainConfig

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from common.errors import UserError
+from common.process import launch_command
 from feature_spec import Chunk, Feature, FeatureSpec, save
 from training.config import COMPUTE_KERNELS, SHARDING_TYPES, ShardingConfig, TableConstraint
-from training.launchers import warm
 from training.sharding import (DoesNotFit, format_plan, plan_tables, rank_usage,
                                table_bytes)
 from training.topology import (ARCH_BANDWIDTHS, GiB, PROFILES, UNKNOWN_GPU, build_topology, host_memory,
@@ -237,8 +237,8 @@ def test_row_wise_on_two_gloo_ranks_matches_the_unsharded_module():
     its imports; forked from the warm launcher where the suite has one, in a process group of its own): row-wise
     shards give the unsharded module's output on each rank's own batch."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = warm.through_server([sys.executable, "-u", "-m", "training.launchers.torchrun", "--standalone",
-                               "--nproc-per-node", "2", __file__])
+    cmd = launch_command([sys.executable, "-u", "-m", "training.launchers.torchrun", "--standalone",
+                          "--nproc-per-node", "2", __file__])
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, process_group=0)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     lines = proc.stdout.splitlines()

@@ -1,5 +1,6 @@
-"""The warm launcher (training.launchers.warm), which the suite's rank jobs go through (helpers/fixtures.py
-``warm_launcher``): a job through it is the plain launch's job, in the client's process group, and ends with it."""
+"""The suite's warm launcher (helpers/warm_launcher.py: test machinery, behind the product's launch prefix), which
+the suite's rank jobs go through (helpers/fixtures.py ``warm_launcher``): a job through it is the plain launch's job,
+in the client's process group, and ends with it."""
 
 from __future__ import annotations
 
@@ -14,24 +15,30 @@ from pathlib import Path
 
 import pytest
 
+from common.process import LAUNCH_PREFIX, launch_command, live_processes
+from helpers import warm_launcher as warm
 from helpers.datasets import write_dataset
 from helpers.paths import REPO
-from helpers.processes import live_processes, until
-from training.launchers import warm
+from helpers.processes import until
 
 ARGS = ["--nproc", "2", "--set", "data.batch_size=64", "--set", "log_every=2", "--set", "eval_every=8"]
 
 
-def test_a_local_command_goes_through_the_server_named_in_the_environment(monkeypatch):
+def test_the_launch_prefix_is_the_client_which_serves_the_launchers_and_runs_any_other_command(monkeypatch):
     plain = [sys.executable, "-u", "-m", "training.launchers.torchrun", "--nproc-per-node", "2", "--standalone",
              "-m", "training.train_worker", "run"]
-    monkeypatch.delenv(warm.ENV, raising=False)
-    assert warm.through_server(plain) == plain
-    monkeypatch.setenv(warm.ENV, "/tmp/w.sock")
-    assert warm.through_server(plain) == [*plain[:3], "training.launchers.warm", "/tmp/w.sock", *plain[3:]]
+    monkeypatch.setenv(LAUNCH_PREFIX, warm.prefix("/tmp/a b/w.sock"))
+    assert launch_command(plain) == [sys.executable, "-P", warm.SCRIPT, "/tmp/a b/w.sock", *plain]
+    assert warm.served(plain) == ("training.launchers.torchrun", plain[4:])
     export = [sys.executable, "-P", "-m", "training.export", "--scratch", "/tmp/s", "run", "8", "out"]
-    assert warm.through_server(export) == [*export[:3], "training.launchers.warm", "/tmp/w.sock", *export[3:]]
-    assert warm.through_server(["sh", "-c", "sleep 1"]) == ["sh", "-c", "sleep 1"]   # not a launcher: as it is
+    assert warm.served(export) == ("training.export", export[4:])
+    # not a launcher, another interpreter, an unknown flag: run as given (the client execs them)
+    for other in (["sh", "-c", "sleep 1"], ["/usr/bin/python3", *plain[1:]], [sys.executable, "-X", "dev", *plain[1:]],
+                  [sys.executable, "-m", "flows", "train"], [sys.executable, "-m"]):
+        assert warm.served(other) is None, other
+    # the client execs any other command as given: the same process (its pid, so its group), the command's status
+    other = subprocess.Popen(launch_command(["sh", "-c", "echo $$; exit 3"]), stdout=subprocess.PIPE, text=True)
+    assert other.communicate(timeout=30)[0].strip() == str(other.pid) and other.returncode == 3
 
 
 def _train(run: Path, dataset: Path, *extra: str, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -42,6 +49,13 @@ def _train(run: Path, dataset: Path, *extra: str, env: dict[str, str]) -> tuple[
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0, done.stderr[-3000:]
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
+
+
+def _server(sock: Path) -> int:
+    """The pid of the warm launcher serving at ``sock``."""
+    serving = b"--serve\0" + str(sock).encode() + b"\0"
+    return next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+                if serving in Path(f"/proc/{p}/cmdline").read_bytes())
 
 
 @pytest.mark.slow
@@ -56,14 +70,13 @@ def test_a_job_through_the_warm_launcher_is_the_plain_one_and_dies_with_its_comm
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     warm_cpu, _ = _train(tmp_path / "warm", dataset, "--set", "epochs=1", env=env)
     plain_cpu, _ = _train(tmp_path / "plain", dataset, "--set", "epochs=1",
-                          env={k: v for k, v in env.items() if k != warm.ENV})
+                          env={k: v for k, v in env.items() if k != LAUNCH_PREFIX})
     losses = [[r.get("loss") for r in map(json.loads, (tmp_path / name / "metrics.jsonl").open())]
               for name in ("warm", "plain")]
     assert losses[0] == losses[1] and len(losses[0]) >= 4
     assert warm_cpu < plain_cpu / 2, (warm_cpu, plain_cpu)
 
-    server = next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
-                  if str(warm_launcher).encode() in Path(f"/proc/{p}/cmdline").read_bytes())
+    server = _server(warm_launcher)
     long = tmp_path / "long"
     command = subprocess.Popen([sys.executable, "-m", "flows", "train", "--dataset", str(dataset), "--run", str(long),
                                 *ARGS, "--set", "epochs=200"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -93,8 +106,7 @@ def test_a_command_of_another_session_gets_a_warm_job_that_ends_before_it(warm_l
     for the job."""
     until(warm_launcher.exists, 60, "the warm launcher's socket")
     dataset = write_dataset(tmp_path / "ds", {"train": 1024, "val": 256})
-    server = next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
-                  if str(warm_launcher).encode() in Path(f"/proc/{p}/cmdline").read_bytes())
+    server = _server(warm_launcher)
     long = tmp_path / "long"
     command = subprocess.Popen([sys.executable, "-m", "flows", "train", "--dataset", str(dataset), "--run", str(long),
                                 *ARGS, "--set", "epochs=200"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -13,11 +13,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.process import launch_command
 from helpers.paths import HELPERS, REPO
 from helpers.processes import one_rank
 from helpers.runs import checkpoint_tensors, metrics, train
 from training.config import InitFrom, TrainConfig
-from training.launchers import warm
 from training.warmstart import index_map
 
 SMALL = ["--arch.embedding-dim", "8", "--arch.bottom-mlp", "16", "8", "--arch.top-mlp", "16", "1",
@@ -54,8 +54,8 @@ def _warm(run: Path, dataset: Path, init_from: str, nproc: int, seed: int = 7, *
                                  "arch": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1], **arch}})
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(cfg.to_yaml())  # a run folder: the next warm start can start from it
-    cmd = warm.through_server([sys.executable, "-m", "training.launchers.torchrun", "--standalone",
-                               "--nproc-per-node", str(nproc), str(WORKER), cfg.model_dump_json(), str(run)])
+    cmd = launch_command([sys.executable, "-m", "training.launchers.torchrun", "--standalone",
+                          "--nproc-per-node", str(nproc), str(WORKER), cfg.model_dump_json(), str(run)])
     # a group of its own, as a local launcher's job (a warm launcher's fork joins the group of its command)
     return subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=300, process_group=0)

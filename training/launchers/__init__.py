@@ -16,8 +16,8 @@ from infra/rccl/<profile>.env (``rccl_profiles`` of each kind; a cluster job's d
 last lines).
 
 This is the package's face; each name is imported on first use from the module that holds it (``_FACE``), so that
-a module of the package run on its own (a warm launcher's client, ``training.launchers.warm``: a fresh interpreter
-per rank job) imports none of the others.
+a module of the package run on its own (``python -m training.launchers.torchrun``, once per rank job) imports none
+of the others.
 """
 
 from __future__ import annotations

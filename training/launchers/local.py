@@ -16,10 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Callable
 
-from common.process import dying_with_this_process
+from common.process import dying_with_this_process, launch_command, live_processes
 from training.launchers.base import Launcher, LaunchError, OnLine, RankJob, Started
 from training.rundir import RunDir, run_name
 
@@ -30,12 +29,16 @@ TERM_WAIT_S = 10.0   # how long a stopped local job's processes may take to end 
 
 
 def torchrun_command(job: RankJob, run_uri: str, *, nproc: int = 1, nnodes: int = 1,
-                     rdzv_endpoint: str | None = None, node_rank: int | None = None) -> list[str]:
+                     rdzv_endpoint: str | None = None, node_rank: int | None = None,
+                     start_method: str = "fork") -> list[str]:
     """The torchrun command line for the ranks of one node, running ``python -m MODULE RUN [ARGS]`` of ``job``
     on each (``training.train_worker`` trains; ``training.evaluate_worker`` evaluates; ``training.score_worker``
     scores), through ``training.launchers.torchrun`` (torch's torchrun; on a CPU build the ranks fork from it,
-    imports done). A multi-node job's rendezvous id is the run's name."""
+    imports done, unless ``start_method`` is ``spawn``: said as torchrun's ``--start-method``; fork, the module's
+    default, goes unsaid). A multi-node job's rendezvous id is the run's name."""
     cmd = [sys.executable, "-u", "-m", TORCHRUN, "--nproc-per-node", str(nproc)]
+    if start_method != "fork":
+        cmd += ["--start-method", start_method]
     if nnodes > 1:
         if not rdzv_endpoint:
             raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT")
@@ -68,10 +71,8 @@ class LocalLauncher(Launcher):
     def start(self, job: RankJob, run: RunDir, *, env: dict[str, str] | None, on_line: OnLine,
               started: Started | None = None) -> int:
         s = self.settings
-        from training.launchers import warm   # here: `python -m training.launchers.warm` finds it not yet imported
-
-        cmd = warm.through_server(torchrun_command(job, run.uri, nproc=s.nproc, nnodes=s.nnodes,
-                                                   rdzv_endpoint=s.rdzv_endpoint, node_rank=s.node_rank))
+        cmd = torchrun_command(job, run.uri, nproc=s.nproc, nnodes=s.nnodes, rdzv_endpoint=s.rdzv_endpoint,
+                               node_rank=s.node_rank, start_method=s.start_method)
         if started is None:
             return run_command(cmd, env=self.environment(env), on_line=on_line)
         return run_command(cmd, env=self.environment(env), on_line=on_line, started=started)
@@ -97,17 +98,18 @@ class LocalLauncher(Launcher):
 
 def run_command(cmd: list[str], *, env: dict[str, str] | None = None,
                 on_line: Callable[[str], None] | None = None, started: Started | None = None) -> int:
-    """Run a torchrun command; output is inherited or handed line by line to ``on_line``. torchrun dies with this
-    process whatever ends it (``common.process.dying_with_this_process``; its ranks die with torchrun), so no rank
-    goes on writing a run that a re-run takes over. Call it from a thread that waits for it (this one does).
+    """Run a torchrun command (after ``$DLRMFLOW_LAUNCH_PREFIX``: ``common.process.launch_command``); output is
+    inherited or handed line by line to ``on_line``. torchrun dies with this process whatever ends it
+    (``common.process.dying_with_this_process``; its ranks die with torchrun), so no rank goes on writing a run that
+    a re-run takes over. Call it from a thread that waits for it (this one does).
     torchrun leads a process group of its own, with a token in its environment: ``started`` gets them (this host,
     the group, the token) once it runs; an interruption of this process (Ctrl-C, a cancelled flow run's SIGTERM
     raised in it) or an error of ``started`` stops the job (``stop_local_job``) before it goes on."""
     token = uuid.uuid4().hex
     child_env = {**os.environ, **(env or {}), JOB_TOKEN: token}
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "bufsize": 1} if on_line else {}
-    proc = subprocess.Popen(dying_with_this_process(cmd), env=child_env, stdin=subprocess.DEVNULL, process_group=0,
-                            **pipe)
+    proc = subprocess.Popen(dying_with_this_process(launch_command(cmd)), env=child_env, stdin=subprocess.DEVNULL,
+                            process_group=0, **pipe)
     try:
         if started is not None:
             host = socket.gethostname()
@@ -132,26 +134,11 @@ def _processes(pgid: int, token: str) -> list[int]:
     """The live (not zombie) processes of this host in process group ``pgid`` or with ``token`` in their
     environment (``JOB_TOKEN``); a group is counted as the job's only while one of its processes carries the token
     (a group id reused by another job after this one ended is left alone)."""
-    marker = f"{JOB_TOKEN}={token}".encode()
-    group, carriers = [], []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] in "ZX":
-                continue
-            in_group = int(fields[2]) == pgid
-            carries = bool(token) and marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):   # gone meanwhile, or another user's environment
-            continue
-        if in_group:
-            group.append(pid)
-        if carries:
-            carriers.append(pid)
-    ours = group if any(p in carriers for p in group) else []
-    return sorted(set(ours) | set(carriers))
+    if not token:
+        return []
+    carriers = live_processes(carrying=f"{JOB_TOKEN}={token}")
+    group = live_processes(group=pgid)
+    return sorted((group.keys() if group.keys() & carriers.keys() else set()) | carriers.keys())
 
 
 def stop_local_job(pgid: int, token: str, say: OnLine) -> str:

@@ -5,7 +5,8 @@ job imports (``PRELOAD``: torch, TorchRec, the trainer: ~4 CPU-seconds), then fo
 and runs the rank module's file (``-m MODULE``, or a script) as ``__main__`` in each, instead of starting a
 fresh interpreter per rank that imports it all again. A build with GPU support starts the ranks as torchrun
 does (a new interpreter each): a forked rank could not use a CUDA/HIP context, so nothing may touch the GPU
-before the ranks do.
+before the ranks do. ``--start-method spawn`` (the local launcher's ``start_method``) starts them so on a CPU
+build too: the GPU's process model, on a laptop.
 
 Before torch is imported, the ``--rdzv-endpoint`` host must resolve (``check_rendezvous_host``): torch would
 wait for it until its rendezvous timed out. A job of several nodes tags each rank's lines with its node and
@@ -96,8 +97,11 @@ def node_prefix(options: dict[str, str]) -> str | None:
     return f"[{node_name().replace('$', '$$')} rank${{rank}}]:"
 
 
-def forks_ranks() -> bool:
-    """Whether ranks are forked from the launcher: only on a torch build without CUDA or ROCm support."""
+def forks_ranks(options: dict[str, str] | None = None) -> bool:
+    """Whether ranks are forked from the launcher: only on a torch build without CUDA or ROCm support, and unless
+    torchrun's ``options`` (``torchrun_options``) say ``--start-method spawn`` (or ``forkserver``)."""
+    if (options or {}).get("start-method", "fork") != "fork":
+        return False
     import torch
 
     return torch.version.cuda is None and torch.version.hip is None
@@ -148,7 +152,7 @@ def _run(argv: list[str]) -> None:
     from torch.distributed import run as torchrun
 
     args = torchrun.parse_args(argv)
-    if forks_ranks() and not args.no_python:
+    if forks_ranks(torchrun_options(argv)) and not args.no_python:
         _fork_from_here(args)
     torchrun.run(args)
 

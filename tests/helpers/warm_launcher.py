@@ -1,62 +1,73 @@
-"""A warm launcher for local rank jobs: a server that has imported what every rank job imports (torch, TorchRec,
-the trainer, torchrun: ~4.5 CPU-seconds) forks ``training.launchers.torchrun`` for each job, which then forks the
-ranks as it does on a CPU build; the export child (``training.export``: a serving bundle written in a process of
-its own) is forked the same way. For a machine that starts many small jobs, as the test suite does; off unless
-``$DLRMFLOW_WARM_LAUNCHER`` names the server's socket (``python -m training.launchers.warm --serve SOCKET``).
+"""The test suite's warm launcher: a server that has imported what every rank job imports (torch, TorchRec, the
+trainer, torchrun: ~4.5 CPU-seconds) forks ``training.launchers.torchrun`` for each local rank job, which then forks
+the ranks as it does on a CPU build; the export child (``training.export``: a serving bundle written in a process of
+its own) is forked the same way. Test machinery, not the product's: the product starts those commands after
+``$DLRMFLOW_LAUNCH_PREFIX`` (``common.process.launch_command``), and the suite's fixture (``warm_launcher``,
+helpers/fixtures.py) sets that to this module's client, ``python -P tests/helpers/warm_launcher.py SOCKET``, with
+the server started as ``python -P tests/helpers/warm_launcher.py --serve SOCKET``.
 
-``training.launchers.local`` (and ``training.export``) then runs ``python -m training.launchers.warm SOCKET MODULE
-ARGS`` (the client) in the plain command's place. The client hands the server its stdin/stdout/stderr, environment,
-folder and process group; the forked launcher takes them, joins the client's process group (so that the local
-launcher's stop, the run lease's fence and a kill of the group reach it and its ranks as before), and is killed with
-that group when the client dies (a SIGKILL included). The client ends with the job's exit status. A client in
-another session than the server's (a process group can only be joined within one: a command started with
-``start_new_session``, a flow run of ``dlrmflow serve``) gets a job that leads a session of its own instead: the
-client passes it the signals that stop a job (SIGINT, SIGTERM, SIGHUP) and ends only after every process of it (what
-is left once its launcher ended is killed), so a stop that waits for the client waits for the job; a SIGKILL of the
-client ends the job a moment later (its watcher), not at once. Where the job cannot be served warm (no server; a
-Slurm job: Slurm owns its processes, their cgroup and signals; a client in other Linux namespaces than the server's:
-a private mount namespace's files; a torch build with GPU support: its ranks are not forked), the client execs the
-plain command. What differs from a plain launch: the forked processes' command line and start-up environment in
-/proc are the server's.
+The client gets the command (``python [-u] [-P] -m MODULE ARGS``) after its socket. For a command of ``SERVED`` it
+hands the server its stdin/stdout/stderr, environment, folder and process group; the forked launcher takes them,
+joins the client's process group (so that the local launcher's stop, the run lease's fence and a kill of the group
+reach it and its ranks as before), and is killed with that group when the client dies (a SIGKILL included). The
+client ends with the job's exit status. A client in another session than the server's (a process group can only be
+joined within one: a command started with ``start_new_session``, a flow run of ``dlrmflow serve``) gets a job that
+leads a session of its own instead: the client passes it the signals that stop a job (SIGINT, SIGTERM, SIGHUP) and
+ends only after every process of it (what is left once its launcher ended is killed), so a stop that waits for the
+client waits for the job; a SIGKILL of the client ends the job a moment later (its watcher), not at once. Where the
+job cannot be served warm (another command or interpreter; no server; a Slurm job: Slurm owns its processes, their
+cgroup and signals; a client in other Linux namespaces than the server's: a private mount namespace's files; a torch
+build with GPU support: its ranks are not forked), the client execs the command as given (same pid, same group).
+What differs from a plain launch: the forked processes' command line and start-up environment in /proc are the
+server's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import struct
 import sys
 import time
 
-from training.launchers import torchrun   # its top imports nothing heavy; torch is imported by its functions
+from common.process import live_processes
 
-ENV = "DLRMFLOW_WARM_LAUNCHER"   # the server's socket, in the environment of the processes that launch jobs
-MODULE = "training.launchers.warm"   # this module's name, also where it runs as __main__
-SERVED = (torchrun.__name__, "training.export")   # the modules whose main(argv) a job runs: what the server imports
+SCRIPT = os.path.abspath(__file__)   # run as a script (``python -P SCRIPT``): its folder's modules stay off sys.path
+SERVED = ("training.launchers.torchrun", "training.export")   # the modules whose main(argv) a job runs
+FLAGS = ("-u", "-P")   # the interpreter flags of a served command (the server's fork is unbuffered and -P anyway)
 NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc")   # a client in others than the server's launches plainly
 _HEADER = struct.Struct("!I")
 
 
 # ---- the client (a fresh interpreter per job: imports nothing heavy) ------------------------------------------------
-def through_server(cmd: list[str]) -> list[str]:
-    """A command line running one of ``SERVED`` (``python [FLAGS] -m MODULE ARGS``: a local launcher's, the export
-    child's) as its client's, when ``$DLRMFLOW_WARM_LAUNCHER`` names a server; else (or for any other command)
-    ``cmd`` itself."""
-    server = os.environ.get(ENV)
-    module = next((m for m in SERVED if m in cmd), None)
-    if not server or module is None or os.environ.get("SLURM_JOB_ID"):
-        return cmd
-    i = cmd.index(module)
-    return [*cmd[:i], MODULE, server, *cmd[i:]]
+def prefix(path: str) -> str:
+    """``$DLRMFLOW_LAUNCH_PREFIX`` for the server at ``path``: this client's command line, shell-quoted."""
+    return shlex.join([sys.executable, "-P", SCRIPT, path])
 
 
-def client(path: str, module: str, argv: list[str]) -> None:
-    """Run ``module``'s main with ``argv`` through the server at ``path``; exits as the job did. Execs the plain
-    command (this one without the server) when the server is not there or does not serve this client."""
-    if os.environ.get("SLURM_JOB_ID"):
-        _plain()
+def served(cmd: list[str]) -> tuple[str, list[str]] | None:
+    """``(module, argv)`` of a command this server runs (``PYTHON [-u] [-P] -m MODULE ARGS``: this interpreter, a
+    module of ``SERVED``), None for any other."""
+    if not cmd or cmd[0] != sys.executable:
+        return None
+    i = 1
+    while i < len(cmd) and cmd[i] in FLAGS:
+        i += 1
+    if cmd[i:i + 1] != ["-m"] or i + 1 >= len(cmd) or cmd[i + 1] not in SERVED:
+        return None
+    return cmd[i + 1], cmd[i + 2:]
+
+
+def client(path: str, cmd: list[str]) -> None:
+    """Run ``cmd`` through the server at ``path``; exits as the job did. Execs ``cmd`` itself when it is not a
+    command of ``SERVED``, or the server is not there or does not serve this client."""
+    job_of = served(cmd)
+    if job_of is None or os.environ.get("SLURM_JOB_ID"):
+        _plain(cmd)
+    module, argv = job_of
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
@@ -65,7 +76,7 @@ def client(path: str, module: str, argv: list[str]) -> None:
                               "namespaces": _namespaces()}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
     except OSError:
-        _plain()
+        _plain(cmd)
     # a job in this process's group gets the group's signals itself; one in a session of its own gets them from here
     job: dict = {}
     pending: list[int] = []
@@ -93,7 +104,7 @@ def client(path: str, module: str, argv: list[str]) -> None:
     if job.get("group", os.getpgid(0)) != os.getpgid(0):
         _end_group(job["group"])
     if "refused" in status:
-        _plain()
+        _plain(cmd)
     if "lost" in status:
         print(f"dlrmflow: {status['lost']}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -103,10 +114,9 @@ def client(path: str, module: str, argv: list[str]) -> None:
     sys.exit(status.get("exit", 1))
 
 
-def _plain() -> None:
-    """Exec the command this client stands for: its own command line without ``training.launchers.warm SOCKET``."""
-    i = sys.orig_argv.index(MODULE)
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:i], *sys.orig_argv[i + 2:]])
+def _plain(cmd: list[str]) -> None:
+    """Exec the command this client stands for, as given."""
+    os.execvp(cmd[0], cmd)
 
 
 def _signal_group(group: int, sig: int) -> None:
@@ -136,20 +146,8 @@ def _end_group(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
     except ProcessLookupError:
         return
-    while _alive_in_group(group):
+    while live_processes(group=group):
         time.sleep(0.02)
-
-
-def _alive_in_group(group: int) -> bool:
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -167,6 +165,7 @@ def serve(path: str) -> None:
     import selectors
 
     from common.process import die_with_parent
+    from training.launchers import torchrun
 
     die_with_parent()
     if not torchrun.forks_ranks():
@@ -220,7 +219,8 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket], server_fds:
         os.close(fd)
     jobs[pid] = conn
     own = " (a session of its own)" if request["sid"] != os.getsid(0) else ""
-    print(f"forked {pid} for pid {request['pid']}{own}: {' '.join(request['argv'][-3:])}", flush=True)   # its log
+    print(f"forked {pid} for pid {request['pid']}{own}: {request['module']} {' '.join(request['argv'][-3:])}",
+          flush=True)   # its log: what a test reads to tell that a job was served warm
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -318,8 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
         serve(argv[1])
-    else:   # SOCKET MODULE ARGS
-        client(argv[0], argv[1], argv[2:])
+    else:   # SOCKET COMMAND...
+        client(argv[0], argv[1:])
 
 
 if __name__ == "__main__":
