@@ -40,9 +40,10 @@ def run(args) -> int:
 
     config = build(TuneConfig, args, root="tune")
     launch = build(RanksConfig, args, root="launch")
-    from flows.tune import setup, tune
+    from flows.tune import tune
+    from tuning.search import prepare
 
-    setup(config, launch.launcher)[0].check()   # fail fast (and on a store that cannot be written), before Prefect
+    prepare(config, launch.launcher).store.check()   # fail fast (and on a store that cannot be written), before Prefect
 
     summary = tune(config, launch.launcher)
     best, base = summary["best"], summary.get("base")

@@ -123,21 +123,21 @@ def test_without_val_every_trial_validates_on_one_holdout_of_train_never_on_the_
     """A dataset of train and test only: the trials validate on the last 10% of the train rows (the same rows for
     all: resolved once, in the base), train on the rest, and are compared there; validating on the split the tune
     reports its best trial on is refused before any trial."""
-    from flows.tune import setup
     from training.launchers import LocalLauncherConfig
     from tuning.config import TuneConfig
+    from tuning.search import prepare
 
     ds = write_dataset(tmp_path / "ds", {"train": 2000, "test": 500})
     spec = load(str(ds))
     spec.metadata["rows"] = {"train": 2000, "test": 500}
     save(spec, str(ds))
     config = TuneConfig(dataset=str(ds), store=str(tmp_path / "store"))
-    _, _, base, _, _, train_rows = setup(config, LocalLauncherConfig(nproc=1))
-    assert (base.eval_split, base.data.holdout_rows, train_rows) == ("holdout", 200, 1800)
+    search = prepare(config, LocalLauncherConfig(nproc=1))
+    assert (search.base.eval_split, search.base.data.holdout_rows, search.train_rows) == ("holdout", 200, 1800)
     with pytest.raises(UserError, match="eval_split 'test' would choose the checkpoint"):
-        setup(config.model_copy(update={"config": _yaml(tmp_path, {"eval_split": "test"})}), LocalLauncherConfig())
+        prepare(config.model_copy(update={"config": _yaml(tmp_path, {"eval_split": "test"})}), LocalLauncherConfig())
     with pytest.raises(UserError, match="eval_split 'holdout' is the tune's evaluate_split"):
-        setup(config.model_copy(update={"evaluate_split": "holdout"}), LocalLauncherConfig())
+        prepare(config.model_copy(update={"evaluate_split": "holdout"}), LocalLauncherConfig())
 
 
 def _yaml(tmp_path, overrides: dict) -> str:
