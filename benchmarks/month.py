@@ -53,6 +53,24 @@ night counts from the end, -1 being the last; a fault whose night is past ``--ni
 - the store moved (``move``, -2: before the last night but one): the store's folder renamed (same filesystem) and
   every later run given the new path.
 
+The data gate's cases (issue 46 §1; ``docs/nightly.md``, "The data gate"):
+
+- in the shared days, judged by ``long`` and ``short`` as the bad days above: every row ingested 1.9x (90% of the
+  rows twice, ``duplicates``, 17: quarantined by the duplicates check alone), then ``chmod 640`` of the newest day the
+  gate quarantined by its checks after its night (``chmod``, 17): the verdict stands (no new verdict line, no new
+  parse, the later windows leave it out); the labels permuted among the rows (``permuted``, 24: the signal gone, the
+  marginals kept; no check can see it, so it is no bad day of the claims above): its night promotes no challenger, and
+  no promoted line of any model has an AUC not above the floor or a normalized entropy not below ``max_ne``;
+- three models of their own (their own copies of the clean days, ``gate-logs/MODEL``; ``--train-days`` 3, 3 and 7):
+  ``fresh`` (``first_clicks``, 16; 2 nights): the oldest day of its first window clicks at 3x the rate: that day is
+  quarantined, the other days accepted, both nights decide; ``shift`` (``shift``, 18; 4 nights): the click rate
+  doubled for good from that night's day: the first 3 nights stop at the gate (each with its history line), the
+  third says ``a new normal since DATE``, the script runs ``dlrmflow days --model shift accept-shift DATE`` once and
+  the fourth night trains on the new normal; ``drift`` (``drift``, 25, at least 2; 2 nights): the click rate falls
+  20% a day from that night's day on: the first night's day (0.8x) is accepted, the second's (0.64x, inside the
+  short band of +-50%) is quarantined by the long reference (``label_rate_long``). A click rate is changed by
+  turning random negatives into positives or back (the features as written).
+
 After each run: any process it started still alive 15 s after it ended (by a tag in its environment: ranks,
 torchrun, servers, export children) is an orphan, recorded and killed. After each night: the store's size (bytes of
 its files, by top-level folder), each model's history and champion (its bundle verified against its manifest and the
@@ -69,8 +87,10 @@ import argparse
 import collections
 import datetime as dt
 import json
+import math
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -97,9 +117,15 @@ AT = {   # what happens on which night (see the module doc); --at NAME=N overrid
     "crash_bundle": 2, "crash_champion": 8, "crash_history": 15, "crash_prune": 22,
     "outage": 10, "hostile": 5, "twice": 7, "disk_checkpoint": 8, "disk_export": 12, "corrupt": 12,
     "s3": -3, "move": -2,
+    "duplicates": 17, "chmod": 17, "permuted": 24, "first_clicks": 16, "shift": 18, "drift": 25,
 }
-DATA_FAULTS = ("labels_zero", "non_utf8", "cut_mid_line", "few_rows", "overflow")
-GATE_FAULTS = {"labels_zero", "few_rows"}            # quarantined by the data gate itself
+DATA_FAULTS = ("labels_zero", "non_utf8", "cut_mid_line", "few_rows", "overflow", "duplicates")
+GATE_FAULTS = {"labels_zero", "few_rows", "duplicates"}   # quarantined by the data gate itself
+SILENT_FAULTS = ("permuted",)   # injected into the shared days, invisible to the gate (no bad day of the claims)
+GATE_MODELS = {"fresh": ("first_clicks", 2), "shift": ("shift", 4), "drift": ("drift", 2)}   # model -> (event, nights)
+TRAIN_DAYS = {**MODELS, "drift": 7}   # drift: more than reference_days (7) accepted days before its caught day
+FIRST_CLICKS, SHIFT_CLICKS, DRIFT_DAILY = 3.0, 2.0, 0.8   # fresh's first day, shift's new normal, drift's daily factor
+DUPLICATED = 0.9   # the share of a day's rows ingested twice (1.9x the rows)
 PARSE_FAULTS = {"non_utf8", "cut_mid_line", "overflow"}   # their parse fails: the gate quarantines the day (5d16de3)
 KILLS = {"kill_preprocess": ("long", "preprocess"), "kill_train": ("short", "train")}
 CRASHES = {"crash_bundle": ("short", "bundle"), "crash_champion": ("long", "champion"),
@@ -113,6 +139,7 @@ FAULT_NAMES = {   # what the night's history line and log must say: {date} the d
     "cut_mid_line": ["{path}: line "],
     "few_rows": ["day {date}: rows "],
     "overflow": ["{path}", repr(OVERFLOW_FEATURE), str(OVERFLOW_VALUE), "65504"],
+    "duplicates": ["day {date}: duplicates "],
 }
 PROMOTING = ("first", "promoted")
 DECIDED = ("first", "promoted", "kept")
@@ -178,7 +205,32 @@ def inject(path: Path, fault: str) -> tuple[str, dict]:
             out.append(b"\t".join(fields) + b"\n")
         path.write_bytes(b"".join(out))
         return f"{OVERFLOW_FEATURE} = {OVERFLOW_VALUE} in {changed} of {n} rows", {}
+    if fault == "duplicates":
+        k = round(n * DUPLICATED)
+        path.write_bytes(b"".join(line + b"\n" + (line + b"\n" if i < k else b"") for i, line in enumerate(lines)))
+        return f"{k} of its {n} rows ingested twice ({(n + k) / n:.2g}x the rows)", {}
+    if fault == "permuted":
+        labels = [line[:line.index(b"\t")] for line in lines]
+        random.Random(f"permuted {path.parent.name}").shuffle(labels)
+        path.write_bytes(b"".join(y + line[line.index(b"\t"):] + b"\n" for y, line in zip(labels, lines)))
+        return f"the {n} labels shuffled among the rows ({sum(y == b'1' for y in labels)} positives kept)", {}
     raise ValueError(fault)
+
+
+def scale_clicks(path: Path, factor: float, seed: str) -> dict:
+    """The raw day ``path``'s click rate times ``factor`` in place: random negatives turned positive (``factor`` > 1)
+    or random positives negative (< 1), every feature as written; returns the rows and the rates before and after."""
+    lines = path.read_bytes().split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    positive = [line[:line.index(b"\t")] == b"1" for line in lines]
+    rate = sum(positive) / len(lines)
+    rng = random.Random(seed)
+    turn = (factor - 1) * rate / (1 - rate) if factor > 1 else 0.0   # a negative's chance to become positive
+    labels = [(rng.random() < factor if factor < 1 else True) if y else rng.random() < turn for y in positive]
+    path.write_bytes(b"".join((b"1" if y else b"0") + line[line.index(b"\t"):] + b"\n"
+                              for y, line in zip(labels, lines)))
+    return {"rows": len(lines), "rate_before": round(rate, 4), "rate_after": round(sum(labels) / len(lines), 4)}
 
 
 def write_spec(path: Path, renamed: dict[str, str] | None = None) -> None:
@@ -407,6 +459,7 @@ class Month:
         self.operator: list[dict] = []          # dlrmflow days quarantine calls (where the gate made no verdict)
         self.parse_verdicts: dict = {}          # "model date" -> the gate's verdict on a day whose parse failed
         self.champions: dict[tuple, dict] = {}  # (model, run, step, bundle sha256) -> what was checked
+        self.gate: dict = {"days": {}, "nights": [], "accept_shift": [], "chmod": None, "permuted": None}
         self.env: dict = {}
         self.tag = uuid.uuid4().hex[:12]
         self.disk = Disk(None)
@@ -426,7 +479,7 @@ class Month:
     # ---- a run
     def command(self, model: str, date: dt.date, store: str | None = None, inputs: Path | None = None,
                 spec: Path | None = None) -> list[str]:
-        days = MODELS.get(model, 3)
+        days = TRAIN_DAYS.get(model, 3)
         return [sys.executable, "-m", "flows", "run", "--date", date.isoformat(),
                 "--input", f"{inputs or self.logs}/{{date}}/part-*", "--spec", str(spec or self.spec),
                 "--store", str(store or self.store), "--model", model, "--train-days", str(days),
@@ -809,6 +862,236 @@ def remote_history(m: Month) -> list[dict]:
     return [json.loads(x) for x in body.decode().splitlines() if x.strip()]
 
 
+# --- the data gate's cases ---------------------------------------------------------------------------------------
+
+def gate_inputs(m: Month) -> None:
+    """Each scheduled gate model's own copy of the clean days (``gate-logs/MODEL``) up to its last night, its case
+    written into them (``scale_clicks``); what was done per day in ``m.gate['days']``."""
+    for model, (event, count) in GATE_MODELS.items():
+        if (n0 := m.when(event)) is None:
+            continue
+        folder, first, last = m.work / "gate-logs" / model, night_date(n0), night_date(min(n0 + count - 1,
+                                                                                            m.args.nights))
+        for k in range((last - START).days + 1):
+            d = START + dt.timedelta(days=k)
+            clean = m.pristine / day_file(m.logs, d).relative_to(m.logs)
+            day_file(folder, d).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(clean if clean.exists() else day_file(m.logs, d), day_file(folder, d))
+        if model == "fresh":   # the oldest day of its first window
+            factors = {first - dt.timedelta(days=TRAIN_DAYS.get(model, 3)): FIRST_CLICKS}
+        elif model == "shift":   # for good from its first night's day
+            factors = {first + dt.timedelta(days=k): SHIFT_CLICKS for k in range((last - first).days + 1)}
+        else:   # drift: 20% fewer clicks each day from its first night's day on
+            factors = {first + dt.timedelta(days=k): DRIFT_DAILY ** (k + 1) for k in range((last - first).days + 1)}
+        done = m.gate["days"].setdefault(model, {})
+        for d, factor in factors.items():
+            done[d.isoformat()] = {"factor": round(factor, 4),
+                                   **scale_clicks(day_file(folder, d), factor, f"{model} {d}")}
+        print(f"gate model {model} (nights {n0}..{n0 + count - 1}): " + ", ".join(
+            f"{d} clicks x{v['factor']:g} ({v['rate_before']:.4f} -> {v['rate_after']:.4f})" for d, v in done.items()),
+            flush=True)
+
+
+def _line_of(m: Month, model: str, day: dt.date) -> dict:
+    return next((e for e in reversed(m.history(model)) if e.get("date") == day.isoformat()), {})
+
+
+def gate_night(m: Month, model: str, n: int, day: dt.date) -> dict:
+    """A gate model's night on its own days; where the gate says a new normal it does not adopt itself, the
+    operator's ``dlrmflow days --model MODEL accept-shift DATE`` (once a model)."""
+    a = m.run(model, day, role="gate", command=m.command(model, day, inputs=m.work / "gate-logs" / model))
+    line = _line_of(m, model, day)
+    checks = line.get("data_checks") or {}
+    text = Path(a.log).read_text(errors="replace")
+    record = {"model": model, "night": n, "date": day.isoformat(), "rc": a.rc, "wall_s": round(a.wall),
+              "decision": line.get("decision"), "reason": (line.get("reason") or "")[:600],
+              "window": line.get("window") or [], "left_out": sorted(checks.get("left_out") or {}),
+              "new_normal": checks.get("new_normal"), "refused": line.get("refused"),
+              "said": [x.split(" - ", 1)[-1][:300] for x in text.splitlines() if "a new normal since" in x][:2],
+              "error": _error_line(a.log) if a.rc else None}
+    m.gate["nights"].append(record)
+    shift = record["new_normal"]
+    if shift and not shift.get("adopted") and not any(s["model"] == model for s in m.gate["accept_shift"]):
+        cmd = [sys.executable, "-m", "flows", "days", "--store", str(m.store), "--model", model, "accept-shift",
+               shift["since"], "--why", "month: the doubled click rate is real", "--by", "month operator"]
+        o = m.run(model, day, role="operator", command=cmd)
+        m.gate["accept_shift"].append({"model": model, "night": n, "since": shift["since"], "rc": o.rc,
+                                       "said": _last_lines(o.log, 2)})
+    print(f"night {n} {day}: gate model {model}: rc {a.rc} in {a.wall:.0f} s, {record['decision']}"
+          + (f"; a new normal since {shift['since']}" if shift else "")
+          + "".join(f"; accept-shift {s['since']}: rc {s['rc']}" for s in m.gate["accept_shift"] if s["night"] == n
+                    and s["model"] == model), flush=True)
+    return record
+
+
+def chmod_quarantined(m: Month, n: int) -> dict:
+    """``chmod 640`` of the newest shared day the gate quarantined by its checks up to night ``n``: its mode, mtime
+    and ctime before and after, and each model's verdict lines of it now (they must not change)."""
+    days = sorted(d for d, f in m.faults.items() if f["fault"] in GATE_FAULTS and f["night"] <= n)
+    if not days:
+        return {"night": n, "skipped": "no day quarantined by the gate's checks yet"}
+    path = day_file(m.logs, dt.date.fromisoformat(days[-1]))
+    before = path.stat()
+    os.chmod(path, 0o640)
+    after = path.stat()
+    out = {"night": n, "day": days[-1], "file": str(path),
+           "mode": [oct(before.st_mode & 0o777), oct(after.st_mode & 0o777)],
+           "mtime_kept": before.st_mtime_ns == after.st_mtime_ns,
+           "ctime_changed": before.st_ctime_ns != after.st_ctime_ns,
+           "verdict_lines": {model: sum(v.get("day") == days[-1] for v in m.verdicts(model)) for model in MODELS}}
+    print(f"night {n}: chmod 640 {path} ({out['mode'][0]} -> {out['mode'][1]}); its verdict lines: "
+          f"{out['verdict_lines']}", flush=True)
+    return out
+
+
+def _rate(line: dict | None) -> str:
+    stats = (line or {}).get("stats") or {}
+    return f"{stats['positives'] / stats['rows']:.4f}" if stats.get("rows") else "?"
+
+
+def _checks_of(line: dict | None) -> list[str]:
+    return [r.get("check") for r in (line or {}).get("failed") or []]
+
+
+def _last_verdict(m: Month, model: str, day: str) -> dict:
+    return next((v for v in reversed(m.verdicts(model)) if v.get("day") == day), {})
+
+
+def gate_claims(m: Month, histories: dict[str, list[dict]], parses: collections.Counter) -> list[tuple[str, bool, str]]:
+    """The claims of the data gate's cases (issue 46 §1): one per scheduled case."""
+    claims = []
+    nights = {r["model"]: [x for x in m.gate["nights"] if x["model"] == r["model"]] for r in m.gate["nights"]}
+
+    def ran(model: str) -> tuple[int | None, list[dict], int]:
+        event, count = GATE_MODELS[model]
+        return m.when(event), nights.get(model, []), min(count, m.args.nights - (m.when(event) or 0) + 1)
+
+    n0, runs, want = ran("fresh")
+    if n0 is not None:
+        hot = next(iter(m.gate["days"].get("fresh", {})), None)
+        first = [night_date(n0) - dt.timedelta(days=k) for k in range(TRAIN_DAYS.get("fresh", 3), -1, -1)]
+        v = _last_verdict(m, "fresh", hot) if hot else {}
+        good = {d.isoformat(): _last_verdict(m, "fresh", d.isoformat()) for d in first if d.isoformat() != hot}
+        others = ", ".join(f"{d} {g.get('verdict')} ({_rate(g)})" for d, g in good.items())
+        ok = (v.get("verdict") == "quarantined" and v.get("by") == "data gate" and "label_rate" in _checks_of(v)
+              and all(g.get("verdict") == "accepted" for g in good.values()) and len(runs) == want >= 2
+              and all(r["rc"] == 0 and r["decision"] in DECIDED and hot not in r["window"] for r in runs))
+        claims.append(("a fresh model's first day at 3x the clicks: quarantined, the good days accepted, the nights go "
+                       "on", ok, f"{hot} (rate {_rate(v)}): {v.get('verdict')} by {v.get('by')}: "
+                       f"{(v.get('why') or '')[:220]!r}; the other days of its first window: "
+                       f"{others}; "
+                       f"nights: {[(r['date'], r['rc'], r['decision'], r['window']) for r in runs]}"))
+
+    c = m.gate.get("chmod")
+    if m.when("chmod") is not None:
+        if not c or c.get("skipped"):
+            claims.append(("chmod 640 of a quarantined day: its verdict stands", False, str(c)))
+        else:
+            day, rows = dt.date.fromisoformat(c["day"]), []
+            ok = c["mode"][0] != c["mode"][1] and c["mtime_kept"]
+            for model in MODELS:
+                lines = [v for v in m.verdicts(model) if v.get("day") == c["day"]]
+                later = [e for e in histories[model] if night_date(c["night"]) < dt.date.fromisoformat(e["date"])
+                         <= day + dt.timedelta(days=TRAIN_DAYS[model]) and e.get("decision") != "failed"]
+                held = [e["date"] for e in later if c["day"] in ((e.get("data_checks") or {}).get("left_out") or {})
+                        and c["day"] not in (e.get("window") or [])]
+                ok = ok and len(lines) == c["verdict_lines"][model] and lines[-1].get("verdict") == "quarantined" \
+                    and bool(later) and len(held) == len(later)
+                rows.append(f"{model}: {len(lines)} verdict line(s) (at the chmod {c['verdict_lines'][model]}), "
+                            f"{lines[-1].get('verdict') if lines else None}; later nights that left it out: "
+                            f"{len(held)} of {len(later)}")
+            parsed = parses.get(c["file"], 0)
+            ok = ok and parsed == 1
+            claims.append(("chmod 640 of a quarantined day: its verdict stands (not judged, parsed or trained on "
+                           "again)", ok,
+                           f"{c['day']} (night {c['night']}): mode {c['mode'][0]} -> {c['mode'][1]}, mtime "
+                           f"kept: {c['mtime_kept']}, ctime changed: {c['ctime_changed']}; {'; '.join(rows)}; "
+                           f"parses of its file: {parsed}"))
+
+    n0, runs, want = ran("shift")
+    if n0 is not None:
+        since = night_date(n0).isoformat()
+        stopped, after = runs[:3], runs[3:]
+        accepted = m.gate["accept_shift"]
+        per_night = collections.Counter(e.get("date") for e in m.history("shift"))
+        new_days = [d for d in m.gate["days"].get("shift", {}) if d <= (stopped[-1]["date"] if stopped else "")]
+        shifted = [_last_verdict(m, "shift", d) for d in new_days]
+        ok = (len(runs) == want == 4 and all(r["decision"] == "data_failed" and "label_rate" in r["reason"]
+                                              for r in stopped)
+              and not any(r["new_normal"] for r in stopped[:2]) and (stopped[-1]["new_normal"] or {}).get("since")
+              == since and any(f"a new normal since {since}" in x for x in stopped[-1]["said"])
+              and [(s["model"], s["since"], s["rc"]) for s in accepted] == [("shift", since, 0)]
+              and all(v.get("verdict") == "accepted" and v.get("new_normal") == since for v in shifted)
+              and all(r["rc"] == 0 and r["decision"] in DECIDED and r["window"]
+                      and min(r["window"]) >= since for r in after)
+              and all(per_night[r["date"]] == 1 for r in runs))
+        claims.append(("a lasting shift (clicks 2x from a night on): quarantined, then a new normal said, "
+                       "accept-shift once, the later nights train on it; one history line a night", ok,
+                       f"since {since}: " + "; ".join(
+                           f"{r['date']} rc {r['rc']} {r['decision']} ({per_night[r['date']]} line)"
+                           + (f" said {r['said'][0][:200]!r}" if r["said"] else "")
+                           + (f" window {r['window'][0]}..{r['window'][-1]}" if r in after and r["window"] else "")
+                           for r in runs)
+                       + f"; accept-shift: {[(s['since'], s['rc'], s['said'][:160]) for s in accepted]}; the shifted "
+                       f"days' verdicts after it: "
+                       f"{[(d, v.get('verdict'), v.get('by')) for d, v in zip(new_days, shifted)]}"))
+
+    n0, runs, want = ran("drift")
+    if n0 is not None:
+        d1, d2 = night_date(n0).isoformat(), night_date(n0 + 1).isoformat()
+        v1, v2 = _last_verdict(m, "drift", d1), _last_verdict(m, "drift", d2)
+        ok = (len(runs) == want == 2 and v1.get("verdict") == "accepted" and v2.get("verdict") == "quarantined"
+              and "label_rate_long" in _checks_of(v2) and "label_rate" not in _checks_of(v2)
+              and runs[0]["rc"] == 0 and runs[0]["decision"] in DECIDED and runs[1]["decision"] == "data_failed")
+        claims.append(("slow drift (clicks -20% a day): caught by the long reference on its second day", ok,
+                       f"{d1} (x{DRIFT_DAILY:g}, rate {_rate(v1)}): {v1.get('verdict')}; "
+                       f"{d2} (x{DRIFT_DAILY ** 2:.2f}, "
+                       f"rate {_rate(v2)}): {v2.get('verdict')}: {(v2.get('why') or '')[:260]!r}; nights: "
+                       f"{[(r['date'], r['rc'], r['decision']) for r in runs]}"))
+
+    dup = [(d, f) for d, f in m.faults.items() if f["fault"] == "duplicates"]
+    for d, f in dup:
+        rows = {model: _last_verdict(m, model, d) for model in MODELS}
+        ok = all(v.get("verdict") == "quarantined" and _checks_of(v) == ["duplicates"] for v in rows.values())
+        share = next((r.get("value") for v in rows.values() for r in v.get("failed") or []
+                      if r.get("check") == "duplicates"), None)
+        claims.append(("rows ingested 1.9x: quarantined by the duplicates check alone", ok,
+                       f"{d} ({f['what']}): " + "; ".join(f"{k}: {v.get('verdict')}, failed {_checks_of(v)}"
+                                                            for k, v in rows.items())
+                       + f"; sampled duplicated share {share}"))
+
+    p = m.gate.get("permuted")
+    if p:
+        rows = []
+        ok = True
+        for model in MODELS:
+            line = next((e for e in histories[model] if e.get("date") == p["date"]), {})
+            ch = line.get("challenger") or {}
+            ne = ch["logloss"] / ch["base_logloss"] if ch.get("logloss") and ch.get("base_logloss") else None
+            floors = {"min_auc_lift", "max_ne"} & set(line.get("refused") or [])
+            ok = ok and line.get("decision") == "kept" and bool(floors)
+            rows.append(f"{model}: {line.get('decision')} (refused {line.get('refused')}), challenger AUC "
+                        f"{ch.get('auc', float('nan')):.4f}, NE {ne if ne is None else round(ne, 4)}")
+        claims.append(("labels permuted (no signal, marginals kept): the night promotes no challenger", ok,
+                       f"{p['date']} (night {p['night']}, {p['what']}): {'; '.join(rows)}"))
+    # every promoted line of every model above the AUC floor and below max_ne
+    bad, count = [], 0
+    for model in [*MODELS, *GATE_MODELS]:
+        for e in histories.get(model) or m.history(model):
+            if e.get("decision") not in PROMOTING:
+                continue
+            count += 1
+            ch, gates = e.get("challenger") or {}, e.get("gates") or {}
+            floor = 0.5 + gates.get("min_auc_lift", 0.01)
+            ne = ch["logloss"] / ch["base_logloss"] if ch.get("base_logloss") else math.nan
+            if not (ch.get("auc", 0) > floor and ne < gates.get("max_ne", 1.0)):
+                bad.append(f"{model} {e['date']}: AUC {ch.get('auc')}, NE {ne}")
+    claims.append(("no promoted challenger at or below the AUC floor or at NE >= max_ne (every model)", not bad,
+                   f"{count} promoting lines" + (f"; wrong: {bad}" if bad else
+                                                 ", all above the floor and below max_ne")))
+    return claims
+
+
 # --- the month -------------------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -859,6 +1142,17 @@ def main() -> int:
             what, words = inject(path, fault)
             m.faults[day.isoformat()] = {"fault": fault, "night": n, "what": what, "words": words}
             print(f"fault on {day} (night {n}): {fault}: {what}", flush=True)
+    for fault in SILENT_FAULTS:
+        if (n := m.when(fault)) is not None:
+            day = night_date(n)
+            path = day_file(m.logs, day)
+            keep = m.pristine / path.relative_to(m.logs)
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, keep)
+            what, _ = inject(path, fault)
+            m.gate[fault] = {"date": day.isoformat(), "night": n, "what": what}
+            print(f"{fault} on {day} (night {n}): {what}", flush=True)
+    gate_inputs(m)
 
     server, api = start_server(m.work)
     m.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(m.work / "prefect"),
@@ -996,6 +1290,11 @@ def main() -> int:
                     m.parse_verdicts[f"{model} {day}"] = verdict
                     if not verdict or verdict.get("verdict") != "quarantined":
                         m.operator_quarantine(model, day, f"{f['fault']}: its parse fails (month.py's operator)")
+            for model, (event, count) in GATE_MODELS.items():   # the gate's cases on their own days
+                if m.when(event) is not None and m.when(event) <= n < m.when(event) + count:
+                    gate_night(m, model, n, day)
+            if n == m.when("chmod"):
+                m.gate["chmod"] = chmod_quarantined(m, n)
             if m.moto is not None and n == m.when("s3") - 1:
                 remote.append(remote_night(m, n, day, lose=False))
             if m.moto is not None and n == m.when("s3"):
@@ -1327,11 +1626,16 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
         claims.append(("store size flat after the window fills", False if len(m.nights) >= 20 else True,
                        "the window never filled (too few nights to tell)"))
 
+    try:
+        claims += gate_claims(m, histories, counts)
+    except Exception as e:   # noqa: BLE001  (a failed claim; fix it and rebuild them: --report WORK)
+        claims.append(("the data gate's cases' claims computed", False, f"{type(e).__name__}: {e}"))
+
     _print_tables(m, histories, counts, days, fired, wall, loads)
     _chart(m, full)
     (m.work / "results.json").write_text(json.dumps({
         "nights": m.nights, "faults": m.faults, "ops": m.ops, "operator": m.operator, "hostile": hostile,
-        "parse_verdicts": m.parse_verdicts,
+        "parse_verdicts": m.parse_verdicts, "gate": m.gate,
         "remote": remote, "remote_history": remote_lines, "schedule": m.at, "keep_nights": m.args.keep_nights,
         "champions": list(m.champions.values()), "fired": fired,
         "attempts": [a.__dict__ for a in m.attempts], "parses": dict(counts), "wall_s": round(wall),
@@ -1365,6 +1669,7 @@ def report_again(work: Path) -> int:
     m.disk = Disk(m.fs)   # the tmpfs is gone: its mount point stands for it
     m.nights, m.faults, m.ops, m.operator = saved["nights"], saved["faults"], saved["ops"], saved["operator"]
     m.parse_verdicts = saved.get("parse_verdicts") or {}
+    m.gate = saved.get("gate") or m.gate
     m.attempts = [Attempt(**a) for a in saved["attempts"]]
     m.champions = {i: c for i, c in enumerate(saved["champions"])}
     for o in m.ops:   # the errors read again from the logs, as this version reads them
@@ -1436,6 +1741,11 @@ def _print_tables(m: Month, histories, counts, days, fired, wall, loads) -> None
     for a in m.attempts:
         if a.killed or a.role != "nightly" or a.rc != 0:
             print(f"| {a.role} | {a.model} | {a.date} | {a.killed or '-'} | {a.rc} | {a.wall:.0f} |")
+    if m.gate["nights"]:
+        print("\n| gate model | night | date | rc | decision | left out | reason |\n|---|---|---|---|---|---|---|")
+        for r in m.gate["nights"]:
+            print(f"| {r['model']} | {r['night']} | {r['date']} | {r['rc']} | {r['decision']} | "
+                  f"{', '.join(r['left_out']) or '-'} | {r['reason'][:300]} |")
     if fired:
         print("\n| promotion write killed after | model | night | decision before the re-run | after |\n|---|---|---|---|---|")
         for f in fired:
