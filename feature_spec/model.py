@@ -207,7 +207,7 @@ class FeatureSpec(BaseModel):
 # ---- strictness: keys that are not ours, nor where NVIDIA's format leaves keys open ---------------------------
 FEATURE_KEYS = tuple(Feature.model_fields)
 CHUNK_KEYS = ("type", "features", "files")
-TEXT_CHUNK_KEYS = CHUNK_KEYS + ("header",)   # a csv/tsv chunk: whether its files start with a header row
+TEXT_CHUNK_KEYS = CHUNK_KEYS + ("header", "separator", "null_values")   # a csv/tsv chunk's layout (docs/spec.md)
 # metadata is NVIDIA's open section; these keys are ours (an input spec's, then a dataset's)
 METADATA_KEYS = ("name", "id", "preprocessing", "format_version", "fingerprint", "rows", "bad_rows", "index0_rows",
                  "vocab", "hash_buckets", "checksums", "list_lengths")
@@ -242,7 +242,7 @@ def key_problems(spec: FeatureSpec) -> list[tuple[tuple, str, str]]:
     for split, chunks in spec.source_spec.items():
         for i, chunk in enumerate(chunks):
             known = TEXT_CHUNK_KEYS if chunk.type in ("csv", "tsv") else CHUNK_KEYS
-            for key in chunk.model_extra or {}:
+            for key in set(chunk.model_extra or {}) - set(known):
                 problem = f"chunk {i}: {_unknown(key, close_match(key, known))}"
                 out.append((("source_spec", split, str(i), key), problem, f"a {chunk.type} chunk has only "
                             f"{', '.join(known)}."))
@@ -402,7 +402,7 @@ def _check_sources(spec: FeatureSpec) -> None:
             if chunk.type not in CHUNK_TYPES:
                 raise SpecError(f"chunk {i} has unknown type '{chunk.type}'.", section="source_spec", feature=split,
                                 fix=f"use one of {', '.join(CHUNK_TYPES)}.")
-            if not chunk.files:
+            if not chunk.files and (chunk.type not in ("csv", "tsv") or spec.is_dataset):   # a text layout: --input
                 raise SpecError(f"chunk {i} lists no files.", section="source_spec", feature=split,
                                 fix="add `files: [path/relative/to/the/yaml]`.")
             for path in chunk.files:

@@ -102,7 +102,8 @@ def _parse_settings(config: PreprocessConfig, rule: splits.SplitRule, transforms
         del c["threshold"]
         if (c["hotness"], c["max_hotness"], c["sep"]) == (1, None, None):
             del c["hotness"], c["max_hotness"], c["sep"]   # one-hot: the keys its parts had before lists
-    return {"parts_version": PARTS_VERSION, "transforms": t, "format": dataclasses.asdict(fmt),
+    layout = {k: v for k, v in dataclasses.asdict(fmt).items() if k not in ("sep", "null_values") or v}
+    return {"parts_version": PARTS_VERSION, "transforms": t, "format": layout,   # a default layout: the old digest
             "types": {c: str(d) for c, d in types.items()}, "on_bad_row": config.on_bad_row,
             "split_column_rule": rule.text() if rule.kind == "column" else None}
 
@@ -155,7 +156,15 @@ def _format(spec_name: str, spec: FeatureSpec, inputs: list[InputFile]) -> Forma
         return Format("criteo", columns=fspec.CRITEO_COLUMNS)
     header = bool((chunks[0].model_extra or {}).get("header", kind == "csv")) if chunks else kind == "csv"
     columns = list(chunks[0].features) if chunks and not header else list(spec.feature_spec)
-    return Format(kind, columns=columns, header=header)
+    extra = (chunks[0].model_extra or {}) if chunks else {}
+    sep, nulls = extra.get("separator"), extra.get("null_values") or ()
+    if sep is not None and (not isinstance(sep, str) or len(sep) != 1 or sep in '"\n'):
+        raise UserError(f"{spec_name}: source_spec's `separator: {sep!r}` is not one character. Fix: write the "
+                        "character between fields, e.g. separator: ';' (docs/spec.md).")
+    if isinstance(nulls, str) or not all(isinstance(v, str) for v in nulls):
+        raise UserError(f"{spec_name}: source_spec's `null_values: {nulls!r}` is not a list of text. Fix: e.g. "
+                        "null_values: ['NA', '?'] (docs/spec.md).")
+    return Format(kind, columns=columns, header=header, sep=sep, null_values=tuple(nulls))
 
 
 def _is_number(text: str) -> bool:

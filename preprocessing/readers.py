@@ -60,10 +60,12 @@ class Format:
     kind: str                       # csv | tsv | criteo | parquet
     columns: list[str] | None = None
     header: bool = False
+    sep: str | None = None          # a csv/tsv chunk's `separator` (default: "," for csv, a tab for tsv)
+    null_values: tuple[str, ...] = ()   # a csv/tsv chunk's `null_values`: fields read as missing (besides empty)
 
     @property
     def separator(self) -> str:
-        return "," if self.kind == "csv" else "\t"
+        return self.sep or ("," if self.kind == "csv" else "\t")
 
 
 def read(uri: str, fmt: Format, types: dict[str, pl.DataType], bad: BadRows,
@@ -259,7 +261,7 @@ def _read_lines(uri, blocks: Iterator[bytes | memoryview], fmt: Format, types, b
             raise blame(InputError(f"{uri}: line 1, the header, holds a byte that is not UTF-8 "
                                    f"({head[e.start:e.end]!r} at byte {e.start + 1}). Fix: write the header in UTF-8 "
                                    "(iconv -f LATIN1 -t UTF-8 converts a Latin-1 file)."), uri) from None
-        columns = next(csv.reader([text], delimiter=fmt.separator))
+        columns = next(csv.reader([text.removeprefix("\ufeff").rstrip("\r")], delimiter=fmt.separator))  # BOM, CRLF
         blocks = _chain(body, blocks)
         line = 2
     missing = [c for c in types if c not in columns]
@@ -338,7 +340,8 @@ def _polars_read(block: bytes, fmt: Format, schema, select) -> pl.DataFrame:
     names = list(schema)
     return pl.read_csv(block, has_header=False, separator=fmt.separator, schema=schema,
                        columns=sorted(names.index(c) for c in select), quote_char='"' if fmt.kind == "csv" else None,
-                       truncate_ragged_lines=True, missing_columns="insert", raise_if_empty=False)
+                       truncate_ragged_lines=True, missing_columns="insert", raise_if_empty=False,
+                       null_values=list(fmt.null_values) or None)
 
 
 def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tuple[pl.DataFrame, np.ndarray, int]:
@@ -348,7 +351,7 @@ def _parse_slow(block: bytes, line: int, columns, fmt: Format, types, bad) -> tu
     raw_lines = block.split(b"\n")[:-1]
     not_utf8 = _not_utf8(block, raw_lines, columns, fmt)
     if fmt.kind == "csv":
-        counts = [len(r) for r in csv.reader(io.StringIO(block.decode(errors="replace")))]
+        counts = [len(r) for r in csv.reader(io.StringIO(block.decode(errors="replace")), delimiter=fmt.separator)]
     else:
         sep = fmt.separator.encode()
         counts = [ln.count(sep) + 1 for ln in raw_lines]

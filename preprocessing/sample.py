@@ -35,10 +35,12 @@ class Sample:
         return max(1.0, self.total_rows / max(1, len(self.rows)))
 
 
-def read_sample(inputs: list[str], rows: int = 100_000, columns: list[str] | None = None) -> Sample:
+def read_sample(inputs: list[str], rows: int = 100_000, columns: list[str] | None = None,
+                layout: "TextLayout | None" = None) -> Sample:
     """Up to ``rows`` rows of ``inputs`` (files, folders, globs; local or s3), an equal share from each of up to
     ``MAX_FILES`` files: spread over a Parquet file, a text file's first rows. ``columns``: the names of a headerless
-    text file's columns (preprocessing reads a TSV so), else its first line names them."""
+    text file's columns (preprocessing reads a TSV so), else its first line names them. ``layout``: a text file's
+    separator, quoting and missing-value marks (default: the file name's, as preprocessing reads it)."""
     files = expand(inputs)
     kinds = {file_type(f.uri) for f in files}
     if len(kinds) > 1:
@@ -53,7 +55,7 @@ def read_sample(inputs: list[str], rows: int = 100_000, columns: list[str] | Non
             df, n = _parquet(f.uri, share)
             total += n
         else:
-            df, used = _text(f.uri, share, "," if kind == "csv" else "\t", columns)
+            df, used = _text(f.uri, share, layout or TextLayout.of_kind(kind), columns)
             text_bytes, text_rows = text_bytes + used, text_rows + len(df)
         parts.append(df)
     try:
@@ -87,7 +89,22 @@ def _parquet(uri: str, rows: int) -> tuple[pl.DataFrame, int]:
         return read[np.linspace(0, len(read) - 1, rows).round().astype(np.int64)], total
 
 
-def _text(uri: str, rows: int, separator: str, columns: list[str] | None) -> tuple[pl.DataFrame, int]:
+@dataclass
+class TextLayout:
+    """How a text file is split into fields, as preprocessing splits it (``readers.Format``): the separator, whether
+    a double quote quotes a field (csv), and the fields read as missing besides an empty one."""
+
+    separator: str = ","
+    quoted: bool = True
+    null_values: tuple[str, ...] = ()
+
+    @classmethod
+    def of_kind(cls, kind: str, separator: str | None = None, null_values=()) -> "TextLayout":
+        """The layout preprocessing reads a csv or tsv chunk (or file) with."""
+        return cls(separator or ("," if kind == "csv" else "\t"), kind == "csv", tuple(null_values or ()))
+
+
+def _text(uri: str, rows: int, layout: TextLayout, columns: list[str] | None) -> tuple[pl.DataFrame, int]:
     """The first ``rows`` rows of a text file (after its header, unless ``columns`` names them), and the bytes they
     took (uncompressed)."""
     with open_uri(uri, compression="infer") as f:
@@ -101,10 +118,13 @@ def _text(uri: str, rows: int, separator: str, columns: list[str] | None) -> tup
     if not data.strip():
         raise UserError(f"{uri}: is empty. Fix: pass a file with a header row and rows.")
     try:
-        df = pl.read_csv(io.BytesIO(data), separator=separator, infer_schema_length=None, try_parse_dates=False,
-                         null_values=[""], truncate_ragged_lines=True, has_header=columns is None,
-                         new_columns=columns)
+        df = pl.read_csv(io.BytesIO(data), separator=layout.separator, infer_schema_length=None,
+                         try_parse_dates=False, null_values=["", *layout.null_values], truncate_ragged_lines=True,
+                         has_header=columns is None, new_columns=columns,
+                         quote_char='"' if layout.quoted else None)
     except pl.exceptions.PolarsError as e:
-        raise UserError(f"{uri}: cannot be read as {'CSV' if separator == ',' else 'TSV'} with a header row ({e}). "
-                        "Fix: pass a file whose first line names its columns.") from None
+        raise UserError(f"{uri}: cannot be read with separator {layout.separator!r} and "
+                        f"{'a header row' if columns is None else 'no header row'} ({str(e).splitlines()[0][:200]}). Fix: "
+                        "check the spec's source_spec `separator` and `header` against the file (`spec draft` finds "
+                        "them).") from None
     return df, len(data) - (len(lines[0]) if columns is None else 0)

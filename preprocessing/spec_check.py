@@ -16,7 +16,7 @@ from feature_spec.check import Problem, check_text, line_of, key_lines
 from feature_spec.model import close_match
 
 from .lists import unsplit
-from .sample import Sample, read_sample
+from .sample import Sample, TextLayout, read_sample
 from .transforms import numerical_max
 
 SEPARATORS = ("|", ";", ",")   # a list's element separators, in the order they are tried (a space: free text)
@@ -146,13 +146,14 @@ def _categorical(spec: FeatureSpec, name: str, col: pl.Series, kind: str, add) -
             add(where, f"has `dtype: int` but holds {bad[0]!r}.", "set `dtype: str`.")
 
 
-def find_separator(col: pl.Series) -> str | None:
-    """The element separator of a text list column: the first of ``SEPARATORS`` in 30% of its values or more whose
-    parts repeat (no more distinct elements than distinct values, or under a tenth of all elements), else None."""
+def find_separator(col: pl.Series, avoid: str | None = None) -> str | None:
+    """The element separator of a text list column: the first of ``SEPARATORS`` (but ``avoid``) in 30% of its values
+    or more whose parts repeat (no more distinct elements than distinct values, or under a tenth of all elements),
+    else None."""
     values = col.drop_nulls()
     if values.dtype != pl.String or not len(values):
         return None
-    for sep in SEPARATORS:
+    for sep in (s for s in SEPARATORS if s != avoid):
         has = values.str.contains(sep, literal=True).mean()
         if has and has >= 0.3:
             elements = values.str.split(sep).explode().str.strip_chars()
@@ -174,10 +175,24 @@ def headerless_columns(spec: FeatureSpec, inputs: list[str]) -> list[str] | None
     return None if header else list(chunks[0].features) if chunks else list(spec.feature_spec)
 
 
+def text_layout(spec: FeatureSpec, inputs: list[str]) -> TextLayout | None:
+    """How preprocessing splits the spec's text inputs into fields (a csv/tsv chunk's type, ``separator`` and
+    ``null_values``, else the file name's type); None for Parquet."""
+    from .inputs import file_type, split_mapping
+    chunks = [c for cs in spec.source_spec.values() for c in cs]
+    kind = chunks[0].type if chunks else file_type(split_mapping(inputs[0])[1])
+    if kind not in ("csv", "tsv"):
+        return None
+    extra = (chunks[0].model_extra or {}) if chunks else {}
+    nulls = extra.get("null_values") or ()
+    return TextLayout.of_kind(kind, extra.get("separator"), nulls if isinstance(nulls, (list, tuple)) else ())
+
+
 def check_spec_with_inputs(uri: str, text: str, inputs: list[str], rows: int = 100_000
                            ) -> tuple[FeatureSpec | None, list[Problem]]:
     """The spec's own problems (``feature_spec.check.check_text``) and, where it can be built, the data's."""
     spec, problems = check_text(text, uri)
     if spec is not None and inputs:
-        problems += check_against(spec, read_sample(inputs, rows, headerless_columns(spec, inputs)), key_lines(text))
+        sample = read_sample(inputs, rows, headerless_columns(spec, inputs), text_layout(spec, inputs))
+        problems += check_against(spec, sample, key_lines(text))
     return spec, sorted(problems, key=lambda p: (p.line is None, p.line or 0))

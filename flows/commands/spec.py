@@ -10,12 +10,16 @@ feature in no channel, values of a wrong type, rules across sections); with --in
 data (missing columns, text under numerical, a label that is not 0/1, a Parquet text column read as a list...).
 Exit code 2 when there is a problem.
 
-draft: read a sample of the inputs and write a commented spec that preprocesses without edits: the label, each
-column's channel, transform, threshold or hash buckets, list columns, and the columns left out with the reason.
+draft: read a sample of the inputs and write a commented spec that preprocesses without edits: the layout of a
+text file (its separator, a header row or none, the marks of missing values: found from its first lines), the
+label, each column's channel, transform, threshold or hash buckets, list columns, and the columns left out with
+the reason. JSON lines are refused with the command that converts them to Parquet.
 
 examples:
   dlrmflow spec draft --input data/ratings.parquet --label 'rating>=4' --out ratings.yaml
   dlrmflow spec check ratings.yaml --input data/ratings.parquet
+  dlrmflow spec draft --input 'day_*.gz' --out day.yaml                 # raw Criteo: headerless TSV
+  dlrmflow spec draft --input export.txt --no-header --names user,item,clicked --label clicked --out e.yaml
   dlrmflow preprocess --input data/ratings.parquet --spec ratings.yaml --out artifacts
 
 See docs/spec.md for every key of a spec.
@@ -27,13 +31,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("verb", choices=("check", "draft"), help="check a spec, or draft one from the data")
     parser.add_argument("spec", nargs="?", metavar="SPEC", help="check: the spec YAML (a path or URI)")
     parser.add_argument("--input", action="append", default=[], metavar="URI",
-                        help="input files, folders or globs, repeatable (CSV with a header row, or Parquet; local "
-                        "or s3): check compares the spec with a sample of them, draft drafts from one")
+                        help="input files, folders or globs, repeatable (CSV/TSV/other delimited text, with or "
+                        "without a header, maybe compressed, or Parquet; local or s3): check compares the spec with "
+                        "a sample of them, draft drafts from one")
     parser.add_argument("--rows", type=int, default=100_000, help="rows to sample (default 100000)")
     parser.add_argument("--label", metavar="COLUMN", help="draft: the label column, or a rule: 'rating>=4', "
-                        "'income==>50K' (default: a 0/1 column named label, click, target...)")
+                        "'income==>50K' (default: a column of two values named label, click, target...; in a headerless file a 0/1 "
+                        "column, else the first or last of two values)")
     parser.add_argument("--name", help="draft: the dataset's name (metadata.name; default: the first file's name)")
     parser.add_argument("--out", metavar="PATH", help="draft: where to write the spec YAML ('-': stdout)")
+    parser.add_argument("--header", dest="header", action="store_true", default=None,
+                        help="draft: the text files' first line names the columns (default: found from the data)")
+    parser.add_argument("--no-header", dest="header", action="store_false",
+                        help="draft: the text files have no header row (columns c0, c1, ... or --names)")
+    parser.add_argument("--names", metavar="A,B,...", help="draft: a headerless text file's column names, "
+                        "comma-separated in file order")
 
 
 def run(args) -> int:
@@ -44,14 +56,17 @@ def run(args) -> int:
     if args.verb == "draft" and (args.spec or not args.input or not args.out):
         raise UserError("spec draft takes --input URI and --out PATH (no SPEC). Fix: e.g. dlrmflow spec draft "
                         "--input data.parquet --label 'rating>=4' --out spec.yaml.")
-    if args.verb == "check" and (not args.spec or args.label or args.out or args.name):
+    header, names = getattr(args, "header", None), getattr(args, "names", None)
+    if args.verb == "check" and (not args.spec or args.label or args.out or args.name or header is not None
+                                 or names):
         raise UserError("spec check takes SPEC and optionally --input URI. Fix: e.g. dlrmflow spec check spec.yaml "
                         "--input data.parquet.")
     if args.verb == "draft":
         from common.atomic import write_uri
         from preprocessing.draft import draft_spec
 
-        text = draft_spec(args.input, args.label, args.rows, args.name)
+        text = draft_spec(args.input, args.label, args.rows, args.name, header,
+                          [n.strip() for n in names.split(",")] if names else None)
         if args.out == "-":
             sys.stdout.write(text)
         else:
