@@ -9,6 +9,10 @@
   model with list features ``(values, lengths, numerical)`` (a KeyedJaggedTensor's values and lengths); verified
   against the eager module at export (the manifest's ``program.max_abs_diff``). What ``load_bundle``'s
   ``predictor`` serves;
+- ``raw.pt2``, ``raw.json``, ``client.py``: the program that takes raw rows (``training.raw_inputs``: the input
+  spec's transforms, vocabulary lookup and hash buckets inside), its features and its reference client (pure
+  Python); the manifest's ``raw`` (``file`` None and ``why``: a bundle without an input spec or with a feature the
+  program cannot encode);
 - ``model.pt``: the same module as TorchScript (``torch.jit.load``; ``forward`` and ``forward_lists``),
   **deprecated** (torch deprecates torch.jit): written until ``TORCHSCRIPT_UNTIL`` for the servers that load it,
   used here only for a bundle without ``model.pt2``;
@@ -23,15 +27,15 @@
 
 ``export_verified`` is what a promotion calls: keep a bundle that verifies, else export it again, re-read every file's
 sha256 against the manifest, and return the sha256 of ``manifest.json`` (which champion.json records). The export
-runs in a child process (``python -P -m training.export``, dying with its parent: ``common.process``; forked from
-the warm launcher where ``$DLRMFLOW_WARM_LAUNCHER`` names one: ``training.launchers.warm``), so that a
+runs in a child process (``python -P -m training.export``, dying with its parent and started after
+``$DLRMFLOW_LAUNCH_PREFIX`` as a local rank job is: ``common.process``), so that a
 crash of torch's writers (a SIGABRT from C++) never takes the calling flow down: a child that fails or dies is a
 UserError naming the bundle, how the child ended and the free space there, and what it left (its temporary
 folder) is removed; nothing at the bundle's place verifies, so a re-run exports it again.
 
 A full disk is ``common.space.NoSpace`` (the path, the free space, the fix): refused before writing when the bundle's
-filesystem has less free space than the bundle takes (its weights three times, ``weights.pt``, ``model.pt2`` and
-``model.pt``, and the vocabularies), or raised by the write that found none.
+filesystem has less free space than the bundle takes (its weights four times, ``weights.pt``, ``model.pt2``,
+``raw.pt2`` and ``model.pt``, and the vocabularies twice), or raised by the write that found none.
 
 Test hook: ``$DLRMFLOW_EXPORT_CRASH=abort`` aborts the exporting process (SIGABRT, as torch's C++ does) once
 ``weights.pt`` is written in the bundle's temporary folder; unset, it does nothing.
@@ -67,12 +71,12 @@ import feature_spec as fspec
 from common.config import load_yaml
 from common.atomic import atomic_dir, remove_temp, write_atomic, write_uri
 from common.errors import UserError
-from common.process import dying_with_this_process, exit_text
+from common.process import dying_with_this_process, exit_text, launch_command
 from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
 from training.inference import DLRMInference, export_program, plain_state
-from training.launchers import warm
+from training.raw_inputs import write_raw
 from training.rundir import RunDir
 
 FORMAT = 1
@@ -160,7 +164,7 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
     fs, path = filesystem(out)
     need = bundle_bytes(config, module)
     what = f"the serving bundle of {run.uri} step {step}"
-    estimate = "its weights three times, weights.pt, model.pt and model.pt2, and its vocabularies"
+    estimate = "its weights four times, weights.pt, model.pt, model.pt2 and raw.pt2, and its vocabularies twice"
     if isinstance(fs, LocalFileSystem):
         check_free(path, need, what, estimate, NO_SPACE_FIX)
         with writing(path, NO_SPACE_FIX), atomic_dir(path) as folder:
@@ -179,8 +183,9 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
 
 
 def bundle_bytes(config: dict[str, Any], module: DLRMInference) -> int:
-    """About the bytes of the bundle of ``module``: its weights three times (``weights.pt``, and ``model.pt`` and
-    ``model.pt2``, which hold them too) and the dataset's vocabularies."""
+    """About the bytes of the bundle of ``module``: its weights four times (``weights.pt``, and ``model.pt``,
+    ``model.pt2`` and ``raw.pt2``, which hold them too) and the dataset's vocabularies twice (``raw.pt2`` holds
+    their keys)."""
     weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     dataset = config["source"]["dataset"]
     spec_uri = posixpath.join(dataset, SPEC)
@@ -192,7 +197,7 @@ def bundle_bytes(config: dict[str, Any], module: DLRMInference) -> int:
             vocab += int(fs.size(path) or 0)
         except (FileNotFoundError, OSError):
             pass   # _write names a missing one
-    return 3 * weights + vocab + len(spec)
+    return 4 * weights + 2 * vocab + len(spec)
 
 
 def verify_bundle(uri: str, run: str, step: int) -> str:
@@ -244,7 +249,7 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
     answer: dict[str, Any] = {}
     writer: int | None = None
     try:
-        cmd = dying_with_this_process(warm.through_server(
+        cmd = dying_with_this_process(launch_command(
             [sys.executable, "-P", "-m", "training.export", "--scratch", scratch, run.uri, str(step), out]))
         # its output through a pipe (not a file: the temporary folder may be on the full disk), its last lines kept
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -318,6 +323,7 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
         warnings.filterwarnings("ignore", JIT_DEPRECATED)
         torch.jit.save(torch.jit.script(module), f)
     program = write_program(module, bool(config.get("lists")), folder / PROGRAM)   # the format to serve
+    raw = write_raw(folder, config, module, _input_spec(folder, config["input_spec"]), VERIFY_TOLERANCE)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", JIT_DEPRECATED)
         scripted = torch.jit.load(str(folder / MODULE), map_location="cpu").eval()
@@ -325,7 +331,7 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     torchscript_diff = _max_diff(module, scripted.forward_lists if lists else scripted, lists)
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    manifest = {"format": FORMAT, "kind": "pt2", "program": program, "module": MODULE, "weights": WEIGHTS,
+    manifest = {"format": FORMAT, "kind": "pt2", "program": program, "raw": raw, "module": MODULE, "weights": WEIGHTS,
                 "torchscript": {"file": MODULE, "deprecated": True, "written_until": TORCHSCRIPT_UNTIL,
                                 "max_abs_diff": torchscript_diff},
                 "inputs": {"categorical": ["int64", len(config["categorical"])],
@@ -336,6 +342,13 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
                           for name in files}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _input_spec(folder: Path, input_spec: str | None) -> fspec.FeatureSpec | None:
+    """The input spec a bundle's rows are read with (its copy, or a preset), for its raw program; None: none."""
+    if not input_spec:
+        return None
+    return fspec.load(str(folder / INPUT_SPEC)) if input_spec == INPUT_SPEC else fspec.preset(input_spec)
 
 
 def write_program(module: DLRMInference, lists: bool, path: Path) -> dict[str, Any]:

@@ -130,15 +130,32 @@ class StaticDLRM(DLRMInference):
         self.weight = nn.Parameter(torch.cat([t.weight.detach() for t in model.tables]), requires_grad=False)
 
     def forward_lists(self, values: torch.Tensor, lengths: torch.Tensor, numerical: torch.Tensor) -> torch.Tensor:
-        x = self.dense(numerical)
-        n, batch = self.rows.shape[0], numerical.shape[0]
         lengths = lengths.to(torch.int64).reshape(-1)
+        offsets, table = self.layout(lengths, values.shape[0], numerical.shape[0])
+        return self.pooled(values.to(torch.int64), table, offsets, lengths, self.dense(numerical))
+
+    def layout(self, lengths: torch.Tensor, n_values: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The bags' offsets ``[n_cat * B + 1]`` (a cumsum of the int64 ``lengths``, feature-major) and each of the
+        ``n_values`` values' table ``[N]``."""
+        n = self.rows.shape[0]
         offsets = torch.cat((torch.zeros(1, dtype=torch.int64, device=lengths.device), torch.cumsum(lengths, dim=0)))
         ends = offsets[torch.arange(1, n + 1, device=lengths.device) * batch]   # each table's last id + 1
-        table = torch.searchsorted(ends, torch.arange(values.shape[0], device=values.device), right=True)
-        ids = values.to(torch.int64) % self.rows[table] + self.base[table]
-        pooled = nn.functional.embedding_bag(ids, self.weight, offsets, mode="sum", include_last_offset=True)
-        counts = torch.where(self.mean.unsqueeze(1), lengths.view(n, batch).clamp(min=1), 1).to(pooled.dtype)
+        return offsets, torch.searchsorted(ends, torch.arange(n_values, device=lengths.device), right=True)
+
+    def pooled(self, ids: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, counts: torch.Tensor,
+               x: torch.Tensor, weights: torch.Tensor | None = None, fill: torch.Tensor | None = None) -> torch.Tensor:
+        """Probabilities [B] from every value's id (int64) and ``table``, the bags' ``offsets``, each bag's count
+        of ids (a mean table's divisor) and the bottom MLP's output ``x``. ``weights`` ([N] float32, 0 or 1): which
+        values a bag pools (None: all); ``fill`` ([n_cat * B] int64): index-0 rows added to each bag (a missing
+        list of a fixed hotness, which preprocessing writes as that many zeros; counted in ``counts`` already)."""
+        n, batch = self.rows.shape[0], x.shape[0]
+        ids = ids % torch.index_select(self.rows, 0, table) + torch.index_select(self.base, 0, table)
+        pooled = nn.functional.embedding_bag(ids, self.weight, offsets, mode="sum", per_sample_weights=weights,
+                                             include_last_offset=True)
+        if fill is not None:   # each table's row of index 0 (at its base), fill times
+            first = self.weight[self.base].unsqueeze(1)   # [n_cat, 1, dim]
+            pooled = pooled + (fill.view(n, batch, 1).to(pooled.dtype) * first).reshape(pooled.shape)
+        counts = torch.where(self.mean.unsqueeze(1), counts.view(n, batch).clamp(min=1), 1).to(pooled.dtype)
         pooled = pooled.view(n, batch, -1) / counts.unsqueeze(2)
         return self.head(x, torch.cat((x.unsqueeze(1), pooled.transpose(0, 1)), dim=1))
 

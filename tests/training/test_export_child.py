@@ -128,8 +128,8 @@ def test_a_bundle_larger_than_the_free_space_is_refused_by_the_child_in_one_line
     got = run_on_tmpfs(EXPORT, mount, "64k", str(store / "runs" / "r"), str(step))
     assert got["left"] == [], got
     assert re.fullmatch(rf"not enough free space to write the serving bundle of {store}/runs/r step 1 at {mount}/bundle: "
-                        r"it needs about \d+ KiB \(its weights three times, weights\.pt, model\.pt and model\.pt2, and its "
-                        r"vocabularies\), "
+                        r"it needs about \d+ KiB \(its weights four times, weights\.pt, model\.pt, model\.pt2 and raw\.pt2, "
+                        r"and its vocabularies twice\), "
                         rf"free: 64 KiB of 64 KiB on {mount}\. Fix: free space on {mount} \(`dlrmflow gc` removes what "
                         r"the store no longer needs\), or export to a filesystem with room \(--store; `dlrmflow export "
                         r"--out`\)", got["error"]), got["error"]
