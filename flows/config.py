@@ -6,7 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from common.config import store_field
-from nightly.config import PipelineConfig
+from nightly.config import LandingConfig, PipelineConfig
+from preprocessing.dated import is_dated
 
 
 class ServeConfig(BaseModel):
@@ -25,6 +26,9 @@ class ServeConfig(BaseModel):
                                   "re-tune of the pipeline's model on its champion's dataset, whose best config the "
                                   "nightly runs pick up with `tuned_config: model`, e.g. \"0 8 * * 6\" (Saturdays "
                                   "08:00). Needs the pipeline's model. Default: the tune runs on demand only.")
+    landing: LandingConfig = Field(default_factory=LandingConfig, description="When a day of the dated inputs is "
+                                   "complete: with a model and {date} inputs, serve's day-landed sensor starts the "
+                                   "day's night once it is; the cron schedule stays as the fallback.")
 
     @field_validator("cron", "tune_cron")
     @classmethod
@@ -39,6 +43,11 @@ class ServeConfig(BaseModel):
             raise ValueError("a scheduled tune (tune_cron) tunes the pipeline's model on its champion's dataset; fix: "
                              "name the model (--model NAME) or leave tune_cron out")
         return self
+
+    def sensor(self) -> LandingConfig | None:
+        """The day-landed sensor's rule when serve runs one (a model, {date} inputs, ``landing.every_s`` > 0)."""
+        dated = any(is_dated(uri) for uri in self.pipeline.preprocess.inputs)
+        return self.landing if self.landing.every_s and self.pipeline.model and dated else None
 
     def tune_parameters(self, store: str) -> dict:
         """The tune deployment's default `config`: the served store and, with a model, that model on the base the

@@ -6,7 +6,8 @@ model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics 
 ``dlrmflow.data.check_failed`` (date, on_data_check, the test day's failed checks) and ``dlrmflow.data.day_quarantined``
 (day, why, the night's date), both emitted by the data gate (``flows.datacheck``), and ``dlrmflow.model.degraded``
 (date, the champion, why, its watch: ``models.watch``), emitted by ``degraded`` after a night where the champion fell
-out of its own band while no challenger won, which also notifies ``night.notify_block``.
+out of its own band while no challenger won, which also notifies ``night.notify_block``. ``dlrmflow.day.landed``
+(day, its files) is the day-landed sensor's (``flows.landed``): the served pipeline's trigger starts that day's night.
 
 ``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
 model's history (a ``failed`` line naming the stage and the error, ``models.registry.record_failed``; the data gate
@@ -33,6 +34,7 @@ MODEL_PROMOTED = "dlrmflow.model.promoted"
 DATA_CHECK_FAILED = "dlrmflow.data.check_failed"   # by the data gate (flows.datacheck): the test day failed
 DAY_QUARANTINED = "dlrmflow.data.day_quarantined"   # by the data gate: a day judged now was quarantined
 MODEL_DEGRADED = "dlrmflow.model.degraded"   # the champion fell out of its band (models.watch), no challenger won
+DAY_LANDED = "dlrmflow.day.landed"   # by the day-landed sensor (flows.landed): a day of the inputs is complete
 
 _NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
 

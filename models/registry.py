@@ -2,8 +2,9 @@
 (one line per pipeline run: date, window, run and dataset, challenger and champion metrics, gates, the night's data
 checks, decision; or a night the catchup policy skipped: ``record_skipped``; or one whose data checks failed:
 ``record_data_failed``; or one that failed before its decision: ``record_failed``), ``days.jsonl`` (the data gate's
-and the operator's verdicts on the days its nights read: ``record_verdicts``) and ``bundles/`` (the serving bundles
-of the champion and of the one before it, kept for a rollback).
+and the operator's verdicts on the days its nights read: ``record_verdicts``), ``landed.jsonl`` (the days the
+day-landed sensor saw complete: ``record_landed``) and ``bundles/`` (the serving bundles of the champion and of the
+one before it, kept for a rollback).
 
 ``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
 checked before each write) it re-reads the champion and ``decide``s (``models.decision``); a promotion is one
@@ -49,6 +50,7 @@ CHAMPION_FILE = "champion.json"
 BUNDLES = "bundles"   # <model>/bundles/<run name>/: the serving bundles of the champion and the one before
 HISTORY_FILE = "history.jsonl"
 DAYS_FILE = "days.jsonl"   # the data gate's verdicts on the days the model's nights read (nightly.datacheck)
+LANDED_FILE = "landed.jsonl"   # the days the day-landed sensor saw complete (nightly.landing)
 TUNED_FILE = "tuned.yaml"   # the training config the model's latest tune found best (`dlrmflow tune --model`)
 LOCK_FILE = "promotion.lock"
 LOCK_TIMEOUT_S = 900.0  # how long record() waits for another promotion of the same model
@@ -269,6 +271,32 @@ def record_verdicts(model: str, verdicts: list[dict], owner: str | None = None,
         lock.check()
         write_uri(posixpath.join(model, DAYS_FILE),
                   text + "".join(json.dumps(v, allow_nan=False, default=str) + "\n" for v in verdicts))
+
+
+def landed(model: str) -> list[dict]:
+    """Every line of ``<model>/landed.jsonl`` (the day-landed sensor's record of the days it saw: ``nightly.landing``),
+    oldest first; [] when there is none yet."""
+    text = _read(model, LANDED_FILE) or ""
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                lines.append(json.loads(line))
+            except ValueError as e:
+                raise UserError(f"{posixpath.join(model, LANDED_FILE)} line {number} is not JSON ({e}). Fix: repair or "
+                                "remove that line (a day it held may land again: its night runs once).") from None
+    return lines
+
+
+def record_landed(model: str, lines: list[dict]) -> None:
+    """Append ``lines`` to ``<model>/landed.jsonl``. No lock: its one writer is the model's day-landed sensor, whose
+    deployment runs one flow run at a time."""
+    if not lines:
+        return
+    text = _read(model, LANDED_FILE) or ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    write_uri(posixpath.join(model, LANDED_FILE), text + "".join(json.dumps(v, default=str) + "\n" for v in lines))
 
 
 RECORDED = ("auc", "logloss", "rows", "positives", "base_logloss", "calibration", "fingerprint")  # of each model

@@ -493,3 +493,27 @@ class DaysConfig(BaseModel):
             raise ValueError(f"{self.action} needs the day and why; fix: e.g. `dlrmflow days --model "
                              f"{self.model} {self.action} 2026-11-05 --why 'the logger was fixed'`")
         return self
+
+
+class LandingConfig(BaseModel):
+    """When a day of the dated inputs is complete, and how `dlrmflow serve`'s day-landed sensor looks for such days
+    (``nightly.landing``). Every rule that is set must hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    marker: str | None = Field("_SUCCESS", min_length=1, description="A file in each day's folder (of every input "
+                               "template) that says the day is complete, written after the day's files (Spark's and "
+                               "Hadoop's _SUCCESS); none: no marker.")
+    files: int | None = Field(None, ge=1, description="At least this many input files a day (over the templates).")
+    quiet_s: float | None = Field(None, gt=0, description="The day's files unchanged (size and mtime; S3: ETag) for "
+                                  "this long, in seconds, as the sensor saw them.")
+    every_s: int = Field(60, ge=0, description="How often the sensor looks, in seconds; 0: no sensor (the cron "
+                         "schedule only).")
+    lookback_days: int = Field(3, ge=1, description="How many of the newest days found the sensor looks at.")
+
+    @model_validator(mode="after")
+    def _a_rule(self) -> "LandingConfig":
+        if self.marker is None and self.files is None and self.quiet_s is None:
+            raise ValueError("a day needs a rule that says it is complete; fix: set landing.marker (e.g. _SUCCESS), "
+                             "landing.files or landing.quiet_s")
+        return self

@@ -1,6 +1,7 @@
 """Dated inputs: URI templates that hold ``{date}`` (ISO) or ``{date:%Y/%m/%d}`` (strftime): ``fill_date`` fills
 one for a day, ``day_of`` finds the day a URI belongs to, ``check_template`` refuses a template that cannot be
-filled. The dated window (``nightly.window``) and the store's clean-up (``models.gc``) read them."""
+filled, ``dated_part`` and ``as_glob`` find a template's day folders. The dated window (``nightly.window``), the
+store's clean-up (``models.gc``) and the day-landed sensor (``nightly.landing``) read them."""
 
 from __future__ import annotations
 
@@ -62,3 +63,22 @@ def day_of(templates: list[str], uri: str) -> dt.date | None:
 
 def _glob_regex(text: str) -> str:
     return "".join("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch) for ch in text)
+
+
+def dated_part(template: str) -> tuple[str, str]:
+    """(the template up to the end of the last path component holding ``{date}``, the rest after its ``/``): for
+    ``logs/{date}/part-*``, (``logs/{date}``, ``part-*``); for ``logs/{date}.tsv``, (``logs/{date}.tsv``, ``""``)."""
+    last = list(_PLACEHOLDER.finditer(template))[-1].end()
+    cut = template.find("/", last)
+    return (template, "") if cut < 0 else (template[:cut], template[cut + 1:])
+
+
+def as_glob(template: str) -> str:
+    """``template`` with each ``{date}`` as a glob that any day's value matches (``{date}``: ``????-??-??``; a
+    strftime format: ``%Y`` as ``????``, another field as ``*``), for listing the days there are."""
+    def glob(m: re.Match) -> str:
+        fmt = m.group(1) or "%Y-%m-%d"
+        return re.sub(r"\*+", "*", re.sub(r"%.", lambda f: {"%Y": "????", "%m": "??", "%d": "??"}.get(f.group(), "*"),
+                                          fmt))
+
+    return _PLACEHOLDER.sub(glob, template)

@@ -14,6 +14,10 @@ The pipeline options (those of dlrmflow run) are the scheduled runs' parameters.
 template and --train-days, each night's run is for yesterday (--lag-days 1): it trains on the
 --train-days days before that day, tests on it, and promotes the new model of --model when it beats
 the champion. Runs of the pipeline queue, one at a time.
+With --model and a dated input template, serve also runs the day-landed sensor (deployment
+dlrmflow-day-landed-NAME, every --landing.every-s seconds): a day complete by its rule (default: a
+_SUCCESS marker in the day's folder) starts its night at once, once a day; the cron schedule is the
+fallback. --landing.every-s 0 turns it off.
 serve prints the UI's address and each deployment it registered with its schedule (with --model, also the
 model's page); open the UI's deployments page and press Run on any of them. Stop with Ctrl-C or
 SIGTERM: all the deployments are paused and the pipeline's upcoming scheduled runs removed until

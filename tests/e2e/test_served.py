@@ -1,36 +1,45 @@
 """The served nightly pipeline end to end, one served run of the session's real Prefect server: `dlrmflow serve`
-with a dated input template, a window, a model name and a cron schedule; headless Chromium on the deployments
-page; two nights triggered as the UI's Run button does (POST /deployments/{id}/create_flow_run) over drifting
-synthetic days, the second while the first runs (overlapping triggers).
+with a dated input template, a window, a model name, a cron schedule and the day-landed sensor (issue 44 §3); headless
+Chromium on the UI's pages, each loaded once. Night 1 is triggered as the UI's Run button does (POST
+/deployments/{id}/create_flow_run); while it runs, day D's files and then its _SUCCESS marker are dropped into the
+watched folder, a look of the sensor (a run of its deployment, as its schedule starts one) tells of the day and the
+pipeline's trigger starts night 2 for D, which waits for night 1 (overlapping triggers). D dropped again unchanged
+starts nothing; a duplicate event starts a run that ends at once, saying the night ran.
 
 Night 1 (the UI's view of a run): the training curve published and updated while it trains, every evaluation in
-the train run's logs, the plots on the pipeline run's Artifacts tab and the metrics table. The nights: each
-parses only its new day, its dataset equals preprocessing from scratch, the champion is promoted on night 1 and
-then kept or replaced by the rule (the champion scored on the new day), the history and its artifact grow."""
+the train run's logs, the plots on the pipeline run's Artifacts tab. The nights: each parses only its new day, its
+dataset equals preprocessing from scratch, the champion is promoted on night 1 and then kept or replaced by the rule
+(the champion scored on the new day), the history and its artifact grow; the model's page links each night."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
+import shutil
+import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 from flows import artifacts
-from helpers.browser import needs_chromium, page, screenshot, visible_text
+from helpers.browser import needs_chromium, page, visible_text
 from helpers.datasets import assert_same_files
 from helpers.prefect_api import answer, get, post, stamp
 from helpers.processes import until
 from models import registry
+from nightly.landing import once
 from training import NOISE
 from training.launchers.output import KNOWN
 from training.rundir import RunDir
 
 NIGHTS = ("2026-11-04", "2026-11-05")
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-CRON = "0 2 * * *"
+CRON = "0 2 29 2 *"   # the fallback; a daily one would start a night of its own when the test runs at 02:00
 TUNE_CRON = "0 8 * * 6"   # the weekly re-tune
+LOOK_EVERY_S = 30 * 86400   # the sensor's schedule (a few runs for the server to make); the test starts its looks
 
 
 def _parsed(store: Path) -> dict[str, float]:
@@ -41,7 +50,7 @@ def _parsed(store: Path) -> dict[str, float]:
 
 def _check_the_ui_view_of_a_run(server, night: dict, run: Path, store: Path, tmp_path) -> None:
     """While training ran, the curve was published and then updated; every evaluation reached the logs at INFO,
-    library warnings at WARNING; the pipeline run's Artifacts tab, a plot's page and the metrics table."""
+    library warnings at WARNING; a plot's page; the metrics table's rows."""
     api, ui, run_id = server.api, server.ui, night["id"]
     [train_run] = [r for r in post(f"{api}/flow_runs/filter", {"flows": {"name": {"any_": ["train"]}}})
                    if stamp(night["start_time"]) <= stamp(r["start_time"]) <= stamp(night["end_time"])]
@@ -62,35 +71,32 @@ def _check_the_ui_view_of_a_run(server, night: dict, run: Path, store: Path, tmp
     assert all(level == 30 for level, m in logs if NOISE.match(m.split("] ", 1)[-1]))
     assert not [m for level, m in logs if level < 30 and ("Warning: " in m or "Memory per rank" in m)]
 
-    # the pipeline run's Artifacts tab (the V2 UI honours ?tab=): its own plots; then a plot's page
-    dom = page(f"{ui}/v2/runs/flow-run/{run_id}?tab=Artifacts", tmp_path, "flow-run")
-    assert "pipeline-metrics" in dom and "Metrics on split 'test'" in dom and "pipeline-outputs" in dom
-    for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
-        assert key in dom, key
+    # a plot's page (a markdown artifact's embedded PNG survives the UI's sanitizer); the table's rows through the
+    # API (the run's Artifacts tab, with the model's page, lists it: _check_the_model_page)
     [roc] = server.artifacts("roc-curve", run_id)
     dom = page(f"{ui}/artifacts/artifact/{roc['id']}", tmp_path, "roc")
     assert re.search(r'<img [^>]*src="data:image/png;base64,iVBOR', dom) and "Image URL" not in dom
     [table] = server.artifacts("pipeline-metrics", run_id)
-    dom = page(f"{ui}/artifacts/artifact/{table['id']}", tmp_path, "metrics-table")
-    assert "ROC AUC" in dom and "normalized entropy" in dom
+    assert {"ROC AUC", "normalized entropy"} <= {str(v) for row in json.loads(table["data"]) for v in row.values()}
 
 
-def _check_the_model_page(server, nights: tuple[dict, ...], tmp_path) -> None:
+def _check_the_model_page(server, nights: tuple[dict, ...], store: Path, tmp_path) -> None:
     """The model's page (issue 44): serve said where the UI and the page are; the Artifacts page lists it by the
-    model's name; its latest version has each night's row linked to the night's flow run, whose page that link opens
-    (DOMs kept in tmp_path: artifacts, model-versions, model-page, night; screenshots of the last two)."""
+    model's name; its key's page leads to its latest version, which links each night's row to the night's flow run,
+    whose page that link opens, on its Artifacts tab (DOMs kept in tmp_path: artifacts, model-versions, model-page,
+    night; screenshots of the last two, taken by the same Chromium runs)."""
     ui = server.ui
     said = server.log("serve-nights")   # serve's output
     assert f"Prefect UI: {ui} " in said and f"{ui}/artifacts/key/model-demo" in said, said[-3000:]
-    assert "  days/dlrmflow-days-demo: on demand" in said and f"  pipeline/dlrmflow-pipeline-demo: cron '{CRON}' UTC" \
-        in said
+    assert "  days/dlrmflow-days-demo: on demand" in said and \
+        f"  pipeline/dlrmflow-pipeline-demo: cron '{CRON}' UTC, on dlrmflow.day.landed" in said and \
+        f"  day-landed/dlrmflow-day-landed-demo: every {LOOK_EVERY_S} s" in said and \
+        "a day is complete with a _SUCCESS marker in the day's folder" in said, said[-3000:]
 
     def loaded(url: str, name: str, pattern: str, picture: bool = False) -> str:   # the DOM once the UI drew it
-        found = until(lambda: (dom := page(f"{ui}{url}", tmp_path, name)) and re.search(pattern, dom) and dom, 60,
-                      f"{url} to show {pattern}")
+        found = until(lambda: (dom := page(f"{ui}{url}", tmp_path, name, picture)) and re.search(pattern, dom) and dom,
+                      60, f"{url} to show {pattern}")
         (tmp_path / f"{name}.html").write_text(found)
-        if picture:   # a screenshot is a Chromium run of its own: the two pages a person would look at
-            screenshot(f"{ui}{url}", tmp_path, name)
         return found
 
     loaded("/artifacts", "artifacts", r">\s*model-demo\s*<")   # the Artifacts page: a card per key, by the name
@@ -105,65 +111,143 @@ def _check_the_model_page(server, nights: tuple[dict, ...], tmp_path) -> None:
     links = dict(re.findall(r'<a href="(/runs/flow-run/[0-9a-f-]{36})"[^>]*>([^<]+)</a>', dom))
     for night in nights:
         assert links.get(f"/runs/flow-run/{night['id']}") == night["name"], links
-    loaded(f"/runs/flow-run/{nights[0]['id']}", "night", re.escape(nights[0]["name"]), picture=True)   # its run
+    # the link's run, opened on its Artifacts tab (the V2 UI honours ?tab=): the night's name and its own plots
+    dom = loaded(f"/v2/runs/flow-run/{nights[0]['id']}?tab=Artifacts", "night", r"pipeline-outputs", picture=True)
+    assert nights[0]["name"] in dom and "pipeline-metrics" in dom and "Metrics on split 'test'" in dom
+    for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
+        assert key in dom, key
+    assert (tmp_path / "model-page.png").stat().st_size > 10_000 and (tmp_path / "night.png").stat().st_size > 10_000
+
+
+def _emit(api: str, event: str, resource: dict, payload: dict) -> None:
+    """Send an event as any client does (POST /events)."""
+    body = [{"id": str(uuid.uuid4()), "occurred": dt.datetime.now(dt.timezone.utc).isoformat(), "event": event,
+             "resource": resource, "payload": payload}]
+    request = urllib.request.Request(f"{api}/events", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=60).close()
 
 
 @needs_chromium
-def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, tmp_path):
+def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_server, tmp_path):
     from preprocessing import PreprocessConfig, Preprocessing
     from synthetic.generator import SynthConfig, write_days
 
     server, api = prefect_server, prefect_server.api
-    logs, store = tmp_path / "logs", tmp_path / "store"
-    write_days(SynthConfig(out=str(logs), days=5, start="2026-11-01", rows_per_day=3000, seed=5))
-    serve_args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "3", "--model", "demo",
-                  "--cron", CRON, "--tune-cron", TUNE_CRON, "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
+    staged, logs, store = tmp_path / "staged", tmp_path / "logs", tmp_path / "store"
+    write_days(SynthConfig(out=str(staged), days=5, start="2026-11-01", rows_per_day=3000, seed=5))
+    logs.mkdir()
+    for day in ("2026-11-01", "2026-11-02", "2026-11-03", NIGHTS[0]):   # there before: no marker, never told of
+        (staged / day).rename(logs / day)
+
+    def drop(day: str) -> None:   # a day's files, then its marker, as a Spark job writes them (copies keep mtimes)
+        shutil.copytree(staged / day, logs / day, dirs_exist_ok=True)
+        (logs / day / "_SUCCESS").write_text("")
+
+    template = f"{logs}/{{date}}/part-*"
+    serve_args = ["--store", str(store), "--input", template, "--train-days", "3", "--model", "demo",
+                  "--cron", CRON, "--tune-cron", TUNE_CRON, "--landing.every-s", str(LOOK_EVERY_S),
+                  "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
                   "--eval-every", "8", "--checkpoint-every", "none",
                   "--nproc", "1"]   # every rank job on 1 rank (2 ranks: test_scoring, test_flows_pipeline)
     with server.serve(*serve_args, name="serve-nights") as serve:
-        def pipeline_deployment():
+        def served():
             found = {k: v for k, v in server.deployments().items() if k.endswith("-demo")}   # (a shared server)
-            return found.get("dlrmflow-pipeline-demo") if len(found) == 8 and not any(
-                d["paused"] for d in found.values()) else None
+            return found if len(found) == 9 and not any(d["paused"] for d in found.values()) else None
 
-        pipeline = until(pipeline_deployment, 120, "eight active deployments", server.proc, serve)
-        assert {k for k in server.deployments() if k.endswith("-demo")} == {   # the model's eight
+        found = until(served, 120, "nine active deployments", server.proc, serve)
+        assert set(found) == {   # the model's nine
             "dlrmflow-pipeline-demo", "dlrmflow-preprocess-demo", "dlrmflow-train-demo", "dlrmflow-evaluate-demo",
             "dlrmflow-score-demo", "dlrmflow-tune-demo", "dlrmflow-days-demo",   # days: the data gate's verdicts
-            "dlrmflow-spec-draft-demo"}
+            "dlrmflow-spec-draft-demo", "dlrmflow-day-landed-demo"}   # day-landed: the sensor
+        pipeline, sensor = found["dlrmflow-pipeline-demo"], found["dlrmflow-day-landed-demo"]
         assert [s["schedule"]["cron"] for s in pipeline["schedules"]] == [CRON]
-        retune = server.deployments()["dlrmflow-tune-demo"]   # the weekly re-tune of the model on its champion's data
+        retune = found["dlrmflow-tune-demo"]   # the weekly re-tune of the model on its champion's data
         assert [s["schedule"]["cron"] for s in retune["schedules"]] == [TUNE_CRON]
         assert retune["parameters"]["config"] == {"store": str(store), "model": "demo", "preset": "default"}
+        assert [s["schedule"]["interval"] for s in sensor["schedules"]] == [LOOK_EVERY_S]
+        assert sensor["parameters"]["inputs"] == [template] and sensor["parameters"]["landing"]["marker"] == "_SUCCESS"
+        assert sensor["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
+        # the pipeline's trigger: an automation of the server (no cloud), the day of the event as the run's date
+        [automation] = [a for a in post(f"{api}/automations/filter", {})
+                        if a["name"] == "dlrmflow-pipeline-demo: the day landed"]
+        assert automation["trigger"]["expect"] == ["dlrmflow.day.landed"] and automation["enabled"]
+        assert automation["trigger"]["match"] == {"prefect.resource.id": "dlrmflow.model.demo"}
+        [action] = automation["actions"]
+        assert (action["type"], action["deployment_id"]) == ("run-deployment", pipeline["id"])
+        assert "event.payload.day" in json.dumps(action["parameters"]["date"]), action
         dom = page(f"{server.ui}/deployments", tmp_path, "deployments")
-        for name in server.deployments():
+        for name in found:
             assert name in dom
-        assert "At 02:00 AM every day" in dom
+        assert "02:00 AM" in dom and "February" in dom, visible_text(dom)[:3000]   # the cron, in words
 
         defaults = pipeline["parameters"]["config"]   # the form's defaults are serve's options
-        assert defaults["preprocess"]["inputs"] == [f"{logs}/{{date}}/part-*"]
+        assert defaults["preprocess"]["inputs"] == [template]
         assert (defaults["window"]["train_days"], defaults["model"]) == (3, "demo")
         assert pipeline["global_concurrency_limit"]["limit"] == 1
         assert pipeline["concurrency_options"]["collision_strategy"] == "ENQUEUE"
 
-        def trigger(date: str) -> str:   # as the UI's Run button with only the date filled in
-            return until(lambda: answer(post, f"{api}/deployments/{pipeline['id']}/create_flow_run",
-                                        {"parameters": {"date": date}}), 60, "a new run", server.proc)["id"]
+        def start(deployment: dict, body: dict) -> str:   # as the UI's Run button, or the schedule, starts a run
+            return until(lambda: answer(post, f"{api}/deployments/{deployment['id']}/create_flow_run", body), 60,
+                         "a new run", server.proc)["id"]
+
+        def final(run_id: str) -> dict:
+            return until(lambda: (r := get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
+                         480, "a flow run", server.proc, serve)
 
         def finish(run_id: str) -> dict:
-            run = until(lambda: (r := get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
-                        480, "a night's run", server.proc, serve)
+            run = final(run_id)
             assert run["state"]["type"] == "COMPLETED", server.log("serve-nights")[-4000:]
             return run
 
-        # overlapping triggers: the second night is triggered while the first runs, and waits for it
-        first_id = trigger(NIGHTS[0])
+        def nights() -> list[dict]:   # the pipeline's runs, oldest first (not the cron's, years ahead)
+            runs = post(f"{api}/flow_runs/filter", {"deployments": {"id": {"any_": [pipeline["id"]]}}})
+            return sorted([r for r in runs if stamp(r["expected_start_time"]).year < 2028], key=lambda r: r["created"])
+
+        def look() -> list[str]:   # one look of the sensor: what it said (its logs, the last one in)
+            for _ in range(3):   # a look started while a scheduled one runs is cancelled (one at a time): again
+                if (run := final(start(sensor, {})))["state"]["type"] != "CANCELLED":
+                    break
+            assert run["state"]["type"] == "COMPLETED", server.log("serve-nights")[-4000:]
+            return until(lambda: (said := [m for _, m in server.logs(run["id"])]) and any(
+                m.startswith("Finished in state") for m in said) and said, 30, "the look's logs")
+
+        def told() -> list[str]:   # what every look of the sensor said of a day that landed
+            looks = post(f"{api}/flow_runs/filter", {"deployments": {"id": {"any_": [sensor["id"]]}}})
+            return [m for r in looks for _, m in server.logs(r["id"]) if " landed: " in m]
+
+        # overlapping triggers: day D lands while night 1 runs; the trigger's night 2 waits for it
+        first_id = start(pipeline, {"parameters": {"date": NIGHTS[0]}})   # as the UI's Run with the date filled in
         until(lambda: get(f"{api}/flow_runs/{first_id}")["state"]["type"] == "RUNNING", 120, "night 1", serve)
-        second_id = trigger(NIGHTS[1])
-        until(lambda: get(f"{api}/flow_runs/{second_id}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
+        drop(NIGHTS[1])
+        look()
+        assert until(told, 30, "the day told of") == [
+            f"day {NIGHTS[1]} landed: 1 file(s), a _SUCCESS marker in the day's folder"]
+        [_, second] = until(lambda: len(runs := nights()) == 2 and runs, 60, "the trigger's night", serve)
+        assert second["parameters"]["date"] == NIGHTS[1] and second["created_by"]["type"] == "AUTOMATION", second
+        until(lambda: get(f"{api}/flow_runs/{second['id']}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
               "night 2 to queue", serve)
-        first, second = finish(first_id), finish(second_id)
+        first, second = finish(first_id), finish(second["id"])
         assert stamp(first["end_time"]) <= stamp(second["start_time"]), "two nights ran at once"
+        # the last night's dataset is the one preprocessing its window from scratch gives (now: the day dropped
+        # again below is another version of its input file, so another fingerprint)
+        model = store / "models" / "demo"
+        config = yaml.safe_load((Path(registry.history(str(model))[-1]["run"]) / RunDir.PIPELINE).read_text())
+        fresh = Preprocessing(PreprocessConfig(inputs=config["preprocess"]["inputs"], out=str(tmp_path / "fresh"),
+                                               progress=False)).run()
+        assert_same_files(Path(config["train"]["dataset"]), Path(fresh))
+
+        # the day again, unchanged: the sensor tells nothing; a duplicate event starts a run that ends at once,
+        # saying so (the night ran; checked at the end: it runs while the UI is read); no night runs twice
+        history = registry.history(str(model))   # resolved against the store
+        drop(NIGHTS[1])
+        _emit(api, "dlrmflow.day.landed", {"prefect.resource.id": "dlrmflow.model.demo"}, {"day": NIGHTS[1]})
+        assert not [m for m in look() if m.startswith("day ")] and len(told()) == 1
+        part = logs / NIGHTS[1] / "part-00000.tsv"
+        assert [(line["day"], line["state"], line["files"]) for line in registry.landed(str(model))] == [
+            (NIGHTS[1], "landed", {str(part): f"{part.stat().st_size}:mtime={part.stat().st_mtime_ns}"})]
+        # (the cron fallback's night of D is refused on the same path: tests/flows/test_landed.py)
+        [duplicate] = until(lambda: len(runs := nights()) == 3 and runs[2:], 60, "the duplicate's run")
+        assert duplicate["created_by"]["type"] == "AUTOMATION" and duplicate["parameters"]["date"] == NIGHTS[1]
 
         # each day was parsed once, by the first night that read it; the days no later night reads are pruned
         # (after night 2: 11-01 and 11-02; the next night's window is 11-03..11-06)
@@ -176,13 +260,11 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
         # logs and on its Artifacts tab; both nights' runs and datasets stay (keep_nights 14)
         # (a run's last logs reach the server after its final state: the runner sends them as its process ends)
         until(lambda: any(re.match(rf"gc of {re.escape(str(store))}: removed \d+ item\(s\)", m)
-                          for _, m in server.logs(second_id)), 30, "the night's gc table in its logs")
-        assert server.artifacts(artifacts.gc_key(str(store)), second_id)
+                          for _, m in server.logs(second["id"])), 30, "the night's gc table in its logs")
+        assert server.artifacts(artifacts.gc_key(str(store)), second["id"])
 
-        model = store / "models" / "demo"
         recorded = [json.loads(line) for line in (model / "history.jsonl").read_text().splitlines()]
         assert all(h["run"].startswith("runs/") for h in recorded)   # store-relative: a moved store keeps them
-        history = registry.history(str(model))   # resolved against the store
         assert [h["date"] for h in history] == list(NIGHTS)
         assert history[0]["decision"] == "first" and history[0]["champion"] is None
         _check_the_ui_view_of_a_run(server, first, Path(history[0]["run"]), store, tmp_path)
@@ -210,7 +292,7 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
             assert h["challenger"]["rows"] == 3000
         versions = post(f"{api}/artifacts/filter", {"artifacts": {"key": {"any_": ["model-demo-history"]}}})
         assert len(versions) == 2 and sorted(len(json.loads(v["data"])) for v in versions) == [1, 2]
-        assert server.artifacts("model-demo-auc", second_id)
+        assert server.artifacts("model-demo-auc", second["id"])
         # the data gate passed both nights (drifting days), each night's checks recorded; with a champion the test
         # day's values are checked against its vocabulary too
         for h in history:
@@ -219,14 +301,15 @@ def test_two_nights_served_with_overlapping_triggers_and_the_ui(prefect_server, 
             assert gate["checks"] > 100 and {c["day"] for c in gate["test_day"]} == {h["date"]}
         assert "unseen" not in {c["check"] for c in history[0]["data_checks"]["test_day"]}   # no champion yet
         assert {c["check"] for c in history[1]["data_checks"]["test_day"]} >= {"unseen", "drift", "psi", "missing"}
-        [checks] = server.artifacts("data-checks", second_id)
+        [checks] = server.artifacts("data-checks", second["id"])
         assert len(json.loads(checks["data"])) == history[1]["data_checks"]["checks"]
-        assert server.artifacts("model-demo-drift", second_id)
-        _check_the_model_page(server, (first, second), tmp_path)
+        assert server.artifacts("model-demo-drift", second["id"])
+        _check_the_model_page(server, (first, second), store, tmp_path)
 
-    # the last night's dataset is the one preprocessing its window from scratch gives
-    config = yaml.safe_load((Path(history[-1]["run"]) / RunDir.PIPELINE).read_text())
-    dataset = Path(config["train"]["dataset"])
-    fresh = Preprocessing(PreprocessConfig(inputs=config["preprocess"]["inputs"], out=str(tmp_path / "fresh"),
-                                           progress=False)).run()
-    assert_same_files(dataset, Path(fresh))
+        finish(duplicate["id"])   # the duplicate's run: ended at once, saying why
+        refused = until(lambda: [m for _, m in server.logs(duplicate["id"]) if "already ran" in m], 30, "its reason")
+        assert refused == [once(str(model), dt.date.fromisoformat(NIGHTS[1]))], refused   # e.g. "the night
+        # 2026-11-05 already ran (kept by flow run NAME (ID) at TIME): a night the day-landed trigger or the
+        # schedule starts runs once a day. To run it again, Run the pipeline with date 2026-11-05"
+        assert f"already ran ({history[1]['decision']} by flow run {second['name']} " in refused[0]
+        assert registry.history(str(model)) == history and len(history) == 2 and len(nights()) == 3

@@ -43,8 +43,10 @@ def test_two_served_models_register_distinct_deployments(tmp_path):
         return {(d.flow_name, d.name) for d in found}
 
     ctr, cvr = names("ctr"), names("cvr")
-    assert not ctr & cvr and len(ctr) == len(cvr) == 8   # days too: a model's verdicts
-    assert ("pipeline", "dlrmflow-pipeline-ctr") in ctr
+    assert not ctr & cvr and len(ctr) == len(cvr) == 9   # days too: a model's verdicts; day-landed: its sensor
+    assert {("pipeline", "dlrmflow-pipeline-ctr"), ("day-landed", "dlrmflow-day-landed-ctr")} <= ctr
+    off = ServeConfig(store=str(tmp_path), pipeline=PipelineConfig(model="ctr", **DATED), landing={"every_s": 0})
+    assert len(deployments(off)) == 8   # the cron schedule only
     assert {n for _, n in names(None)} == {"dlrmflow-pipeline", "dlrmflow-preprocess", "dlrmflow-train",
                                           "dlrmflow-evaluate", "dlrmflow-score", "dlrmflow-tune",
                                           "dlrmflow-spec-draft"}

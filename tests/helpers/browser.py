@@ -14,11 +14,14 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed (infra/install.sh)")
 
 
-def page(url: str, tmp_path, name: str) -> str:
-    """The DOM of ``url`` as headless Chromium renders it."""
+def page(url: str, tmp_path, name: str, picture: bool = False) -> str:
+    """The DOM of ``url`` as headless Chromium renders it; with ``picture``, in the same run (a Chromium start costs
+    seconds of CPU), a PNG of it kept as ``tmp_path/NAME.png`` for a person to look at."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900",
-             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / ('chrome-' + name)}"]
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             "--window-size=1400,1800" if picture else "--window-size=1400,900", "--virtual-time-budget=10000",
+             f"--user-data-dir={tmp_path / ('chrome-' + name)}"] + (
+                 ["--hide-scrollbars", f"--screenshot={tmp_path / (name + '.png')}"] if picture else [])
     return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
 
 
