@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.store import redact
-from flows import artifacts
+from flows import artifacts, assets
 from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S
 from training import (NOISE, EvaluateConfig, LauncherConfig, LocalLauncherConfig, RunDir, check_inputs, completed,
@@ -53,7 +53,8 @@ def evaluate(run_uri: str, config: EvaluateConfig = EvaluateConfig(),
         if wanted["warning"]:
             log.warning("warning: %s", wanted["warning"])
     else:
-        run_evaluation(run, config, launcher, return_state=True).result()  # raises its error (flows.errors)
+        assets.materializing(run_evaluation, assets.evaluated(run_uri, config.split))(
+            run, config, launcher, return_state=True).result()  # raises its error (flows.errors)
     metrics = artifacts.evaluation(run, config.split)
     auc = metrics.get("auc")   # the table is the artifact's (and `dlrmflow run` prints it once, at its end)
     log.info("'%s' metrics of checkpoint step %s: ROC AUC %s; all of them: artifact '%s'", config.split,

@@ -21,7 +21,7 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from common.store import BLOCK_KEYS, Store, filesystem
-from flows import artifacts, events
+from flows import artifacts, assets, events, landed
 from flows.datacheck import check_data, parse_failed
 from flows.errors import transient, user_errors
 from flows.evaluate import evaluate
@@ -126,7 +126,9 @@ def preprocessed(config: PipelineConfig, store: Store, planned: NightPlan,
     fails the night) and is planned again without it (``left_out`` gets it), as for a day the checks quarantine."""
     while True:
         try:
-            return planned, preprocess(planned.preprocess)
+            dataset = preprocess(planned.preprocess)
+            assets.record(assets.preprocessed(planned, dataset))   # the days' parsed files, the dataset
+            return planned, dataset
         except UserError as e:
             quarantined = parse_failed(planned, e)   # raises unless an older day of the window is to blame
             if set(quarantined) & set(left_out):   # left out already: never planned again in a loop
@@ -165,6 +167,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     day = run_date(date, flow_run.scheduled_start_time, config.window) if config.dated else None
     if day:
         events.stage("setup", day.isoformat())
+        if reason := landed.refused(config, store, day, date):   # the night ran: a duplicate event, the cron fallback
+            log.info(reason)
+            return {"store": store.uri, "date": day.isoformat(), "skipped": reason}
         if date is None and (reason := night.skip_reason(config, store, day, due_nights(config), events.flow_run_owner(),
                                                          say=log.info)):
             result = {"store": store.uri, "date": day.isoformat(), "skipped": reason}

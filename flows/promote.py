@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from flows import artifacts, events
+from flows import artifacts, assets, events
 from flows.errors import user_errors
 from nightly import night
 from nightly.night import DataGate, NightPlan
@@ -22,6 +22,7 @@ def compete(planned: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: 
                           say=get_run_logger().info)
     events.degraded(planned.config.model, entry, planned.config.night.notify_block, get_run_logger())
     artifacts.model_history(planned.model, planned.config.model, entry)
+    assets.record(assets.promoted(planned.model, entry, planned.config.evaluate.split))   # bundle, champion
     if gate is not None:
         artifacts.data_drift(planned.model, planned.config.model)
     return entry

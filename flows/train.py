@@ -14,7 +14,7 @@ from prefect.cache_policies import NONE
 
 from common.errors import UserError
 from common.store import redact, store_error
-from flows import artifacts
+from flows import artifacts, assets
 from flows.errors import user_errors
 from models import champion_init
 from training import (Checkpointer, FlowTrainConfig, LauncherConfig, LocalLauncherConfig, RankOutput, RunDir,
@@ -139,7 +139,8 @@ def train(run_uri: str, dataset: str, config: FlowTrainConfig = default_train(),
         if step is not None:
             log.info("resuming training from the checkpoint at step %d: %s", step, run_uri)
         # the state's result() raises a failure (flows.errors)
-        launch_torchrun(run, config, step is not None, launcher, return_state=True).result()
+        assets.materializing(launch_torchrun, assets.trained(run_uri, dataset))(
+            run, config, step is not None, launcher, return_state=True).result()
         if not run.is_complete():
             raise TrainingFailed(f"{run_uri}: the launcher reported success but training did not mark the run "
                                  "complete. Fix: see the ranks' logs; run the flow again to resume.")

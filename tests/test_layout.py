@@ -1,5 +1,6 @@
-"""The house rules, read from the sources (ast): imports point only down (flows -> nightly -> models -> {training,
-preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, and the store's
+"""The house rules, read from the sources (ast): imports point only down (flows -> {nightly, tuning} -> models ->
+{training, preprocessing} -> feature_spec -> common; synthetic -> feature_spec, common), Prefect only in flows/, a
+flow body holds no decision (no ordering comparison in a @flow or @task function, no optuna in flows/), and the store's
 top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
 config.py, common/, training/rundir.py, models/registry.py) imports neither torch, TorchRec nor Prefect; other
 packages import training and models through their faces; and
@@ -27,16 +28,23 @@ ALLOWED = {
     "synthetic": {"feature_spec", "common"},
     "models": {"training", "preprocessing", "feature_spec", "common"},
     "nightly": {"models", "training", "preprocessing", "feature_spec", "common"},
-    "tuning": {"training", "feature_spec", "common"},
+    "tuning": {"models", "training", "feature_spec", "common"},
     "flows": {"nightly", "models", "tuning", "training", "preprocessing", "synthetic", "feature_spec", "common"},
 }
 PREFECT = {"prefect", "prefect_dask"}
+# a flow body holds no decision: the libraries that decide (Optuna samples, prunes and ranks trials) belong to the
+# decision's owner (tuning.search), and a @flow or @task function compares no two values by order (a metric against
+# a threshold, a step against a plan, a count against a limit): it branches on the owner's answers only
+DECIDING = {"optuna"}
+ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 STORE_FOLDERS = {"datasets", "runs", "models", "tunes", "_files", "_work", "synthetic", "_trash", "specs"}
 STORE_MODULE = "common/store.py"
 # the light tier: what a command's options, a config file or a look at the store may import cheaply
 HEAVY = ("torch", "torchrec", "fbgemm_gpu", "prefect")
 LIGHT_NAMED = ("training/rundir.py", "models/registry.py")
 FACED = ("training", "models")   # packages whose face (``_FACE`` in __init__) is all other packages import of them
+# the suite's machinery (tests/helpers/warm_launcher.py, once training.launchers.warm), never named by the product
+TEST_MACHINERY = ("warm_launcher", "launchers.warm", "DLRMFLOW_WARM_LAUNCHER")
 
 
 def face(package: str) -> set[str]:
@@ -112,7 +120,12 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
             problems.append(f"{rel}: imports {name} ({package} may import {sorted(ALLOWED[package]) or 'none'})")
         if package != "flows":
             problems += [f"{rel}: imports {name} (Prefect only in flows/)" for name in sorted(names & PREFECT)]
+        else:
+            problems += [f"{rel}: imports {name} (a flow body holds no decision: call its owner)"
+                         for name in sorted(names & DECIDING)]
+            problems += _flow_decisions(rel, tree)
         problems += _face_problems(rel, package, tree)
+        problems += _test_machinery(rel, tree)
         if rel != STORE_MODULE:
             problems += [f"{rel}:{line}: store folder literal {text!r} (name it by common.store's constant)"
                          for line, text in folder_literals(tree)]
@@ -122,6 +135,41 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
                          if isinstance(node, ast.Attribute) and node.attr in ("open", "open_files")
                          and isinstance(node.value, ast.Name) and node.value.id == "fsspec"]
     return problems
+
+
+def _flow_decisions(rel: str, tree: ast.AST) -> list[str]:
+    """The ordering comparisons in the bodies of a flows/ module's @flow and @task functions (``flow``,
+    ``flow(...)``, ``prefect.flow``...): decisions that belong to the package that owns the job."""
+    def named(decorator: ast.expr) -> str | None:
+        decorator = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None)
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and {"flow", "task"} & set(
+                map(named, node.decorator_list)):
+            out += [f"{rel}:{n.lineno}: {node.name} decides `{ast.unparse(n)}` (a flow body holds no decision: "
+                    "move it to the package that owns the job)" for n in ast.walk(node)
+                    if isinstance(n, ast.Compare) and any(isinstance(op, ORDERING) for op in n.ops)]
+    return out
+
+
+def _test_machinery(rel: str, tree: ast.AST) -> list[str]:
+    """The product naming the suite's machinery (tests/helpers/: the warm launcher) outside its docstrings: it has
+    one seam for how its processes start, ``common.process.launch_command`` (``$DLRMFLOW_LAUNCH_PREFIX``)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            out += [f"{rel}:{node.lineno}: names the test machinery {word!r} (the product's one seam is "
+                    "common.process.launch_command)" for word in TEST_MACHINERY if word in node.value]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            out += [f"{rel}:{node.lineno}: imports {name} (test machinery stays in tests/)" for name in names
+                    if name.split(".")[0] == "helpers" or any(word in name for word in TEST_MACHINERY)]
+    return out
 
 
 def _face_problems(rel: str, package: str, tree: ast.AST) -> list[str]:
@@ -179,6 +227,14 @@ def test_a_heavy_import_is_found(tmp_path):
     ("flows/x.py", "flows", "from training.config import TrainConfig\n", "import from the face of training"),
     ("nightly/x.py", "nightly", "from models import not_a_name\n", "not_a_name is not in the face of models"),
     ("flows/x.py", "flows", "import models.registry\n", "import from the face of models"),
+    ("training/x.py", "training", "from helpers import warm_launcher\n", "imports helpers (test machinery"),
+    ("training/x.py", "training", 'cmd = ["-m", "training.launchers.warm"]\n', "test machinery 'launchers.warm'"),
+    ("tuning/x.py", "tuning", "from nightly import night\n", "imports nightly"),
+    ("flows/x.py", "flows", "from optuna.trial import TrialState\n", "imports optuna (a flow body holds no decision"),
+    ("flows/x.py", "flows", "@flow(name='n')\ndef n(m):\n    if m['auc'] > 0.7:\n        promote()\n",
+     "n decides `m['auc'] > 0.7`"),
+    ("flows/x.py", "flows", "@prefect.task\ndef t(run, plan):\n    return run.steps() < plan\n",
+     "t decides `run.steps() < plan`"),
 ])
 def test_a_violation_is_found(rel, package, text, expected):
     problems = check({rel: (package, text)})
@@ -227,6 +283,14 @@ def test_user_errors_are_found_at_any_depth():
     assert user_errors(sources) == {"preprocessing.errors.InputError", "nightly.Late"}
     assert listed_user_errors("Subclasses:\n\n- ``preprocessing.errors.InputError``: x\n  ``nightly.Late``\n") == {
         "preprocessing.errors.InputError"}
+
+
+def test_a_flow_branches_on_its_owners_answers_and_a_helper_is_not_held_to_it():
+    """What the flow-body check leaves to review: a branch on an answer, an equality, a comparison outside a flow."""
+    text = ("@flow\ndef n(plan, gate):\n    if plan.model and gate.mode == 'warn':\n        compete()\n"
+            "def _slots(n):\n    return n < 3\n")
+    assert check({"flows/x.py": ("flows", text)}) == []
+    assert check({"tuning/x.py": ("tuning", "import optuna\nfrom models import registry\n")}) == []
 
 
 def test_docstrings_and_messages_may_name_the_folders():

@@ -40,6 +40,33 @@ def _ranks_running(store: Path) -> bool:
     return False
 
 
+def _materialized(prefix: str, last: str, timeout_s: float = 30) -> tuple[dict[str, set[str]], dict[str, dict]]:
+    """The assets under ``prefix`` whose materializations the harness's events API lists (waits for ``last``): each
+    one's upstream assets (over all its materializations) and its latest metadata."""
+    from prefect import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        flt = EventFilter(event=EventNameFilter(name=["prefect.asset.materialization.succeeded"]),
+                          resource=EventResourceFilter(id_prefix=[prefix]))
+        with get_client(sync_client=True) as client:
+            page = client.read_events(filter=flt, limit=50)
+            found = list(page.events)
+            while page.next_page:
+                page = client.read_events_page(page.next_page)
+                found += page.events
+        upstream: dict[str, set[str]] = {}
+        payload: dict[str, dict] = {}
+        for event in sorted(found, key=lambda e: e.occurred):
+            upstream.setdefault(event.resource.id, set()).update(
+                r.id for r in event.related if r.role == "asset")
+            payload[event.resource.id] = event.payload
+        if last in upstream or time.monotonic() > deadline:
+            return upstream, payload
+        time.sleep(0.5)
+
+
 def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, plain_launches, tmp_path):
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_days(SynthConfig(out=str(logs), days=7, start="2026-11-01", rows_per_day=3000, seed=11, workers=1))
@@ -101,6 +128,26 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, pla
     assert sorted((v["day"], v["verdict"]) for v in verdicts) == [   # each judged once, the killed night included
         ("2026-11-01", "accepted"), ("2026-11-02", "quarantined"), ("2026-11-03", "accepted"),
         ("2026-11-04", "accepted"), ("2026-11-05", "quarantined"), ("2026-11-06", "accepted")]
+
+    # issue 44 §2: the products as Prefect assets, read back from the events API (prefect.asset.materialization.*)
+    upstream, payload = _materialized(f"file://{store}/", champion_key := f"file://{model}/champion.json")
+    run_key, eval_key, dataset_key = f"file://{out['run']}", f"file://{out['evaluation']}", f"file://{out['dataset']}"
+    bundle_key = f"file://{model}/bundles/{registry.bundle_name(out['run'])}"
+    parsed = {d: f"file://{store}/_files/days/{d}" for d in ("2026-11-01", "2026-11-03", "2026-11-04", "2026-11-06")}
+    assert upstream[champion_key] >= {bundle_key, eval_key} and upstream[bundle_key] >= {run_key, dataset_key}
+    assert upstream[eval_key] == {run_key} and upstream[run_key] == {dataset_key}
+    assert upstream[dataset_key] == set(parsed.values())   # night 2's window: not the quarantined days
+    assert all(upstream[parsed[d]] == {f"file://{logs}/{d}/part-*"} for d in parsed)
+    assert f"file://{store}/_files/days/2026-11-05" in upstream   # night 1 parsed it (its dataset, never trained on)
+    reached, todo = set(), [champion_key]
+    while todo:   # the champion back to the days of logs it learned from
+        todo += upstream.get(k := todo.pop(), set()) - reached
+        reached.add(k)
+    assert sorted(k for k in reached if k.startswith(f"file://{logs}/")) == [
+        f"file://{logs}/{d}/part-*" for d in parsed]
+    assert payload[champion_key]["date"] == "2026-11-06" and payload[eval_key]["auc"] == out["metrics"]["auc"]
+    assert payload[eval_key]["step"] == out["metrics"]["step"] and isinstance(payload[run_key]["step"], int)
+    assert payload[parsed["2026-11-01"]]["day"] == "2026-11-01" and payload[bundle_key]["model"] == "ctr"
 
     # a night whose plan fails in `dlrmflow run`, before its flow starts (its look-back cannot reach past 11-05):
     # one line, and the model's history says so as for a night failing in its flow (issue 46)
