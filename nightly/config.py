@@ -507,8 +507,8 @@ class LandingConfig(BaseModel):
     files: int | None = Field(None, ge=1, description="At least this many input files a day (over the templates).")
     quiet_s: float | None = Field(None, gt=0, description="The day's files unchanged (size and mtime; S3: ETag) for "
                                   "this long, in seconds, as the sensor saw them.")
-    every_s: int = Field(60, ge=0, description="How often the sensor looks, in seconds; 0: no sensor (the cron "
-                         "schedule only).")
+    every_s: int = Field(300, ge=0, description="How often the sensor looks, in seconds (each look is a flow run: a "
+                         "Python process of ~2.4 CPU-seconds); 0: no sensor (the cron schedule only).")
     lookback_days: int = Field(3, ge=1, description="How many of the newest days found the sensor looks at.")
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ import re
 
 import polars as pl
 
+from common.errors import quoted
 from feature_spec import FeatureSpec
 from feature_spec.check import Problem, check_text, line_of, key_lines
 from feature_spec.model import close_match
@@ -56,14 +57,14 @@ def _numerical(spec: FeatureSpec, name: str, col: pl.Series, where: tuple, add) 
     if col.dtype == pl.String:
         bad = col.drop_nulls().filter(col.drop_nulls().str.strip_chars().cast(pl.Float64, strict=False).is_null())
         if len(bad) > 0.5 * col.drop_nulls().len():
-            add(where, f"'{name}' is a numerical but holds text (e.g. {bad[0]!r}, {len(bad)} of {len(col)} sampled "
-                "rows): preprocessing would stop at its first such row.",
+            add(where, f"'{name}' is a numerical but holds text (e.g. {quoted(bad[0])}, {len(bad)} of {len(col)} "
+                "sampled rows): preprocessing would stop at its first such row.",
                 f"move '{name}' from channel_spec.numerical to channel_spec.categorical (and give it `dtype: str`).")
             return
         if len(bad):   # a number column with a few bad values: bad rows, not a text column
-            add(where, f"{len(bad)} of {len(col)} sampled rows hold text in numerical '{name}' (e.g. {bad[0]!r}): "
-                "preprocessing stops at the first.", "correct those rows, or preprocess with --on-bad-row skip "
-                "(they are left out and counted).")
+            add(where, f"{len(bad)} of {len(col)} sampled rows hold text in numerical '{name}' "
+                f"(e.g. {quoted(bad[0])}): preprocessing stops at the first.",
+                "correct those rows, or preprocess with --on-bad-row skip (they are left out and counted).")
         col = col.str.strip_chars().cast(pl.Float64, strict=False)
     elif not (col.dtype.is_numeric() or col.dtype == pl.Boolean):
         add(where, f"'{name}' is a numerical but its column is {col.dtype}.",
@@ -93,7 +94,7 @@ def _label(spec: FeatureSpec, col: pl.Series, add) -> None:
         rate = col.cast(pl.String).is_in(wanted).mean()
         if not rate:
             add(where, f"no sampled row has the label value(s) {wanted} that `positive` names (values: {shown}).",
-                f"set `positive:` to the value of a click, e.g. {seen[-1]!r}.")
+                f"set `positive:` to the value of a click, e.g. {quoted(seen[-1])}.")
         return
     numbers = col.cast(pl.Float64, strict=False) if col.dtype != pl.String else \
         col.str.strip_chars().cast(pl.Float64, strict=False)
@@ -114,7 +115,7 @@ def _label(spec: FeatureSpec, col: pl.Series, add) -> None:
     binary = numbers.drop_nulls().len() == col.drop_nulls().len() and numbers.drop_nulls().is_in([0.0, 1.0]).all()
     if not binary:
         fix = f"set `positive_if: '>= {_cut(numbers)}'`" if numbers.drop_nulls().len() == col.drop_nulls().len() \
-            else f"set `positive: {seen[-1]!r}` (the value that means a click)"
+            else f"set `positive: {quoted(seen[-1])}` (the value that means a click)"
         add(where, f"the label is not 0/1 (values: {shown}): every row would be malformed.", f"{fix} on '{name}'.")
 
 
@@ -139,11 +140,11 @@ def _categorical(spec: FeatureSpec, name: str, col: pl.Series, kind: str, add) -
     if f.dtype == "hex" and col.dtype == pl.String and not listed:
         bad = col.drop_nulls().filter(~col.drop_nulls().str.contains(_HEX.pattern))
         if len(bad):
-            add(where, f"has `dtype: hex` but holds {bad[0]!r} (hex = up to 8 hex digits).", "set `dtype: str`.")
+            add(where, f"has `dtype: hex` but holds {quoted(bad[0])} (hex = up to 8 hex digits).", "set `dtype: str`.")
     if f.dtype == "int" and col.dtype == pl.String and not listed and f.sep is None:
         bad = col.drop_nulls().filter(col.drop_nulls().str.strip_chars().cast(pl.Int64, strict=False).is_null())
         if len(bad):
-            add(where, f"has `dtype: int` but holds {bad[0]!r}.", "set `dtype: str`.")
+            add(where, f"has `dtype: int` but holds {quoted(bad[0])}.", "set `dtype: str`.")
 
 
 def find_separator(col: pl.Series, avoid: str | None = None) -> str | None:
