@@ -33,23 +33,15 @@ sys.addaudithook(_audit)
 # so that it is made once: the first listed that a test uses names its group. The other slow tests run on one
 # worker per module (their module-scoped runs and datasets are made once too); fast tests go one by one.
 SHARED_ON_ONE_WORKER = ("prefect_server", "trained_runs")
-# The in-process flow tests' Prefect API (`prefect_harness`, one per worker that runs any of them: ~20 CPU-seconds to
-# start and keep) is shared by HARNESS_GROUPS groups of their modules, each on one worker: two, not one a worker. A
-# module joins the groups in turn, in collection order (the same in every worker, as xdist needs)
-HARNESS_GROUPS = 2
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which reads a test's xdist_group mark
 def pytest_collection_modifyitems(items):
-    harness_group: dict[str, str] = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
         group = next((f for f in SHARED_ON_ONE_WORKER if f in fixtures), None)
-        if group is None and "prefect_harness" in fixtures:
-            group = harness_group.setdefault(item.module.__name__,
-                                             f"prefect_harness-{len(harness_group) % HARNESS_GROUPS}")
         if group is None and item.get_closest_marker("slow"):
             group = item.module.__name__
         if group:
