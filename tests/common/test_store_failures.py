@@ -198,7 +198,8 @@ def test_an_upload_the_frozen_endpoint_stops_taking_fails_within_the_bound(s3_en
         fs, _ = filesystem("s3://store/dlrm")
         took, error = timed(lambda: fs.pipe("store/dlrm/runs/r1/checkpoints/10/__0_0.distcp", bytes(16 << 20)), 20)
     assert str(store_error(error, "s3://store/dlrm")) == NOT_ANSWERING.format(endpoint=endpoint)
-    assert 1 <= took < 2 * s3_bound() + 3 and len(connections) <= 2
+    # + 6 s: sending the 16 MiB took 3.5 s beside the suite's four workers (it failed at + 3 once)
+    assert 1 <= took < 2 * s3_bound() + 6 and len(connections) <= 2
 
 
 @pytest.mark.slow   # `dlrmflow run` (the audit hook counts it: it would start torchrun); ~15 s, mostly imports
