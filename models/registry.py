@@ -247,15 +247,20 @@ def day_verdicts(model: str) -> list[dict]:
     """Every line of ``<model>/days.jsonl`` (the data gate's and the operator's verdicts on days, oldest first; the
     line's fields are ``nightly.datacheck``'s: a judged day's line keeps its stats, the reference of the days after
     it), [] when there is none yet."""
-    text = _read(model, DAYS_FILE) or ""
+    return _json_lines(model, DAYS_FILE, "the day it held is judged again")
+
+
+def _json_lines(model: str, name: str, if_removed: str) -> list[dict]:
+    """The JSON lines of ``<model>/NAME``, [] when there is none yet; a line that is not JSON is a UserError naming
+    it and what removing it does (``if_removed``)."""
     lines = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate((_read(model, name) or "").splitlines(), 1):
         if line.strip():
             try:
                 lines.append(json.loads(line))
             except ValueError as e:
-                raise UserError(f"{posixpath.join(model, DAYS_FILE)} line {number} is not JSON ({e}). Fix: repair or "
-                                "remove that line (the day it held is judged again).") from None
+                raise UserError(f"{posixpath.join(model, name)} line {number} is not JSON ({e}). Fix: repair or "
+                                f"remove that line ({if_removed}).") from None
     return lines
 
 
@@ -276,16 +281,7 @@ def record_verdicts(model: str, verdicts: list[dict], owner: str | None = None,
 def landed(model: str) -> list[dict]:
     """Every line of ``<model>/landed.jsonl`` (the day-landed sensor's record of the days it saw: ``nightly.landing``),
     oldest first; [] when there is none yet."""
-    text = _read(model, LANDED_FILE) or ""
-    lines = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                lines.append(json.loads(line))
-            except ValueError as e:
-                raise UserError(f"{posixpath.join(model, LANDED_FILE)} line {number} is not JSON ({e}). Fix: repair or "
-                                "remove that line (a day it held may land again: its night runs once).") from None
-    return lines
+    return _json_lines(model, LANDED_FILE, "a day it held may land again: its night runs once")
 
 
 def record_landed(model: str, lines: list[dict]) -> None:
