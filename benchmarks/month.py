@@ -1132,24 +1132,23 @@ def main() -> int:
     write_days(SynthConfig(out=str(m.logs), days=args.nights + LEAD, start=START, rows_per_day=args.rows_per_day,
                            files=1, seed=11))
     write_spec(m.spec)
+    def injected(fault: str, n: int) -> tuple[dt.date, str, dict]:
+        """``fault`` injected into night ``n``'s test day, its clean file kept under ``m.pristine``."""
+        day = night_date(n)
+        path = day_file(m.logs, day)
+        keep = m.pristine / path.relative_to(m.logs)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, keep)
+        return (day, *inject(path, fault))
+
     for fault in DATA_FAULTS:
         if (n := m.when(fault)) is not None:
-            day = night_date(n)
-            path = day_file(m.logs, day)
-            keep = m.pristine / path.relative_to(m.logs)
-            keep.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, keep)
-            what, words = inject(path, fault)
+            day, what, words = injected(fault, n)
             m.faults[day.isoformat()] = {"fault": fault, "night": n, "what": what, "words": words}
             print(f"fault on {day} (night {n}): {fault}: {what}", flush=True)
     for fault in SILENT_FAULTS:
         if (n := m.when(fault)) is not None:
-            day = night_date(n)
-            path = day_file(m.logs, day)
-            keep = m.pristine / path.relative_to(m.logs)
-            keep.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, keep)
-            what, _ = inject(path, fault)
+            day, what, _ = injected(fault, n)
             m.gate[fault] = {"date": day.isoformat(), "night": n, "what": what}
             print(f"{fault} on {day} (night {n}): {what}", flush=True)
     gate_inputs(m)
