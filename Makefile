@@ -6,7 +6,7 @@ run: .venv/.installed
 	.venv/bin/dlrmflow run $(ARGS)
 
 # three pytest workers on the 2 cores (pytest-xdist; a third keeps the cores busy while a test waits on a server or
-# a poll); four were faster but put the suite's timing bounds at risk (docs/testing.md has the measurements); tests
+# a poll); four were faster but put the suite's timing bounds at risk (benchmarks/RESULTS.md, "The suite's time"); tests
 # sharing a session server or trained runs stay on one worker (tests/conftest.py)
 PYTEST_WORKERS ?= 3
 PYTEST = .venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup

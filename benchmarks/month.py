@@ -45,7 +45,7 @@ night counts from the end, -1 being the last; a fault whose night is past ``--ni
   server this script starts (its own clean copies of the days as inputs) runs the night before (its first night)
   and this night, on which the server is frozen (SIGSTOP: it accepts connections and never answers) once a
   checkpoint of the night's run is complete on S3; the run must end in one line naming the store (``store
-  's3://...' not answering``, no rank traceback) within 3 x ``common.store.s3_bound()`` of the DLRMFLOW_S3_*
+  's3://...' not answering``, no rank traceback) within 3 x ``common.s3.s3_bound()`` of the DLRMFLOW_S3_*
   settings (connect 3 s, read 5 s, 1 retry here: 11 s a call) after the freeze, leaving no process; the server is
   then let go on
   (SIGCONT; also when the run is still alive ``HANG_S`` after the freeze: hung, its stacks dumped with py-spy when
@@ -637,10 +637,10 @@ def _rank_traceback(log: str) -> bool:
 
 
 def s3_bound_here() -> float:
-    """``common.store.s3_bound()`` of this script's DLRMFLOW_S3_* settings (S3_ENV): one call's most seconds."""
+    """``common.s3.s3_bound()`` of this script's DLRMFLOW_S3_* settings (S3_ENV): one call's most seconds."""
     from unittest import mock
 
-    from common.store import s3_bound, s3_client_config
+    from common.s3 import s3_bound, s3_client_config
 
     with mock.patch.dict(os.environ, S3_ENV):
         return s3_bound(s3_client_config())
@@ -1530,7 +1530,7 @@ def report(m: Month, watch: ParseWatch, fired: list[dict], wall: float, loads: l
         if not r["lose"]:
             claims.append((f"the S3 model's first night ({r['date']})", r["rc"] == 0, f"rc {r['rc']} in {r['wall_s']} s"))
             continue
-        bound = s3_bound_here()   # one call's most seconds (common.store.s3_bound of S3_ENV's settings)
+        bound = s3_bound_here()   # one call's most seconds (common.s3.s3_bound of S3_ENV's settings)
         err = r.get("error") or ""
         claims.append(("S3 lost mid-night: one line naming the store within the bounds, no process left, the re-run "
                        "ends the night",

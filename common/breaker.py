@@ -1,8 +1,8 @@
 """A breaker per S3 endpoint of the store, in each process: once a whole call to an endpoint (after its client's
 retries) has failed because the endpoint does not answer or cannot be reached (a read or connect timeout, a
 connection refused, closed or to a host that is not found), the process's next calls to that endpoint fail at once
-(``FailedFast``) for a cooldown (``common.store.s3_fail_fast_s``), so that a night on a frozen store waits the
-store's bound (``common.store.s3_bound``) about once per process, not once per call. After the cooldown one call
+(``FailedFast``) for a cooldown (``common.s3.s3_fail_fast_s``), so that a night on a frozen store waits the
+store's bound (``common.s3.s3_bound``) about once per process, not once per call. After the cooldown one call
 tries the endpoint for real (half-open; the others still fail at once until it ends, or until another cooldown has
 passed); a call that gets an answer, any answer (access denied and 404 included), closes it. A call's own retries
 stay botocore's: an attempt that timed out followed by one that was answered opens nothing; nor does a call whose
@@ -12,7 +12,7 @@ The hook is botocore's events of a whole call (``before-call``: fail fast; ``aft
 ``after-call-error``: failed, after the retries), registered by ``install`` with botocore's built-in handlers, so
 that every client made afterwards in the process (s3fs's, in every filesystem of the store and in torch's DCP
 readers and writers) has them; they act only on the clients that ``install``'s ``ours`` picks (the store's:
-``common.store.storage_options`` names its transport in their config). Light: botocore is imported by ``install``.
+``common.s3.storage_options`` names its transport in their config). Light: botocore is imported by ``install``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ _CONTEXT_KEY = "dlrmflow_breaker"   # where before-call leaves (endpoint, start)
 class FailedFast(Exception):
     """The error of a call that was not tried: a call to its endpoint failed moments ago. Each is also an instance
     of the botocore error that opened the breaker (``FailedFast.of(kind)``: a ``ReadTimeoutError``...), built from
-    its arguments, so that callers take it as they take that error (and ``common.store.store_error`` says the
-    store's line, adding ``fast()``)."""
+    its arguments, so that callers take it as they take that error (and ``common.store_errors.store_error`` says
+    the store's line, adding ``fast()``)."""
 
     kind: type = Exception   # the botocore error class it stands for
     endpoint = ""            # scheme://host:port

@@ -8,7 +8,8 @@ import posixpath
 from typing import Any
 
 from common.atomic import write_atomic
-from common.store import filesystem, storage_options
+from common.s3 import storage_options
+from common.store import filesystem
 
 
 class Folder:

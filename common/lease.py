@@ -41,7 +41,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from common import process
 from common.errors import UserError
-from common.store import STORE_LEASE, TOP, WORK, filesystem, store_error
+from common.store import STORE_LEASE, TOP, WORK, filesystem
+from common.store_errors import store_error
 
 
 class LockLost(UserError):
@@ -295,7 +296,7 @@ class Lease:
     expiry ``stale_s`` ahead (a heartbeat thread does it every ``heartbeat_s`` when asked); ``release()`` ends it.
 
     No lock is held across a call of the store: a heartbeat that waits on a store that stopped answering (up to
-    ``common.store.s3_bound``) never blocks ``record`` or ``check`` in another thread. Rewrites may so overlap;
+    ``common.s3.s3_bound``) never blocks ``record`` or ``check`` in another thread. Rewrites may so overlap;
     each is conditional on the version it saw, and one that meets another rewrite of this lease (the lease's
     token, which only its holder writes) writes again on top of it until the store holds the record as it
     stands (``record``'s latest fields), so none is lost and neither takes the other for a take-over."""
@@ -378,7 +379,7 @@ class Lease:
     def start_heartbeat(self, every_s: float) -> None:
         """Renew the lease every ``every_s`` seconds in a daemon thread until ``release()``; a failed renewal
         is kept (``check()`` raises it) and ends the heartbeat. A store that fails a renewal (within its client's
-        bound) is said, as ``common.store.store_error`` puts it, and the next beat tries again."""
+        bound) is said, as ``common.store_errors.store_error`` puts it, and the next beat tries again."""
         def beat():
             while not self._stop.wait(every_s):
                 try:
@@ -412,8 +413,9 @@ class Lease:
 
 
 def _hiccup(e: Exception) -> str:
-    """What the store said when it failed a renewal or a release (its one line: ``common.store.store_error``, for
-    an S3 endpoint that is lost or does not answer too); ``e`` raised again when it is no store error."""
+    """What the store said when it failed a renewal or a release (its one line:
+    ``common.store_errors.store_error``, for an S3 endpoint that is lost or does not answer too); ``e`` raised again
+    when it is no store error."""
     found = store_error(e)
     if found is None and not isinstance(e, OSError):
         raise e

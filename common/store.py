@@ -1,24 +1,20 @@
-"""The artifact store: one root URI (a local folder or s3://bucket/prefix) for everything, and the only
+"""The artifact store's layout: one root URI (a local folder or s3://bucket/prefix) for everything, and the only
 module that names its top-level folders (the constants below; ``RunDir`` names what is inside a run). ``Store``
 builds every top-level URI (``run_uri``, ``dataset_uri``, ``model_uri``, ``tune_uri``, ``synthetic_uri``...) and
 converts the locations records keep: a place inside the store is recorded store-relative (``runs/<name>``,
 ``datasets/<name>/vocab``: ``Store.relative``) and resolved against the root it has when read (``Store.resolve``),
 so a store restored at another path or copied to another bucket still finds its own champion, runs and datasets.
 
-S3 settings come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``), which s3fs/botocore read in every process,
-torchrun's ranks included (or a Prefect Secret block: ``flows.pipeline``). No secret is ever stored in a config.
-``filesystem`` is the one way from a URI to an fsspec filesystem and path, ``open_uri`` to an open file.
+``filesystem`` is the one way from a URI to an fsspec filesystem and path, ``open_uri`` to an open file. The S3
+client they open (its settings, timeouts and transport) is ``common.s3``'s; what a store that cannot be used says
+is ``common.store_errors``'.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import re
-import socket
-import threading
 import uuid
 from typing import Any
 from urllib.parse import urlparse
@@ -26,6 +22,7 @@ from urllib.parse import urlparse
 import fsspec
 
 from common.errors import UserError
+from common.s3 import S3FS_TRIES, storage_options
 
 DATASETS = "datasets"     # <name>-<fingerprint>/: preprocessed datasets (preprocessing.job)
 RUNS = "runs"             # <run-id>/: training runs (training.rundir.RunDir)
@@ -47,28 +44,13 @@ SPEC_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"    # a spec of specs/ (``store
 
 DEFAULT_STORE = "./artifacts"
 ENV_STORE = "DLRMFLOW_STORE"
-SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-BLOCK_KEYS = SECRET_VARIABLES + ("AWS_ENDPOINT_URL", "AWS_REGION")
 _SCHEMES = ("file", "s3", "s3a", "memory")
-
-
-def storage_options(uri: str) -> dict[str, Any]:
-    """fsspec options for ``uri`` from the environment, the same in every process (torchrun's ranks included): for
-    s3:// URIs the endpoint (``AWS_ENDPOINT_URL``), the client's timeouts and retries (``s3_client_config``) and the
-    transport that makes every request keep them (``_bounded_transport``; its clients also go through the process's
-    breaker: ``common.breaker``, ``s3_fail_fast_s``)."""
-    if not uri.startswith(("s3://", "s3a://")):
-        return {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    config = s3_client_config()
-    s3_fail_fast_s(config)   # a bad value fails here, before any call
-    return {**({"endpoint_url": endpoint} if endpoint else {}),
-            "config_kwargs": {**config, **_bounded_transport(config)}}
 
 
 def filesystem(uri: str, **options: Any) -> tuple[fsspec.AbstractFileSystem, str]:
     """(fsspec filesystem, path) of ``uri``, opened with ``options`` (default: ``storage_options(uri)``). An S3
-    filesystem makes one try of each call (``S3FS_TRIES``): its client's retries are the only ones (``s3_bound``)."""
+    filesystem makes one try of each call (``S3FS_TRIES``): its client's retries are the only ones
+    (``common.s3.s3_bound``)."""
     fs, path = fsspec.core.url_to_fs(uri, **(options or storage_options(uri)))
     if "s3" in fs.protocol:
         fs.retries = S3FS_TRIES   # on the instance every url_to_fs of the same options gets (fsspec caches it)
@@ -284,8 +266,10 @@ class Store:
     def check(self) -> None:
         """Fail fast with a one-line error when the store cannot be written: a read-only folder or bucket (its
         root, and its models/ where a night's last writes go: the promotion), a missing bucket, missing or wrong
-        credentials, an endpoint that is unreachable or does not answer (within ``s3_client_config``'s timeouts
-        and retries). Writes and removes one small file in each place."""
+        credentials, an endpoint that is unreachable or does not answer (within ``common.s3.s3_client_config``'s
+        timeouts and retries). Writes and removes one small file in each place."""
+        from common.store_errors import store_error   # it reads the layout (``inside``): imported when used
+
         if not self.is_s3:
             fs, root = filesystem(self.uri)
             try:
@@ -302,6 +286,8 @@ class Store:
     def _check_s3(self) -> None:
         import botocore.session
         from botocore.exceptions import BotoCoreError, ClientError
+
+        from common.store_errors import store_error
 
         bucket = urlparse(self.uri).netloc
         if not bucket:
@@ -329,294 +315,3 @@ class Store:
         path = posixpath.join(folder, f".dlrmflow-check-{uuid.uuid4().hex[:8]}")
         fs.pipe_file(path, b"ok")
         fs.rm_file(path)
-
-
-def redact(text: str) -> str:
-    """``text`` with the values of the secret AWS variables replaced by ``***``."""
-    for var in SECRET_VARIABLES:
-        value = os.environ.get(var)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
-
-
-# the store's S3 client: its timeouts and retries, read in every process that opens an s3:// URI (storage_options)
-ENV_S3_CONNECT_TIMEOUT = "DLRMFLOW_S3_CONNECT_TIMEOUT_S"
-ENV_S3_READ_TIMEOUT = "DLRMFLOW_S3_READ_TIMEOUT_S"
-ENV_S3_RETRIES = "DLRMFLOW_S3_RETRIES"
-ENV_S3_FAIL_FAST = "DLRMFLOW_S3_FAIL_FAST_S"
-S3_CONNECT_TIMEOUT_S = 10.0   # a TCP connection to the endpoint
-S3_READ_TIMEOUT_S = 30.0      # silence on an open connection (s3fs's own default is 15, botocore's 60)
-S3_RETRIES = 2                # botocore's standard mode: 3 attempts, exponential backoff with jitter
-S3FS_TRIES = 1                # s3fs's own loop around each call (its default: 5 tries, on top of botocore's)
-
-
-def s3_client_config() -> dict[str, Any]:
-    """botocore ``Config`` keywords (s3fs's ``config_kwargs``) of the store's S3 client: the connect and read
-    timeouts in seconds (``$DLRMFLOW_S3_CONNECT_TIMEOUT_S``, ``$DLRMFLOW_S3_READ_TIMEOUT_S``) and the retries
-    after a request's first attempt, standard mode (``$DLRMFLOW_S3_RETRIES``: timeouts, refused or dropped
-    connections, throttling and 5xx answers are retried). What they bound: ``s3_bound``."""
-    return {"connect_timeout": _env_number(ENV_S3_CONNECT_TIMEOUT, S3_CONNECT_TIMEOUT_S),
-            "read_timeout": _env_number(ENV_S3_READ_TIMEOUT, S3_READ_TIMEOUT_S),
-            "retries": {"total_max_attempts": 1 + int(_env_number(ENV_S3_RETRIES, S3_RETRIES, whole=True)),
-                        "mode": "standard"}}
-
-
-def s3_bound(config: dict[str, Any] | None = None) -> float:
-    """The most seconds one call of the store's S3 client (a GET, a PUT, a listing...) takes against an endpoint
-    that stops answering, the rule that ``storage_options`` makes hold (``config``: ``s3_client_config()``'s): each
-    of the call's attempts (1 + the retries; s3fs adds none: ``S3FS_TRIES``) ends after the read timeout without a
-    reply (the connect timeout without a connection, if longer), and botocore's backoff between them is under
-    2**retries - 1 s in all. One exception: an upload whose bytes the endpoint stops taking partway (a body larger
-    than the sockets' buffers, a few MiB) may take up to twice as long, since aiohttp resends an idempotent request
-    (a PUT) once on a fresh connection when its connection breaks. A command or a night makes many calls: each is
-    bounded so."""
-    config = config or s3_client_config()
-    attempts = config["retries"]["total_max_attempts"]
-    return attempts * max(config["connect_timeout"], config["read_timeout"]) + 2 ** (attempts - 1) - 1
-
-
-def s3_fail_fast_s(config: dict[str, Any] | None = None) -> float:
-    """The seconds a process's calls to an S3 endpoint fail at once after a call to it failed because it did not
-    answer or could not be reached (``common.breaker``): ``$DLRMFLOW_S3_FAIL_FAST_S``, default ``s3_bound(config)``
-    (a night on a frozen store then waits the bound about once per process, not once per call)."""
-    return _env_number(ENV_S3_FAIL_FAST, s3_bound(config))
-
-
-def _bounded_transport(config: dict[str, Any]) -> dict[str, Any]:
-    """aiobotocore's ``AioConfig`` keywords that make ``config``'s timeouts hold for every request of the client
-    (aiohttp's read timeout starts only once a request's body is sent): its HTTP session sends no ``Expect:
-    100-continue`` (``_BoundedHTTPSession``), and its sockets give up on data the endpoint leaves unacknowledged
-    for the read timeout (``_socket``: Linux's TCP_USER_TIMEOUT; the connect timeout if longer, so that it never
-    cuts a connect short)."""
-    stall_ms = int(1000 * max(config["connect_timeout"], config["read_timeout"]))
-    return {"http_session_cls": _bounded_http_session(),
-            "connector_args": {"socket_factory": functools.partial(_socket, stall_ms)}}
-
-
-def _socket(stall_ms: int, addr_info: tuple) -> socket.socket:
-    """A socket for aiohttp (its ``socket_factory``) that fails (ETIMEDOUT) once data it sent stays unacknowledged,
-    or unsent behind a zero window (an endpoint that stopped reading), for ``stall_ms``."""
-    family, kind, proto, _, _ = addr_info
-    sock = socket.socket(family, kind, proto)
-    if hasattr(socket, "TCP_USER_TIMEOUT") and family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, stall_ms)
-    return sock
-
-
-def _bounded_http_session() -> type:
-    """aiobotocore's HTTP session class, made once per process (aiobotocore imported only for S3 stores):
-
-    * without ``Expect: 100-continue``. botocore adds it to every PUT and POST with a body (``add_expect_header``
-      on ``before-call.s3``); aiohttp then waits for the endpoint's ``100 Continue`` before it sends the body,
-      outside any timeout, so a write to an endpoint that stops answering waited forever (a GET failed within the
-      read timeout). Without it the body is sent at once and the read timeout holds. The header is not signed
-      (botocore leaves ``expect`` out of the signature), so removing it keeps the request valid.
-    * a request whose body the endpoint stopped taking (``_socket``'s ETIMEDOUT while it was sent, which aiohttp
-      reports as a failed connection) raised as the read timeout it is (``ReadTimeoutError``): retried like one,
-      and ``store_error`` says "not answering".
-
-    Its clients' calls go through the process's breaker (``common.breaker``, installed here: before any client of
-    the store is made), which picks them by this class in their config."""
-    with _MAKING:
-        made = globals().get("_BoundedHTTPSession")
-        if made is not None:
-            return made
-        import errno
-
-        import aiohttp
-        from aiobotocore.httpsession import AIOHTTPSession
-        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
-
-        class Bounded(AIOHTTPSession):
-            async def send(self, request):
-                request.headers.pop("Expect", None)
-                try:
-                    return await super().send(request)
-                except EndpointConnectionError as e:
-                    cause = e.kwargs.get("error")
-                    if isinstance(cause, aiohttp.ClientOSError) and cause.errno == errno.ETIMEDOUT and \
-                            not isinstance(cause, aiohttp.ClientConnectorError):   # sending, not connecting
-                        raise ReadTimeoutError(endpoint_url=request.url, error=cause) from e
-                    raise
-
-        Bounded.__name__ = Bounded.__qualname__ = "_BoundedHTTPSession"
-        Bounded.__module__ = __name__
-        from common import breaker
-
-        breaker.install(lambda config: getattr(config, "http_session_cls", None) is Bounded, s3_fail_fast_s)
-        globals()["_BoundedHTTPSession"] = Bounded
-        return Bounded
-
-
-_MAKING = threading.Lock()   # one _BoundedHTTPSession per process, whichever thread opens S3 first
-
-
-def __getattr__(name: str) -> Any:
-    """``_BoundedHTTPSession`` made on first use (a filesystem's config names it: unpickled in a fresh process)."""
-    if name == "_BoundedHTTPSession":
-        return _bounded_http_session()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _env_number(name: str, default: float, whole: bool = False) -> float:
-    """``$name`` as seconds > 0 (``whole``: a count >= 0), ``default`` when unset; a UserError for anything else."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text) if whole else float(text)
-    except ValueError:
-        value = None
-    if value is None or value < 0 or (not whole and not 0 < value < float("inf")):
-        what = "a whole number of retries, 0 or more" if whole else "a number of seconds above 0"
-        raise UserError(f"{name}={text!r} is not {what}. Fix: set it to e.g. {default:g}, or unset it for the "
-                        f"default ({default:g}).")
-    return value
-
-
-# the S3 calls that write: denied, the store is read-only for these credentials
-_S3_WRITES = {"PutObject", "CopyObject", "DeleteObject", "DeleteObjects", "CreateMultipartUpload", "UploadPart",
-              "UploadPartCopy", "CompleteMultipartUpload"}
-
-
-def store_error(exc: BaseException, store: str | None = None) -> UserError | None:
-    """The one-line UserError (what, where, how to fix) for a store that cannot be used, found anywhere in
-    ``exc``'s chain of causes: an S3 endpoint unreachable (refused, unknown host, no connection within the connect
-    timeout) or not answering (no reply within the read timeout), S3 access denied (on a write: a store read-only
-    for these credentials), a local file system that is read-only or refuses this user. None for anything else
-    (a UserError included). ``store``: the store's URI when the caller knows it (an S3 error names an S3 store, a
-    local one a local store it happened in; else the message names the endpoint or the path); a local permission
-    error outside the store is not the store's."""
-    import sys
-
-    if isinstance(exc, UserError):
-        return None
-    chain = _causes(exc)
-    if "botocore" in sys.modules:   # no botocore error without botocore
-        found = _s3_error(chain, store)
-        if found is not None:
-            return _said_fast(found, chain)
-    for e in chain:
-        if _refused_write(e) and "://" not in str(e.filename or ""):
-            return _local_error(e, store)
-    return None
-
-
-def _refused_write(e: BaseException) -> str | None:
-    """What a local file system said when it refused ``e``'s write (read-only, permission), else None."""
-    import errno
-
-    reasons = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-               errno.EPERM: "operation not permitted"}
-    return reasons.get(e.errno) if isinstance(e, OSError) else None
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (``__cause__``, else ``__context__``; a botocore error's wrapped ``error`` too)."""
-    chain: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop(0)
-        if e is None or any(e is seen for seen in chain):
-            continue
-        chain.append(e)
-        inner = getattr(e, "kwargs", None)
-        todo += [e.__cause__ or e.__context__, inner.get("error") if isinstance(inner, dict) else None]
-    return chain
-
-
-def _s3_error(chain: list[BaseException], store: str | None) -> UserError | None:
-    from botocore.exceptions import (ClientError, ConnectionClosedError, ConnectTimeoutError,
-                                     EndpointConnectionError, ReadTimeoutError)
-
-    for i, e in enumerate(chain):
-        if not isinstance(e, (ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
-                              ReadTimeoutError)):
-            continue
-        endpoint = _endpoint_of(e)
-        s3_store = store if store and store.startswith(("s3://", "s3a://")) else None   # else: inputs, outputs
-        where = f"store '{s3_store}'" if s3_store else "S3"
-        if isinstance(e, ReadTimeoutError):
-            settings = s3_client_config()
-            return UserError(
-                f"{where} not answering: {endpoint} accepted the connection but sent no reply within the "
-                f"{settings['read_timeout']:g} s read timeout. Fix: check the S3 service at AWS_ENDPOINT_URL (up but "
-                f"hung or overloaded); on a slow link raise {ENV_S3_READ_TIMEOUT} ({settings['read_timeout']:g}) or "
-                f"{ENV_S3_RETRIES} ({settings['retries']['total_max_attempts'] - 1}).")
-        if isinstance(e, ClientError):
-            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = e.response.get("Error", {}).get("Code")
-            if status != 403 and code != "AccessDenied":
-                continue
-            message = e.response.get("Error", {}).get("Message") or code
-            operation = getattr(e, "operation_name", None) or "a request"
-            if operation in _S3_WRITES:
-                prefix = f"{s3_store.rstrip('/')}/*" if s3_store else "the bucket and prefix it writes"
-                return UserError(
-                    f"{where} is read-only for these credentials: {operation} denied at {endpoint} ({message}). "
-                    f"Fix: allow s3:PutObject and s3:DeleteObject on {prefix} (bucket policy or IAM), or use "
-                    "credentials that may write (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).")
-            return UserError(f"{where}: access denied at {endpoint} ({operation}: {message}). Fix: check the "
-                             "credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and the bucket policy.")
-        return UserError(f"{where} unreachable: cannot reach {endpoint} ({_unreachable_reason(e, chain[i + 1:])}). "
-                         "Fix: check AWS_ENDPOINT_URL, that the S3 service runs, and that this machine can reach it.")
-    return None
-
-
-def _said_fast(error: UserError, chain: list[BaseException]) -> UserError:
-    """``error``, and where its call was not tried (``common.breaker.FailedFast``: a call to the endpoint failed
-    moments ago), that and for how long this process's calls fail so, before its fix."""
-    from common.breaker import FailedFast
-
-    fast = next((e for e in chain if isinstance(e, FailedFast)), None)
-    if fast is None:
-        return error
-    said = f" ({fast.fast()}; {ENV_S3_FAIL_FAST}: {fast.cooldown:g} s). Fix: "
-    return UserError(str(error).replace(". Fix: ", said, 1))
-
-
-def _endpoint_of(e: BaseException) -> str:
-    """The endpoint (scheme://host:port) that ``e`` met: its request's URL, else the configured one."""
-    found = getattr(e, "kwargs", None)
-    url = found.get("endpoint_url") if isinstance(found, dict) else None
-    if url:
-        parts = urlparse(url)
-        return f"{parts.scheme}://{parts.netloc}"
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
-
-
-def _unreachable_reason(e: BaseException, inner: list[BaseException]) -> str:
-    import socket
-
-    from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError
-
-    if isinstance(e, ConnectTimeoutError):
-        return f"no connection within the {s3_client_config()['connect_timeout']:g} s connect timeout"
-    if isinstance(e, ConnectionClosedError):
-        return "the connection closed before a reply"
-    for cause in inner:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return f"host {urlparse(_endpoint_of(e)).hostname!r} not found"
-    deepest = inner[-1] if inner else e
-    return f"{type(deepest).__name__}: {deepest}"
-
-
-def _local_error(e: OSError, store: str | None) -> UserError | None:
-    path = os.fsdecode(e.filename) if e.filename is not None else None
-    local = store if store and "://" not in store else None
-    if local and path and not inside(path, local):
-        local = None   # not the store's file
-    reason = _refused_write(e)
-    if reason == "read-only file system":
-        if local:
-            return UserError(f"store '{local}' is read-only: cannot write {path or local} ({reason}). Fix: choose a "
-                             "writable --store (or $DLRMFLOW_STORE), or remount it read-write.")
-        return UserError(f"cannot write {path or 'a file'}: {reason}. Fix: choose a writable place for it (--store, "
-                         "$DLRMFLOW_STORE or the output path), or remount it read-write.")
-    if not local:
-        return None   # a file of the user's that is not the store's: its own error says more
-    return UserError(f"store '{local}' is not writable by this user: {reason} on {path or local}. Fix: give this "
-                     "user write access to the store's folders (chmod/chown), or choose another --store.")

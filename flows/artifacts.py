@@ -27,7 +27,8 @@ from prefect.context import FlowRunContext
 
 import feature_spec as fspec
 from common.errors import UserError
-from common.store import Store, filesystem, storage_options
+from common.s3 import storage_options
+from common.store import Store, filesystem
 from training import RunDir, TABLE, config_hash, metrics as tm
 from models import interval_text, registry
 

@@ -1,7 +1,7 @@
 """User errors at the boundary of each flow and task: the run fails with the error's message as its state
 message and one ERROR line in its logs (the traceback at DEBUG), instead of Prefect logging the traceback
 again at every enclosing task, subflow and flow. A store that cannot be used (an S3 endpoint lost or frozen,
-a read-only store: ``common.store.store_error``) is such an error too. ``transient``: which failed tasks are
+a read-only store: ``common.store_errors.store_error``) is such an error too. ``transient``: which failed tasks are
 retried."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from prefect import get_run_logger
 from prefect.states import Failed
 
 from common.errors import UserError
-from common.store import RUNS, Store, store_error, store_of
+from common.store import RUNS, Store, store_of
+from common.store_errors import store_error
 from training import RunDir
 
 LOGGED = "dlrmflow_user_error"  # set on a log record (and on the error) once the message is logged

@@ -8,7 +8,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from common.store import redact
+from common.s3 import redact
 from flows import artifacts, assets
 from flows.errors import user_errors
 from flows.train import OVERLAP_WAIT_S

@@ -9,7 +9,7 @@ model: ``dlrmflow.pipeline``): ``dlrmflow.night.completed`` (date, run, metrics 
 out of its own band while no challenger won, which also notifies ``night.notify_block``. ``dlrmflow.day.landed``
 (day, its files) is the day-landed sensor's (``flows.landed``): the served pipeline's trigger starts that day's night.
 
-``night_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
+``pipeline_failed`` is the pipeline's ``on_failure`` and ``on_crashed`` hook: it records a dated night of a model in the
 model's history (a ``failed`` line naming the stage and the error, ``models.registry.record_failed``; the data gate
 records its own), emits ``dlrmflow.night.failed`` and sends the message to the notification block ``night.notify_block``
 of the run's config. A hook that fails logs why and never changes the run's own state. The pipeline says which stage
@@ -22,7 +22,8 @@ import json
 from typing import Any
 
 from common.errors import bounded
-from common.store import Store, default_store, store_error
+from common.store import Store, default_store
+from common.store_errors import store_error
 from models import PROMOTING, registry, watch
 from nightly.config import grouped
 
@@ -36,7 +37,7 @@ DAY_QUARANTINED = "dlrmflow.data.day_quarantined"   # by the data gate: a day ju
 MODEL_DEGRADED = "dlrmflow.model.degraded"   # the champion fell out of its band (models.watch), no challenger won
 DAY_LANDED = "dlrmflow.day.landed"   # by the day-landed sensor (flows.landed): a day of the inputs is complete
 
-_NIGHTS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
+_RUNS: dict[str, dict[str, str]] = {}   # flow run id -> {"stage", "date"}, read by the hook of that run
 
 
 def flow_run_owner() -> str | None:
@@ -92,7 +93,7 @@ def stage(name: str, date: str | None = None) -> None:
     ctx = FlowRunContext.get()
     if ctx is None or ctx.flow_run is None:
         return
-    night = _NIGHTS.setdefault(str(ctx.flow_run.id), {})
+    night = _RUNS.setdefault(str(ctx.flow_run.id), {})
     night["stage"] = name
     if date:
         night["date"] = date
@@ -104,7 +105,7 @@ def completed(model: str | None, result: dict) -> None:
     from prefect.context import FlowRunContext
 
     if (ctx := FlowRunContext.get()) and ctx.flow_run:
-        _NIGHTS.pop(str(ctx.flow_run.id), None)
+        _RUNS.pop(str(ctx.flow_run.id), None)
     if not result.get("date"):
         return
     decision = result.get("decision")
@@ -137,17 +138,18 @@ def error_of(text: str | None, fallback: str) -> str:
     return bounded(f"{lines[0]} {cause}" if cause else lines[0])   # what the history, the event and the note keep
 
 
-def night_failed(flow, flow_run, state) -> None:
-    """The pipeline's on_failure/on_crashed hook: record the failed night in the model's history, emit
-    ``dlrmflow.night.failed`` and notify ``notify_block``."""
+def pipeline_failed(flow, flow_run, state) -> None:
+    """The pipeline's on_failure/on_crashed hook, for a dated night or a plain run: record a failed night in the
+    model's history, emit ``dlrmflow.night.failed`` (a plain run's too: the event keeps its name) and notify
+    ``notify_block``."""
     from prefect.logging.loggers import flow_run_logger
 
     log = flow_run_logger(flow_run, flow)
-    night = _NIGHTS.pop(str(flow_run.id), {})
+    night = _RUNS.pop(str(flow_run.id), {})
     config = (flow_run.parameters or {}).get("config") or {}
     if not isinstance(config, dict):   # the in-process call's parameters may hold the model itself
         config = config.model_dump(mode="json")
-    config = grouped(config)   # a deployment's parameters from before the groups
+    config = grouped(config, strict=False)   # a deployment's parameters from before the groups; a hook never fails
     model = config.get("model")
     date = night.get("date") or str((flow_run.parameters or {}).get("date") or "(undated)")
     stage_name = night.get("stage", "setup")

@@ -1,5 +1,5 @@
-"""The pipeline flow: a straight line of tasks and subflows under one store: plan -> [synthesize] -> preprocess ->
-[check the days] -> plan the run -> train -> evaluate [-> compete -> gc]. What each decides is
+"""The pipeline flow: a straight line of tasks and subflows under one store: set up -> [synthesize] -> preprocess ->
+[check the days] -> the run's settings -> train -> evaluate [-> compete -> gc]. What each decides is
 ``nightly.night``'s (Prefect-free); the flow adds the schedule, logs, artifacts and events.
 
 A run may be for a date (inputs with ``{date}``, or a window of synthetic days): its days pass the data gate after
@@ -20,7 +20,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.errors import UserError
-from common.store import BLOCK_KEYS, Store, filesystem
+from common.s3 import BLOCK_KEYS
+from common.store import Store, filesystem
 from flows import artifacts, assets, events, landed
 from flows.datacheck import check_data, parse_failed
 from flows.errors import transient, user_errors
@@ -32,7 +33,7 @@ from flows.train import train
 from models import registry
 from nightly import night
 from nightly.config import PipelineConfig, PipelineSyntheticConfig
-from nightly.night import NightPlan, RunPlan
+from nightly.night import RunSettings, Setup
 from nightly.window import run_date
 from synthetic.generator import METADATA_FILE, SynthConfig, generate, write_days
 
@@ -102,51 +103,51 @@ def due_nights(config: PipelineConfig) -> list[dt.date]:
             if str(r.id) != flow_run.id and not (r.parameters or {}).get("date")]
 
 
-def plan(config: PipelineConfig, store: Store, day: dt.date | None,
-         left_out: dict[dt.date, str] | None = None) -> NightPlan:
-    """The night's plan (``nightly.night.plan_night``; ``left_out``: days the data gate quarantined now), the
-    model's records checked before any work. In the flow's own body, as ``plan_run``: a setting that cannot work
+def set_up(config: PipelineConfig, store: Store, day: dt.date | None,
+           left_out: dict[dt.date, str] | None = None) -> Setup:
+    """The run's setup (``nightly.night.set_up``; ``left_out``: days the data gate quarantined now), the
+    model's records checked before any work. In the flow's own body, as ``run_settings``: a setting that cannot work
     is the flow's one error line, no task's."""
-    planned = night.plan_night(config, store, day, left_out)
+    setup = night.set_up(config, store, day, left_out)
     log = get_run_logger()
-    for note in planned.notes:
+    for note in setup.notes:
         log.info(note)
     store.check()
-    if planned.model:
-        registry.check_records(planned.model)
-    if planned.window:
-        log.info(planned.window.describe())
-    return planned
+    if setup.model:
+        registry.check_records(setup.model)
+    if setup.window:
+        log.info(setup.window.describe())
+    return setup
 
 
-def preprocessed(config: PipelineConfig, store: Store, planned: NightPlan,
-                 left_out: dict[dt.date, str]) -> tuple[NightPlan, str]:
-    """The night's plan and its dataset (the ``preprocess`` subflow). A dated night whose preprocessing fails on one
+def preprocessed(config: PipelineConfig, store: Store, setup: Setup,
+                 left_out: dict[dt.date, str]) -> tuple[Setup, str]:
+    """The run's setup and its dataset (the ``preprocess`` subflow). A dated night whose preprocessing fails on one
     window day's own file has that day quarantined by the data gate (``flows.datacheck.parse_failed``: the test day
-    fails the night) and is planned again without it (``left_out`` gets it), as for a day the checks quarantine."""
+    fails the night) and is set up again without it (``left_out`` gets it), as for a day the checks quarantine."""
     while True:
         try:
-            dataset = preprocess(planned.preprocess)
-            assets.record(assets.preprocessed(planned, dataset))   # the days' parsed files, the dataset
-            return planned, dataset
+            dataset = preprocess(setup.preprocess)
+            assets.record(assets.preprocessed(setup, dataset))   # the days' parsed files, the dataset
+            return setup, dataset
         except UserError as e:
-            quarantined = parse_failed(planned, e)   # raises unless an older day of the window is to blame
-            if set(quarantined) & set(left_out):   # left out already: never planned again in a loop
+            quarantined = parse_failed(setup, e)   # raises unless an older day of the window is to blame
+            if set(quarantined) & set(left_out):   # left out already: never set up again in a loop
                 raise
             left_out |= quarantined
-        planned = plan(config, store, planned.window.date, left_out)
+        setup = set_up(config, store, setup.window.date, left_out)
 
 
-def plan_run(planned: NightPlan, dataset: str) -> RunPlan:
-    """The run on the night's dataset (``NightPlan.training``), its pipeline.yaml written."""
+def run_settings(setup: Setup, dataset: str) -> RunSettings:
+    """The training run of the setup on its dataset (``Setup.training``), its pipeline.yaml written."""
     log = get_run_logger()
-    run = planned.training(dataset, say=log.info)
+    run = setup.training(dataset, say=log.info)
     log.info("validation: %s", run.validation)
     run.write()
     return run
 
 
-@flow(name="pipeline", log_prints=True, on_failure=[events.night_failed], on_crashed=[events.night_failed])
+@flow(name="pipeline", log_prints=True, on_failure=[events.pipeline_failed], on_crashed=[events.pipeline_failed])
 @user_errors
 def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = None) -> dict:
     """Preprocess, train and evaluate (for a dated run: on the window of days before `date`, tested on `date`,
@@ -175,32 +176,32 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
             result = {"store": store.uri, "date": day.isoformat(), "skipped": reason}
             events.completed(config.model, result)
             return result
-    planned = plan(config, store, day)
-    days = planned.window
-    if planned.synthetic_inputs():
+    setup = set_up(config, store, day)
+    days = setup.window
+    if setup.synthetic_inputs():
         events.stage("synthesize")
-        synthesize(store, planned.config.synthetic, days.days if days else None, return_state=True).result()
+        synthesize(store, setup.config.synthetic, days.days if days else None, return_state=True).result()
     gate, left_out = None, {}
     events.stage("preprocess")
-    planned, dataset = preprocessed(config, store, planned, left_out)
-    days = planned.window
-    while days and planned.config.night.on_data_check != "off":
+    setup, dataset = preprocessed(config, store, setup, left_out)
+    days = setup.window
+    while days and setup.config.night.on_data_check != "off":
         events.stage("data check")
-        gate = check_data(planned, dataset, return_state=True).result()
+        gate = check_data(setup, dataset, return_state=True).result()
         if not gate.left_out:
             break
         left_out |= gate.left_out   # days quarantined now: the night again without them (their parses are kept)
         events.stage("preprocess")
-        planned, dataset = preprocessed(config, store, plan(config, store, day, left_out), left_out)
-        days = planned.window
-    run_plan = plan_run(planned, dataset)
-    run = run_plan.run
+        setup, dataset = preprocessed(config, store, set_up(config, store, day, left_out), left_out)
+        days = setup.window
+    settings = run_settings(setup, dataset)
+    run = settings.run
     events.stage("train")
-    train(run.uri, dataset, run_plan.train, planned.config.launcher)
+    train(run.uri, dataset, settings.train, setup.config.launcher)
     events.stage("evaluate")
-    metrics = evaluate(run.uri, planned.config.evaluate, planned.config.launcher)
+    metrics = evaluate(run.uri, setup.config.evaluate, setup.config.launcher)
     result = {"store": store.uri, "dataset": dataset, "run": run.uri,
-              "evaluation": run.eval_dir(planned.config.evaluate.split), "metrics": metrics}
+              "evaluation": run.eval_dir(setup.config.evaluate.split), "metrics": metrics}
     if days:
         result["date"] = day.isoformat()
     artifacts.metrics_table(metrics, artifacts.PIPELINE_METRICS)
@@ -208,12 +209,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), date: dt.date | None = N
     if gate:
         result["data_checks"] = {"checks": gate.summary["checks"], "failed": len(gate.summary["failed"]),
                                  "left_out": gate.summary["left_out"]}
-    if planned.model:
+    if setup.model:
         events.stage("promote")
-        result["decision"] = compete(planned, run, dataset, metrics, gate, return_state=True).result()
+        result["decision"] = compete(setup, run, dataset, metrics, gate, return_state=True).result()
     if days:
         events.stage("gc")
-        result["gc"] = gc(planned.config, store.uri, days)
+        result["gc"] = gc(setup.config, store.uri, days)
     if unreadable := artifacts.runs(store.uri):   # after promotion and gc: a malformed run never blocks a model
         log.warning("runs table: %d run(s) of %s could not be read, listed as such: %s", len(unreadable),
                     store.uri, ", ".join(unreadable))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from common.store import redact
+from common.s3 import redact
 from flows import artifacts
 from flows.errors import user_errors
 from flows.evaluate import rank_env

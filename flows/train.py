@@ -13,7 +13,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from common.errors import UserError
-from common.store import redact, store_error
+from common.s3 import redact
+from common.store_errors import store_error
 from flows import artifacts, assets
 from flows.errors import user_errors
 from models import champion_init

@@ -9,7 +9,15 @@ tests/test_layout.py), each imported on first use from the module that holds it 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from common.face import lazy
+
+if TYPE_CHECKING:   # what type checkers and IDEs see; at run time each name comes from _FACE on first use
+    from .config import ExportConfig, GcConfig, PromoteConfig, ScoreConfig
+    from .decision import PROMOTING, RowScores, interval_text, paired
+    from .registry import NAME_PATTERN, TUNED_FILE, Champion, champion_init, load_tuned, model_uri
+    from . import decision, gc, plots, registry, scoring, slices, watch
 
 _FACE = {   # name -> the module of this package that holds it (a module's own name: the module)
     "ExportConfig": "config", "GcConfig": "config", "PromoteConfig": "config", "ScoreConfig": "config",

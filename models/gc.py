@@ -1,5 +1,5 @@
 """The store's clean-up, the one owner of what is removed from a store: `dlrmflow gc`, and the pipeline after each
-dated night's decision (``collect``; ``plan`` is what it would remove). Local folders and s3:// alike.
+dated night's decision (``collect``; ``removals`` is what it would remove). Local folders and s3:// alike.
 
 Kept (the live set), for every model under ``models/``:
 
@@ -21,7 +21,7 @@ in the store after ``TMP_GRACE_S``; what an interrupted gc left in ``_trash/``. 
 included) are never removed.
 
 Safety: a removal runs under the store lease (``common.lease.store_lease``: no preprocessing job starts meanwhile);
-a run is removed under its own run lease (one taken since the plan keeps the run, and its dataset); a folder's
+a run is removed under its own run lease (one taken since gc listed the run keeps it, and its dataset); a folder's
 completion markers go first (a dataset's ``_SUCCESS``; a run's ``_SUCCESS``, evaluations and checkpoint markers:
 ``RunDir.is_marker``) and a local folder is then renamed into ``_trash/`` and deleted there, so a gc cut short
 never leaves something that looks complete; the next gc finishes it. An unreadable champion or history stops the
@@ -130,10 +130,10 @@ def collect(config: GcConfig, night: Night | None = None, work_dir: str | None =
     say = say or (lambda _: None)
     store = _open(config)
     if config.dry_run:
-        items = _plan(config, store, night, work_dir, say, now)
+        items = _removals(config, store, night, work_dir, say, now)
         return Report(store.uri, True, [item.removal for item in items])
     with store_lease(store.uri, owner or f"gc of {store.uri}", "gc", say=say):
-        items = _plan(config, store, night, work_dir, say, now)
+        items = _removals(config, store, night, work_dir, say, now)
         report = Report(store.uri, False)
         for item in items:
             if item.remove():
@@ -142,8 +142,8 @@ def collect(config: GcConfig, night: Night | None = None, work_dir: str | None =
     return report
 
 
-def plan(config: GcConfig, night: Night | None = None, work_dir: str | None = None,
-         say: Callable[[str], None] | None = None, now: float | None = None) -> list[Removal]:
+def removals(config: GcConfig, night: Night | None = None, work_dir: str | None = None,
+             say: Callable[[str], None] | None = None, now: float | None = None) -> list[Removal]:
     """What ``collect`` would remove now, in its order (nothing is removed)."""
     return collect(config.model_copy(update={"dry_run": True}), night, work_dir, say=say, now=now).removals
 
@@ -166,12 +166,12 @@ def parts_cutoff(store: str, retain_days: int, night: Night | None = None,
     return cutoff
 
 
-# --- the plan ---------------------------------------------------------------------------------------------------
+# --- what goes ---------------------------------------------------------------------------------------------------
 
 @dataclass
 class _Item:
     removal: Removal
-    remove: Callable[[], bool]   # does it; False when it was left after all (in use since the plan)
+    remove: Callable[[], bool]   # does it; False when it was left after all (in use since gc listed it)
 
 
 @dataclass
@@ -261,132 +261,184 @@ def _links(links: dict[str, str], say: Callable[[str], None]) -> None:
                 "the link if it is not needed, or move what it points to into the store.")
 
 
-def _plan(config: GcConfig, store: Store, night: Night | None, work_dir: str | None, say: Callable[[str], None],
-          now: float | None) -> list[_Item]:
+def _removals(config: GcConfig, store: Store, night: Night | None, work_dir: str | None,
+              say: Callable[[str], None], now: float | None) -> list[_Item]:
+    """What gc removes now, in the order it removes it: what an interrupted removal left, the runs, the datasets,
+    the work folders, the parsed parts and the ``.tmp-*`` leftovers (the module doc says what each keeps)."""
     now = time.time() if now is None else now
-    old = now - config.keep_nights * DAY_S
     fs, root = filesystem(store.uri)
-    root = root.rstrip("/")
     local = isinstance(fs, LocalFileSystem)
     keep_runs, keep_datasets, retired, retired_datasets = _named(store, config.keep_nights)
     listing, links = _listing(store)
     _links(links, say)
-    runs, datasets, works = listing.get(RUNS, {}), listing.get(DATASETS, {}), listing.get(WORK, {})
+    scan = _Scan(store, fs, root.rstrip("/"), local, listing, now, now - config.keep_nights * DAY_S,
+                 config.keep_nights, say)
+    items = _interrupted(scan)
+    runs = _retired_runs(scan, keep_runs, retired)
+    items += runs.items
+    datasets = _unused_datasets(scan, runs, keep_datasets, retired_datasets)
+    items += datasets
+    items += _spent_work(scan, {posixpath.basename(i.removal.uri) for i in datasets}, work_dir)
+    items += _old_parts(config, store, night, work_dir, say)
+    items += _stale_tmp(scan, [i.removal.uri for i in items])
+    return items
 
-    def uri(*parts: str) -> str:
-        return store.join(*parts)
 
-    def when(t: float) -> str:
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d") if t else "at an unknown time"
+@dataclass(frozen=True)
+class _Scan:
+    """The store as this gc found it: its listing (``_listing``), where it lies, and what is old."""
 
-    def leased(lease_uri: str, stale_s: float) -> dict | None:
-        try:
-            return holder(lease_uri, stale_s)
-        except (OSError, ValueError):
-            return None
+    store: Store
+    fs: object
+    root: str
+    local: bool
+    listing: dict[str, dict[str, _Entry]]
+    now: float
+    old: float          # last written before this: not for keep_nights days
+    keep_nights: int
+    say: Callable[[str], None]
 
-    items: list[_Item] = []
 
-    # what an interrupted gc or removal left
-    trash = [(uri(TRASH, name), e) for name, e in listing.get(TRASH, {}).items()]
-    trash += [(uri(top, name), e) for top in (FILES, WORK) for name, e in listing.get(top, {}).items()
+@dataclass
+class _Runs:
+    """What ``_retired_runs`` decided: its removals, the runs that go (URI -> why), each listed run's dataset (None:
+    none, or its config unreadable), the kept runs whose dataset could not be read, and the runs removed so far
+    (their removers add them: a dataset goes only once every run that uses it went)."""
+
+    items: list[_Item]
+    going: dict[str, str]
+    dataset: dict[str, str | None]
+    unreadable: list[str]
+    removed: set[str]
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d") if t else "at an unknown time"
+
+
+def _leased(lease_uri: str, stale_s: float) -> dict | None:
+    """The holder of the live lease ``lease_uri``; None when there is none, or it cannot be read."""
+    try:
+        return holder(lease_uri, stale_s)
+    except (OSError, ValueError):
+        return None
+
+
+def _interrupted(scan: _Scan) -> list[_Item]:
+    """What an interrupted gc or removal left: everything in ``_trash/``, and parts and work folders marked removed."""
+    trash = [(scan.store.join(TRASH, name), e) for name, e in scan.listing.get(TRASH, {}).items()]
+    trash += [(scan.store.join(top, name), e) for top in (FILES, WORK) for name, e in scan.listing.get(top, {}).items()
               if work.is_removed(name)]
-    for where, e in trash:
-        items.append(_Item(Removal("trash", where, e.bytes, "left by an interrupted removal"),
-                           _deleter(fs, e.path, recursive=True)))
+    return [_Item(Removal("trash", where, e.bytes, "left by an interrupted removal"),
+                  _deleter(scan.fs, e.path, recursive=True)) for where, e in trash]
 
-    # runs
-    run_dataset: dict[str, str | None] = {}
-    unknown = []   # kept runs whose dataset could not be read
-    removed_runs: set[str] = set()
-    going: dict[str, str] = {}
-    for name, e in sorted(runs.items()):
+
+def _retired_runs(scan: _Scan, keep: dict[str, str], retired: dict[str, str]) -> _Runs:
+    """The runs that go: those only older nights name (``retired``), and those nothing names (``keep``) that were
+    not written for ``keep_nights`` days; a run under a live run lease stays."""
+    runs = _Runs([], {}, {}, [], set())
+    for name, e in sorted(scan.listing.get(RUNS, {}).items()):
         if TMP in name:
-            continue   # a leftover of a killed write: below
-        here = _norm(uri(RUNS, name))
-        dataset, readable = _dataset_of(RunDir(uri(RUNS, name)), e, store)
-        run_dataset[here] = dataset
+            continue   # a leftover of a killed write: _stale_tmp
+        uri = scan.store.join(RUNS, name)
+        here = _norm(uri)
+        dataset, readable = _dataset_of(RunDir(uri), e, scan.store)
+        runs.dataset[here] = dataset
         reason = None
-        if here in keep_runs:
+        if here in keep:
             pass
-        elif RunDir.LEASE in e.files and (info := leased(uri(RUNS, name, RunDir.LEASE), RunDir.LEASE_STALE_S)):
-            say(f"kept run {name}: in use, its run lease is held by {info.get('owner')}")
+        elif RunDir.LEASE in e.files and (info := _leased(scan.store.join(RUNS, name, RunDir.LEASE), RunDir.LEASE_STALE_S)):
+            scan.say(f"kept run {name}: in use, its run lease is held by {info.get('owner')}")
         elif here in retired:
             reason = retired[here]
-        elif e.newest < old:
-            reason = f"no model's last {config.keep_nights} nights name it; last written {when(e.newest)}"
+        elif e.newest < scan.old:
+            reason = f"no model's last {scan.keep_nights} nights name it; last written {_when(e.newest)}"
         if reason is None:
             if not readable:
-                unknown.append(name)
+                runs.unreadable.append(name)
             continue
-        going[here] = reason
-        items.append(_Item(Removal("run", uri(RUNS, name), e.bytes, reason),
-                           _run_remover(fs, e, uri(RUNS, name), local, root, removed_runs, here, say)))
-    kept_runs = {r for r in run_dataset if r not in going}
-    used_by_kept = {_norm(d) for r in kept_runs if (d := run_dataset.get(r))}
+        runs.going[here] = reason
+        runs.items.append(_Item(Removal("run", uri, e.bytes, reason),
+                                _run_remover(scan.fs, e, uri, scan.local, scan.root, runs.removed, here, scan.say)))
+    return runs
+
+
+def _unused_datasets(scan: _Scan, runs: _Runs, keep: dict[str, str], retired: dict[str, str]) -> list[_Item]:
+    """The datasets that go: those only removed runs use, those of nights only older ones name (``retired``), and
+    those no run uses that were not written for ``keep_nights`` days; none when a kept run's dataset is unknown,
+    and never one being preprocessed (its live lease) or that a kept run or ``keep`` names."""
+    used_by_kept = {_norm(d) for r, d in runs.dataset.items() if r not in runs.going and d}
     users: dict[str, list[str]] = {}
-    for r, d in run_dataset.items():
+    for r, d in runs.dataset.items():
         if d:
             users.setdefault(_norm(d), []).append(r)
-    if unknown:
-        say(f"kept every dataset: the dataset of run(s) {', '.join(unknown)} cannot be read from their config")
-
-    # datasets
-    for name, e in sorted(datasets.items()):
+    if runs.unreadable:
+        scan.say(f"kept every dataset: the dataset of run(s) {', '.join(runs.unreadable)} cannot be read from their "
+                 "config")
+    items = []
+    for name, e in sorted(scan.listing.get(DATASETS, {}).items()):
         if TMP in name:
             continue
-        here = _norm(uri(DATASETS, name))
-        if here in keep_datasets or here in used_by_kept or unknown:
+        here = _norm(scan.store.join(DATASETS, name))
+        if here in keep or here in used_by_kept or runs.unreadable:
             continue
-        if (info := leased(work.dataset_lease_uri(store.uri, name), work.DATASET_LEASE_STALE_S)) is not None:
-            say(f"kept dataset {name}: being preprocessed, its lease is held by {info.get('owner')}")
+        if (info := _leased(work.dataset_lease_uri(scan.store.uri, name), work.DATASET_LEASE_STALE_S)) is not None:
+            scan.say(f"kept dataset {name}: being preprocessed, its lease is held by {info.get('owner')}")
             continue
         if here in users:
             names = ", ".join(posixpath.basename(r) for r in sorted(users[here]))
             reason = f"only removed runs use it ({names})"
-        elif here in retired_datasets:   # its night's run is gone already (a gc cut short, or by hand)
-            reason = retired_datasets[here]
-        elif e.newest < old:
-            reason = f"no run uses it; last written {when(e.newest)}"
+        elif here in retired:   # its night's run is gone already (a gc cut short, or by hand)
+            reason = retired[here]
+        elif e.newest < scan.old:
+            reason = f"no run uses it; last written {_when(e.newest)}"
         else:
             continue
-        items.append(_Item(Removal("dataset", uri(DATASETS, name), e.bytes, reason),
-                           _dataset_remover(fs, e, local, root, users.get(here, []), removed_runs, name, say)))
+        items.append(_Item(Removal("dataset", scan.store.join(DATASETS, name), e.bytes, reason),
+                           _dataset_remover(scan.fs, e, scan.local, scan.root, users.get(here, []), runs.removed,
+                                            name, scan.say)))
+    return items
 
-    # work folders of finished datasets, or of jobs abandoned long ago
-    going_datasets = {posixpath.basename(i.removal.uri) for i in items if i.removal.kind == "dataset"}
-    for name, e in sorted(works.items()):
+
+def _spent_work(scan: _Scan, going_datasets: set[str], work_dir: str | None) -> list[_Item]:
+    """The ``_work/`` folders that go: a finished dataset's, a removed one's (``going_datasets``: names), and an
+    abandoned job's (no live lease, not written for ``keep_nights`` days)."""
+    datasets, items = scan.listing.get(DATASETS, {}), []
+    for name, e in sorted(scan.listing.get(WORK, {}).items()):
         if name.endswith(work.LEASE_SUFFIX) or work.is_removed(name) or TMP in name or not e.folder:
             continue
-        if leased(work.dataset_lease_uri(store.uri, name), work.DATASET_LEASE_STALE_S) is not None:
+        if _leased(work.dataset_lease_uri(scan.store.uri, name), work.DATASET_LEASE_STALE_S) is not None:
             continue
         finished = SUCCESS in datasets.get(name, _Entry("")).files
         if finished or name in going_datasets:
             reason = "its dataset is finished" if name not in going_datasets else "its dataset is removed"
-        elif e.newest < old:
-            reason = f"an abandoned preprocessing job's (no lease), last written {when(e.newest)}"
+        elif e.newest < scan.old:
+            reason = f"an abandoned preprocessing job's (no lease), last written {_when(e.newest)}"
         else:
             continue
-        items.append(_Item(Removal("work", uri(WORK, name), e.bytes, reason),
-                           _work_remover(store.uri, name, None if local else work_dir)))
-
-    # parsed parts no window needs (the dated inputs' days before every model's window)
-    items += _parts(config, store, night, work_dir, say)
-
-    # `.tmp-*` leftovers of killed writes, outside what goes anyway
-    gone = [i.removal.uri for i in items]
-    for rel, e in sorted(listing.get(TMP, {}).items()):
-        where = uri(rel)
-        if e.newest >= now - TMP_GRACE_S or any(where == g or where.startswith(g + "/") for g in gone):
-            continue
-        items.append(_Item(Removal("tmp", where, e.bytes, f"left by a killed write; last written "
-                                   f"{dt.datetime.fromtimestamp(e.newest, dt.timezone.utc):%Y-%m-%d %H:%M} UTC"),
-                           _deleter(fs, e.path, recursive=True)))
+        items.append(_Item(Removal("work", scan.store.join(WORK, name), e.bytes, reason),
+                           _work_remover(scan.store.uri, name, None if scan.local else work_dir)))
     return items
 
 
-def _parts(config: GcConfig, store: Store, night: Night | None, work_dir: str | None,
-           say: Callable[[str], None]) -> list[_Item]:
+def _stale_tmp(scan: _Scan, gone: list[str]) -> list[_Item]:
+    """The ``.tmp-*`` leftovers of killed writes not written for ``TMP_GRACE_S``, outside what goes anyway
+    (``gone``: URIs)."""
+    items = []
+    for rel, e in sorted(scan.listing.get(TMP, {}).items()):
+        where = scan.store.join(rel)
+        if e.newest >= scan.now - TMP_GRACE_S or any(where == g or where.startswith(g + "/") for g in gone):
+            continue
+        items.append(_Item(Removal("tmp", where, e.bytes, f"left by a killed write; last written "
+                                   f"{dt.datetime.fromtimestamp(e.newest, dt.timezone.utc):%Y-%m-%d %H:%M} UTC"),
+                           _deleter(scan.fs, e.path, recursive=True)))
+    return items
+
+
+def _old_parts(config: GcConfig, store: Store, night: Night | None, work_dir: str | None,
+               say: Callable[[str], None]) -> list[_Item]:
+    """The parsed parts of the dated inputs' days before every model's window (``parts_cutoff``); none without
+    ``config.inputs``."""
     if not config.inputs:
         return []
     templates = [t if "://" in t else os.path.abspath(t) for t in config.inputs]   # as nightly.window.window
@@ -526,7 +578,7 @@ def _run_remover(fs, e: _Entry, run_uri: str, local: bool, root: str, removed: s
             with RunDir(run_uri).lease("removal by gc", owner="gc (removing the run)", say=say):
                 _remove_tree(fs, e, local, root, RunDir.is_marker, spare=RunDir.LEASE)
         except LeaseHeld as held:
-            say(f"kept run {posixpath.basename(run_uri)}: it came into use since the plan ({held})")
+            say(f"kept run {posixpath.basename(run_uri)}: it came into use since gc listed it ({held})")
             return False
         removed.add(key)
         return True

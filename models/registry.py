@@ -6,13 +6,14 @@ and the operator's verdicts on the days its nights read: ``record_verdicts``), `
 day-landed sensor saw complete: ``record_landed``) and ``bundles/`` (the serving bundles of the champion and of the
 one before it, kept for a rollback).
 
-``record`` is the one writer of decisions. Under the model's promotion lock (``<model>/promotion.lock``, a ``common.lease``,
-checked before each write) it re-reads the champion and ``decide``s (``models.decision``); a promotion is one
-ordered commit: (1) the bundle is exported and verified (every file re-read against its manifest), (2)
-champion.json is written once, with the bundle, the sha256 of its manifest and the history line, (3) the line is
-appended to history.jsonl, (4) the bundles of older champions are removed. A re-run of a decided night decides
-nothing again but repairs what a crash cut short: a missing or unverifiable bundle, a history line missing for
-the champion, a champion.json older than the history's last promotion. Local folders and s3:// alike.
+``record`` is the one writer of decisions (of a ``NightRecord``). Under the model's promotion lock
+(``<model>/promotion.lock``, a ``common.lease``, checked before each write) it re-reads the champion and
+``decide``s (``models.decision``); a promotion is one ordered commit: (1) the bundle is exported and verified
+(every file re-read against its manifest), (2) champion.json is written once, with the bundle, the sha256 of its
+manifest and the history line, (3) the line is appended to history.jsonl, (4) the bundles of older champions are
+removed. A re-run of a decided night decides nothing again but repairs what a crash cut short: a missing or
+unverifiable bundle, a history line missing for the champion, a champion.json older than the history's last
+promotion. Local folders and s3:// alike.
 
 The places these records name in the store (champion.json's run, dataset, vocab and bundle, a history line's run,
 dataset and champion_run) are written store-relative (``runs/<name>``: ``common.store.Store.relative``) and
@@ -33,6 +34,7 @@ import math
 import os
 import posixpath
 import signal
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -317,28 +319,47 @@ def decided(model: str, date: str, run: str) -> dict | None:
     line = next((e for e in reversed(history(model)) if (e.get("date"), e.get("run")) == (date, run)), None)
     if line is None:
         champion = load_champion(model)
-        if champion is not None and champion.line and (champion.line.get("date"), champion.line.get("run")) == (date, run):
+        if champion is not None and champion.line and \
+                (champion.line.get("date"), champion.line.get("run")) == (date, run):
             line = champion.line
     return line
 
 
-def record(model: str, candidate: dict, champion_metrics: dict | None = None, champion_run: str | None = None,
-           gates: PromoteConfig = PromoteConfig(), score_champion: Callable[[Champion], dict] | None = None, owner: str | None = None,
-           timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
-           say: Callable[[str], None] | None = None, export: Callable[[str, int, str], str] | None = None,
-           data_checks: dict | None = None, failed_checks: tuple[str, ...] = ()) -> dict:
-    """Decide on the challenger ``candidate`` (Champion's fields but ``name`` and ``promoted_at``: run, step,
-    dataset, vocab, date, window, metrics on day ``date``: auc, logloss, rows and the rest of ``RECORDED``) and
-    record it, under the model's promotion lock: re-read the champion (another run may have promoted since),
-    ``decide`` with ``gates`` against its metrics on the same day (``champion_metrics`` when they are of
-    ``champion_run``, the current champion; else ``score_champion(champion)``; else the champion is kept), then
-    commit in order (module doc): bundle, champion.json, history line (with ``gates`` and the champion metrics'
-    ``paired`` comparison), removal of older bundles. ``export(run, step, out)`` writes and verifies the
-    bundle and returns its manifest's sha256 (``training.export.export_verified``); None: no bundle.
-    ``data_checks``: the night's data checks (``nightly.datacheck.summary``), recorded; ``failed_checks`` the texts of
-    its failed ones, each refusing the promotion. Returns
-    the history line. A re-run for the same date and run returns the line recorded before and repairs the
-    store (a promotion cut short, a missing or unverifiable bundle), ending as an uninterrupted run would."""
+@dataclass(frozen=True)
+class NightRecord:
+    """What ``record`` decides on, and how. ``candidate``: the challenger (Champion's fields but ``name`` and
+    ``promoted_at``: run, step, dataset, vocab, date, window, metrics on day ``date``: auc, logloss, rows and the
+    rest of ``RECORDED``); the champion's metrics on the same day, ``champion_metrics``, when they are of
+    ``champion_run``; the ``gates``; ``score_champion(champion)`` to measure the champion otherwise (None: the
+    champion is kept); ``export(run, step, out)``, which writes and verifies the bundle and returns its manifest's
+    sha256 (``training.export.export_verified``; None: no bundle); ``data_checks``, the night's data checks
+    (``nightly.datacheck.summary``), recorded, and ``failed_checks`` the texts of its failed ones, each refusing the
+    promotion. ``owner``, ``timeout_s``, ``stale_s`` and ``say``: the promotion lock's (``promotion_lock``)."""
+
+    candidate: dict
+    champion_metrics: dict | None = None
+    champion_run: str | None = None
+    gates: PromoteConfig = field(default_factory=PromoteConfig)
+    score_champion: Callable[[Champion], dict] | None = None
+    owner: str | None = None
+    timeout_s: float = LOCK_TIMEOUT_S
+    stale_s: float = LOCK_STALE_S
+    say: Callable[[str], None] | None = None
+    export: Callable[[str, int, str], str] | None = None
+    data_checks: dict | None = None
+    failed_checks: tuple[str, ...] = ()
+
+
+def record(model: str, night: NightRecord) -> dict:
+    """Decide on the challenger ``night.candidate`` and record it, under the model's promotion lock: re-read the
+    champion (another run may have promoted since), ``decide`` with the gates against its metrics on the same day
+    (``night.champion_metrics`` when they are of ``night.champion_run``, the current champion; else
+    ``night.score_champion(champion)``; else the champion is kept), then commit in order (module doc): bundle
+    (``night.export``), champion.json, history line (with the gates and the champion metrics' ``paired``
+    comparison), removal of older bundles. Returns the history line. A re-run for the same date and run returns the
+    line recorded before and repairs the store (a promotion cut short, a missing or unverifiable bundle), ending as
+    an uninterrupted run would."""
+    candidate, gates, owner, say, export = night.candidate, night.gates, night.owner, night.say, night.export
     name = posixpath.basename(model.rstrip("/"))
     try:
         challenger = Champion(**{**candidate, "name": check_name(name), "promoted_at": ""})
@@ -348,7 +369,7 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
     if problems:
         raise UserError(f"the challenger of model {model} is incomplete ({'; '.join(problems)}). Fix: give run, "
                         "step, dataset, vocab, date, window and metrics (auc, logloss, rows).")
-    with promotion_lock(model, owner, timeout_s=timeout_s, stale_s=stale_s, say=say) as lock:
+    with promotion_lock(model, owner, timeout_s=night.timeout_s, stale_s=night.stale_s, say=say) as lock:
         lines = history(model)
         current = load_champion(model)
         key = (challenger.date, challenger.run)
@@ -365,26 +386,26 @@ def record(model: str, candidate: dict, champion_metrics: dict | None = None, ch
         if current is None or absent:   # absent: e.g. a diverged model promoted before this check, or a backfill
             measured = None
             reason_prefix = f"{absent}: " if absent else ""
-        elif champion_metrics is not None and champion_run == current.run:
-            measured = champion_metrics
-        elif score_champion is not None:
-            measured = score_champion(current)
+        elif night.champion_metrics is not None and night.champion_run == current.run:
+            measured = night.champion_metrics
+        elif night.score_champion is not None:
+            measured = night.score_champion(current)
         else:
             measured = None
-            reason_prefix = (f"the champion is now run {current.run} (metrics were given for {champion_run}) and "
+            reason_prefix = (f"the champion is now run {current.run} (metrics were given for {night.champion_run}) and "
                              f"no metrics of it on {challenger.date} are known: ")
         if current is not None and measured is None and finite(current.metrics):   # kept: a newer day's, or unmeasured
-            data = data_refusals(list(failed_checks))
+            data = data_refusals(list(night.failed_checks))
             decision, reason, refused = "kept", reason_prefix + "champion kept" + "".join(f"; {r}" for r in data), \
                 ("data_check",) if data else ()
         else:
-            decision, reason, refused = decide(challenger.metrics, measured, gates, list(failed_checks))
+            decision, reason, refused = decide(challenger.metrics, measured, gates, list(night.failed_checks))
             reason = reason_prefix + reason
         entry = {"date": challenger.date, "window": challenger.window, "run": challenger.run,
                  "dataset": challenger.dataset, "challenger": _plain(challenger.metrics), "champion": _plain(measured),
                  "champion_run": current.run if current else None,
                  "paired": measured.get("paired") if measured else None, "promote_margin": gates.margin,
-                 "gates": gates.recorded(), "data_checks": data_checks, "decision": decision, "reason": reason,
+                 "gates": gates.recorded(), "data_checks": night.data_checks, "decision": decision, "reason": reason,
                  "refused": list(refused), "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "by": owner,
                  "slices": (measured or {}).get("slices"), "watch": (measured or {}).get("watch")}
         if decision in PROMOTING:

@@ -1,14 +1,16 @@
 """The config models of the pipeline and its dated (nightly) runs: the dated window, the data gate, the night's
 policies (``NightConfig``) and the pipeline's config (``PipelineConfig``: the stage configs composed into one model,
 one nested model per group; the flows' parameters, so the Prefect UI renders a form with defaults and
-descriptions). Settings that were once flat keep working: ``RENAMED`` maps each old name to its group."""
+descriptions). Settings that were once flat are read from persisted state with a warning until
+``RENAMED_UNTIL``: ``RENAMED`` maps each old name to its group."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -160,35 +162,50 @@ class NightConfig(BaseModel):
                                      "`slack-webhook/ml-team`. Default: nobody is told (the events are still emitted).")
 
 
-# the pipeline's settings that were once flat: old name -> (group, field); old YAML keys, flow parameters and
-# command-line flags (--promote-margin...) keep working
+# the pipeline's settings that were once flat: old name -> (group, field). Only persisted state still holds the old
+# names (a YAML file, a deployment's or a scheduled flow run's parameters saved before the groups): it is read with
+# a warning until dlrmflow RENAMED_UNTIL; the command line takes the grouped flags only (--promote.margin)
 RENAMED = {"promote_margin": ("promote", "margin"), "min_auc_lift": ("promote", "min_auc_lift"),
            "min_test_rows": ("promote", "min_test_rows"), "min_test_positives": ("promote", "min_test_positives"),
            "promote_confidence": ("promote", "confidence"), "calibration_band": ("promote", "calibration_band"),
            "warm_start": ("promote", "warm_start"), "catchup": ("night", "catchup"),
            "on_data_check": ("night", "on_data_check"), "notify_block": ("night", "notify_block")}
+RENAMED_UNTIL = "0.2.0"   # the dlrmflow version that no longer reads RENAMED's old names
+_warned: set[str] = set()   # the old names this process has warned of (once each)
 
 
-def grouped(data: Any) -> Any:
+def grouped(data: Any, strict: bool = True) -> Any:
     """A pipeline config's data (a YAML file's, a flow run's parameters) with its once-flat settings moved into
-    their groups (``RENAMED``); given both ways, the old name's value wins (a base dump holds every group's default,
-    an old ``--set promote_margin=...`` or YAML key is what was meant)."""
+    their groups (``RENAMED``), warning once a process for each old name found. Given both ways (``promote_margin``
+    and ``promote.margin``), it is an error (``strict``: one of the two was not meant), else the new name wins."""
     if not isinstance(data, dict) or not RENAMED.keys() & data.keys():
         return data
     data = dict(data)
     for old, (group, name) in RENAMED.items():
-        if old in data:
-            value = data.pop(old)
-            section = dict(data.get(group) or {})
-            section[name] = value
-            data[group] = section
+        if old not in data:
+            continue
+        value = data.pop(old)
+        section = dict(data.get(group) or {})
+        if name in section and strict:
+            raise ValueError(f"{old} is the old name of {group}.{name}, and both are given; fix: keep {group}.{name} "
+                             f"only")
+        section.setdefault(name, value)
+        data[group] = section
+        if old not in _warned:
+            _warned.add(old)
+            warnings.warn(f"the pipeline setting {old!r} is {group}.{name} now: the old name is read until dlrmflow "
+                          f"{RENAMED_UNTIL}, which removes it. Fix: rename it where it is kept (a YAML file, a "
+                          "deployment's parameters).", FutureWarning, stacklevel=2)   # FutureWarning: users see it
     return data
 
 
-def cli_aliases(prefix: str = "") -> dict[str, str]:
-    """The old flags of the once-flat settings, as ``flows.options`` aliases of their fields (``prefix``: the
-    pipeline's path in the command's model, e.g. ``pipeline.``)."""
-    return {f"{prefix}{group}.{name}": "--" + old.replace("_", "-") for old, (group, name) in RENAMED.items()}
+def refuse_renamed(given: Iterable[str]) -> None:
+    """Fail on an old name of ``RENAMED`` among the dotted settings ``given`` on the command line (``--set``): the
+    command line takes the new names only."""
+    if old := sorted(RENAMED.keys() & set(given)):
+        group, name = RENAMED[old[0]]
+        raise UserError(f"--set {old[0]}: the setting is {group}.{name} now. Fix: --set {group}.{name}=VALUE (or "
+                        f"--{group}.{name.replace('_', '-')} VALUE).")
 
 
 class _Model(BaseModel):   # the pipeline's groups: no unknown keys

@@ -1,7 +1,7 @@
 """The operator's side of the data gate: a model's days and their verdicts (``days.jsonl``, written by
 ``nightly.datacheck.judge`` through the night, ``models.registry.record_verdicts``), listed, and one overridden:
 an accepted day is read again by the nights whose window holds it, a quarantined one left out of them
-(``nightly.night.plan_night``); or a new normal adopted (``accept-shift DATE``: DATE and the later days the gate
+(``nightly.night.set_up``); or a new normal adopted (``accept-shift DATE``: DATE and the later days the gate
 quarantined accepted, the reference of the days after them starting at DATE). An override holds the files and the
 stats of the day's last verdict (a re-uploaded day is judged again) and says who and why. Only a model of the
 store and a day the gate has judged (its files known) can be overridden: anything else is one line that says so."""

@@ -1,6 +1,6 @@
 """A pipeline run's decisions without Prefect, the night's one owner: ``skip_reason`` the catch-up verdict on a
-scheduled night, ``plan_night`` what a run (a dated night, or a plain run) does before any work (the preset or tuned
-config applied, the window, the preprocessing), ``NightPlan.training`` what it trains once its dataset is known (the
+scheduled night, ``set_up`` what a run (a dated night, or a plain run) does before any work (the preset or tuned
+config applied, the window, the preprocessing), ``Setup.training`` what it trains once its dataset is known (the
 run, the warm start from the champion, the resolved pipeline.yaml), ``check_days`` the data gate's verdict on the
 window's days (``parse_failed`` on a day whose own file failed its parse) and ``compete`` the challenger against the
 champion (scored, decided and recorded by ``models.registry``). The flows (``flows.pipeline`` and its tasks) call
@@ -38,7 +38,7 @@ def _quiet(_: str) -> None:
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunSettings:
     """What a pipeline run trains, once its dataset is known."""
 
     run: RunDir
@@ -54,7 +54,7 @@ class RunPlan:
 
 
 @dataclass(frozen=True)
-class NightPlan:
+class Setup:
     """What a pipeline run does, decided before any work: ``config`` with its preset or tuned config applied
     (``notes`` say what was), its ``store``, for a dated run its ``day`` and ``window``, and its preprocessing."""
 
@@ -74,8 +74,8 @@ class NightPlan:
         """Whether the run reads the synthetic logs (no inputs given), which ``flows.pipeline.synthesize`` writes."""
         return not self.config.preprocess.inputs
 
-    def training(self, dataset: str, say: Say = _quiet) -> RunPlan:
-        """The run of this plan on ``dataset``: its folder (named by the training settings before the warm start, so
+    def training(self, dataset: str, say: Say = _quiet) -> RunSettings:
+        """The run of this setup on ``dataset``: its folder (named by the training settings before the warm start, so
         a re-run of the night finds it), its training settings and its pipeline.yaml."""
         config = self.config
         trained = config.train.on(dataset).resolved()   # validation made explicit: the run's name says it too
@@ -89,7 +89,7 @@ class NightPlan:
         # the dataset the flow filled in is no dumped field: it follows the training settings
         resolved |= {"train": resolved["train"] | {"dataset": dataset},
                      "date": self.day.isoformat() if self.day else None}
-        return RunPlan(run, settings, trained.validation_text(), resolved)
+        return RunSettings(run, settings, trained.validation_text(), resolved)
 
     def warm_started(self, say: Say = _quiet) -> TrainConfig:
         """With a model and ``promote.warm_start``: the training settings initialised from the champion (of an
@@ -145,7 +145,7 @@ def skip_reason(config: PipelineConfig, store: Store, day: dt.date, due: list[dt
                 say: Say = _quiet) -> str | None:
     """Why the scheduled night ``day`` is skipped under ``night.catchup`` (None: it runs), given the days of the
     deployment's other due scheduled runs; a skip is recorded in the model's history (decided before the night
-    is planned: a stale night is skipped even when its days are missing)."""
+    is set up: a stale night is skipped even when its days are missing)."""
     if config.night.catchup == "all":
         return None
     model = registry.model_uri(store.uri, config.model) if config.model else None
@@ -167,9 +167,9 @@ def synthetic_inputs(config: PipelineConfig, store: Store) -> list[str]:
     return [f"{store.synthetic_uri(options.rows, options.seed)}/part-*"]
 
 
-def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date | None = None,
-               left_out: dict[dt.date, str] | None = None) -> NightPlan:
-    """The plan of a pipeline run of ``config`` (for ``date`` when dated): the preset or tuned config applied,
+def set_up(config: PipelineConfig, store: Store | None = None, date: dt.date | None = None,
+           left_out: dict[dt.date, str] | None = None) -> Setup:
+    """The setup of a pipeline run of ``config`` (for ``date`` when dated): the preset or tuned config applied,
     the settings checked together, the window's days found (a missing day, a bad template or a wrong split name
     fails here, before any work; a day the data gate quarantined is left out and the window reaches back past it:
     the model's standing verdicts over the whole look-back, and ``left_out``: day -> why) and the preprocessing
@@ -193,12 +193,12 @@ def plan_night(config: PipelineConfig, store: Store | None = None, date: dt.date
         inputs = days.inputs()
     preprocess = config.preprocess_config(inputs, store.uri)
     config.check_splits(preprocess)
-    return NightPlan(config, store, preprocess, date if config.dated else None, days, tuple(notes))
+    return Setup(config, store, preprocess, date if config.dated else None, days, tuple(notes))
 
 
 def record_setup_failed(config: PipelineConfig, store: Store, day: dt.date | None, error: BaseException,
                         owner: str | None = None, say: Say = _quiet) -> dict | None:
-    """Record a dated night of a model whose plan failed before its flow started (``dlrmflow run`` plans first: a
+    """Record a dated night of a model whose setup failed before its flow started (``dlrmflow run`` sets up first: a
     window without enough days, a missing test day, a bad template) in the model's history: a ``failed`` line at
     stage setup (``registry.record_failed``), as the flow's failure hook records a night that fails in the flow.
     Returns it; None without a model or a date, for a repeated failure, or when the store cannot take it (said:
@@ -240,8 +240,8 @@ def _identities(templates: tuple[str, ...], day: dt.date) -> dict[str, str] | No
 class DataGate:
     """The data gate's verdict on a night: the night's ``summary`` (``nightly.datacheck.summary``, what the
     history records), every check, the test day's failed ones (``failed``: they fail the night, or refuse the
-    promotion under ``warn``), the window's days quarantined now that the plan still reads (``left_out``: day ->
-    why; the night is planned again without them), the verdicts made now, the days without a stored profile and
+    promotion under ``warn``), the window's days quarantined now that the setup still reads (``left_out``: day ->
+    why; the night is set up again without them), the verdicts made now, the days without a stored profile and
     the failure's one-line reason (None: the test day passed)."""
 
     summary: dict
@@ -260,7 +260,7 @@ class DataGate:
         return tuple(datacheck.Check(**row).text() for row in self.summary["failed"])
 
 
-def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> DataGate:
+def check_days(setup: Setup, owner: str | None = None, say: Say = _quiet) -> DataGate:
     """Judge the window's days from the profiles their parses stored (no pass over the data): each day without a
     standing verdict against its reference in the model's history, the test day's unseen values against the
     champion's vocabulary too (``nightly.datacheck.judge``); the verdicts made now are recorded in the model's
@@ -268,22 +268,22 @@ def check_days(plan: NightPlan, owner: str | None = None, say: Say = _quiet) -> 
     as failed at `data check` in the model's history before its error goes on (the flow's failure hook leaves the
     data gate's stage to it)."""
     try:
-        return _check_days(plan, owner, say)
+        return _check_days(setup, owner, say)
     except Exception as e:
-        if plan.model:
+        if setup.model:
             error = (str(e).splitlines() or [type(e).__name__])[0]
             try:
-                registry.record_failed(plan.model, plan.window.date.isoformat(), "data check", error, owner=owner,
+                registry.record_failed(setup.model, setup.window.date.isoformat(), "data check", error, owner=owner,
                                        say=say)
             except Exception as again:  # noqa: BLE001 - the gate's own error is what counts
-                say(f"could not record the failed night {plan.window.date} in model {plan.config.model}'s history: "
+                say(f"could not record the failed night {setup.window.date} in model {setup.config.model}'s history: "
                     f"{type(again).__name__}: {again}")
         raise
 
 
-def _check_days(plan: NightPlan, owner: str | None, say: Say) -> DataGate:
-    config, days = plan.config, plan.window
-    stored = StoredProfiles(plan.preprocess)
+def _check_days(setup: Setup, owner: str | None, say: Say) -> DataGate:
+    config, days = setup.config, setup.window
+    stored = StoredProfiles(setup.preprocess)
     identities = stored.identities()
     files: dict[dt.date, list[tuple[str, dict | None]]] = {}
     for uri, profile in stored.profiles():
@@ -292,21 +292,21 @@ def _check_days(plan: NightPlan, owner: str | None, say: Say) -> DataGate:
     unchecked = [d for d in days.days if any(p is None for _, p in files.get(d, [(None, None)]))]
     checked = [d for d in days.days if d not in unchecked]
     stats = [datacheck.day_stats(d.isoformat(), [p for _, p in files[d]]) for d in checked]
-    unseen = _unseen(plan, stored, files, checked, say) if checked and checked[-1] == days.date else ({}, {}, None)
+    unseen = _unseen(setup, stored, files, checked, say) if checked and checked[-1] == days.date else ({}, {}, None)
     test_day = days.date.isoformat()
-    lines = registry.day_verdicts(plan.model) if plan.model else []
+    lines = registry.day_verdicts(setup.model) if setup.model else []
     judged = datacheck.judge(stats, {d.isoformat(): {u: identities[u] for u, _ in files[d]} for d in checked}, lines,
                              config.data_check, *unseen, test_day=test_day,
                              at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-    if plan.model and judged.new:
-        registry.record_verdicts(plan.model, judged.new, owner=owner, say=say)
+    if setup.model and judged.new:
+        registry.record_verdicts(setup.model, judged.new, owner=owner, say=say)
     for line in judged.new:
         say(f"data gate: day {line['day']} {line['verdict']}" + (f" ({line['why']})" if line["why"] else ""))
     shift = datacheck.shift_text(judged.shift, config.model)
     if shift:
         say(f"data gate: {shift}")
     summary = datacheck.summary(judged, config.night.on_data_check, test_day, [d.isoformat() for d in unchecked])
-    summary["left_out"] |= {d.isoformat(): why for d, why in days.quarantined}   # left out when planned
+    summary["left_out"] |= {d.isoformat(): why for d, why in days.quarantined}   # left out when set up
     read = set(days.train + days.val)
     left_out = {dt.date.fromisoformat(d): why for d, why in judged.quarantined().items()
                 if dt.date.fromisoformat(d) in read}
@@ -319,20 +319,20 @@ def _check_days(plan: NightPlan, owner: str | None, say: Say) -> DataGate:
     return DataGate(summary, judged.checks, failed, left_out, judged.new, unchecked, reason)
 
 
-def record_gate_failed(plan: NightPlan, gate: DataGate, dataset: str | None, owner: str | None,
+def record_gate_failed(setup: Setup, gate: DataGate, dataset: str | None, owner: str | None,
                        say: Say = _quiet) -> None:
     """Record a night that its data gate failed (its test day quarantined) in its model's history (no model:
     nothing)."""
-    if plan.model:
-        days = plan.window
-        registry.record_data_failed(plan.model, days.date.isoformat(), [d.isoformat() for d in days.days],
+    if setup.model:
+        days = setup.window
+        registry.record_data_failed(setup.model, days.date.isoformat(), [d.isoformat() for d in days.days],
                                     gate.summary, gate.reason, owner=owner, say=say, dataset=dataset)
 
 
 @dataclass(frozen=True)
 class ParseFailure:
     """A window day quarantined by the data gate because its parse failed on one of its own files: the day, its
-    verdict line and, for the test day, the night's failure (``reason``; None: the night is planned again without
+    verdict line and, for the test day, the night's failure (``reason``; None: the night is set up again without
     the day, as for a day ``check_days`` quarantines)."""
 
     day: dt.date
@@ -340,7 +340,7 @@ class ParseFailure:
     reason: str | None
 
 
-def parse_failed(plan: NightPlan, error: BaseException, owner: str | None = None,
+def parse_failed(setup: Setup, error: BaseException, owner: str | None = None,
                  say: Say = _quiet) -> ParseFailure | None:
     """The data gate's verdict on the window day whose input file ``error`` blames (``preprocessing.errors.blamed``:
     a gzip cut short, malformed rows beyond the budget, bytes that cannot be read...): quarantined, why: the error's
@@ -349,32 +349,32 @@ def parse_failed(plan: NightPlan, error: BaseException, owner: str | None = None
     lost store, a setting), ``night.on_data_check`` is off, or the day has a standing verdict: a day is judged once,
     so a day accepted (by an operator, or before a setting changed) whose parse fails fails the night with the
     parse's error."""
-    days, uri = plan.window, blamed(error)
-    if days is None or uri is None or plan.config.night.on_data_check == "off":
+    days, uri = setup.window, blamed(error)
+    if days is None or uri is None or setup.config.night.on_data_check == "off":
         return None
     day = days.owns(uri)
     files = _identities(days.templates, day) if day in days.days else None
-    if files is None or (plan.model and datacheck.standing(registry.day_verdicts(plan.model), day.isoformat(),
+    if files is None or (setup.model and datacheck.standing(registry.day_verdicts(setup.model), day.isoformat(),
                                                              files) is not None):
         return None
     line = datacheck.unparsed(day.isoformat(), files, (str(error).splitlines() or [type(error).__name__])[0],
                               at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-    if plan.model:
-        registry.record_verdicts(plan.model, [line], owner=owner, say=say)
+    if setup.model:
+        registry.record_verdicts(setup.model, [line], owner=owner, say=say)
     say(f"data gate: day {day} {line['verdict']} ({line['why']})")
     reason = (f"the test day {day} is quarantined: {line['why']} Later windows leave the day out until its files "
               "change (then it is judged again)") if day == days.date else None
     return ParseFailure(day, line, reason)
 
 
-def _unseen(plan: NightPlan, stored: StoredProfiles, files: dict, checked: list[dt.date],
+def _unseen(setup: Setup, stored: StoredProfiles, files: dict, checked: list[dt.date],
             say: Say) -> tuple[dict, dict, str | None]:
     """(the test day's unseen shares, those of the newest earlier day the champion never trained on, that day)
     by the champion's vocabulary; ({}, {}, None) without a champion older than the test day or such a day."""
-    if not plan.model:
+    if not setup.model:
         return {}, {}, None
-    days = plan.window
-    champion, _ = registry.usable_champion(plan.model, days.date.isoformat())
+    days = setup.window
+    champion, _ = registry.usable_champion(setup.model, days.date.isoformat())
     if champion is None:
         return {}, {}, None
     before = datacheck.unseen_reference([d.isoformat() for d in checked], champion.window, champion.date)
@@ -387,14 +387,14 @@ def _unseen(plan: NightPlan, stored: StoredProfiles, files: dict, checked: list[
     return shares.get("test", {}), shares.get("before", {}), before
 
 
-def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: DataGate | None = None,
+def compete(setup: Setup, run: RunDir, dataset: str, metrics: dict, gate: DataGate | None = None,
             owner: str | None = None, say: Say = _quiet) -> dict:
     """The night's new model against the champion of its model on the test day: scored (each with its own
     vocabulary, its ranks started by the pipeline's launcher), decided and recorded (promoted or kept:
     ``models.registry.record``'s ordered commit, the bundle first) under the model's lock, with the night's data
     gate (a failed check keeps the champion); a re-run of a decided night scores nothing and repairs. Returns the
     history line."""
-    config, days, model = plan.config, plan.window, plan.model
+    config, days, model = setup.config, setup.window, setup.model
     candidate = {"run": run.uri, "step": metrics["step"], "dataset": dataset,
                  "vocab": posixpath.join(dataset, "vocab"), "date": days.date.isoformat(),
                  "window": [d.isoformat() for d in days.days]}
@@ -402,7 +402,8 @@ def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: Dat
     if done is not None:   # a re-run of a night already decided: nothing to score again; record() repairs
         say(f"model {config.model} on {days.date}: already decided ({done['decision']})")
         mine = {k: math.nan if v is None else v for k, v in done["challenger"].items()}
-        return registry.record(model, {**candidate, "metrics": mine}, say=say, owner=owner, export=_export_verified)
+        return registry.record(model, registry.NightRecord({**candidate, "metrics": mine}, say=say, owner=owner,
+                                                           export=_export_verified))
     champion = registry.load_champion(model)
     compared = (champion is not None and champion.run != run.uri
                 and registry.ineligible(champion, days.date.isoformat()) is None)
@@ -447,11 +448,11 @@ def compete(plan: NightPlan, run: RunDir, dataset: str, metrics: dict, gate: Dat
             mine = challenger()[0]   # a comparison needs both models' scores of the same rows
         else:
             mine = {k: metrics.get(k) for k in METRICS}   # evaluation scored exactly the test day, this vocabulary
-        entry = registry.record(model, {**candidate, "metrics": mine}, measure(champion) if compared else None,
-                                champion.run if champion else None, gates=config.promote, score_champion=measure,
-                                say=say, owner=owner, export=_export_verified,
-                                data_checks=gate.summary if gate else None,
-                                failed_checks=gate.refusals if gate else ())
+        entry = registry.record(model, registry.NightRecord(
+            {**candidate, "metrics": mine}, champion_metrics=measure(champion) if compared else None,
+            champion_run=champion.run if champion else None, gates=config.promote, score_champion=measure, say=say,
+            owner=owner, export=_export_verified, data_checks=gate.summary if gate else None,
+            failed_checks=gate.refusals if gate else ()))
     say(f"model {config.model} on {days.date}: {entry['decision']} ({entry['reason']})")
     if entry.get("slices"):
         say(slices.describe(entry["slices"]))

@@ -1,26 +1,27 @@
 """Preprocessing: raw click logs (Criteo TSV, CSV, Parquet) -> NVIDIA split-binary dataset.
 
 ``run(PreprocessConfig(...))`` returns the dataset URI; ``Preprocessing(config).run(executor)`` runs the same
-stages with another executor (the Prefect flow's tasks); ``inspect.summary(uri)`` describes a dataset; ``file_parts(out)`` lists the input files whose parse and counts
-are stored for reuse and ``prune_file_parts(out, remove)`` deletes those no longer needed.
+stages with another executor (the Prefect flow's tasks); ``inspect.summary(uri)`` describes a dataset;
+``file_parts(out)`` lists the input files whose parse and counts are stored for reuse and
+``prune_file_parts(out, remove)`` deletes those no longer needed.
 
-The names are imported on first use, so ``import preprocessing.config`` (the CLI's ``--help``) does not
-pay for polars and numpy.
+This is the package's face: each name is imported on first use from the module that holds it (``_FACE``), so
+``import preprocessing.config`` (the CLI's ``--help``) does not pay for polars and numpy.
 """
 
 from __future__ import annotations
 
-__all__ = ["PreprocessConfig", "Preprocessing", "file_parts", "prune_file_parts", "run"]
+from typing import TYPE_CHECKING
 
+from common.face import lazy
 
-def __getattr__(name: str):
-    if name == "PreprocessConfig":
-        from .config import PreprocessConfig
-        return PreprocessConfig
-    if name in ("Preprocessing", "run"):
-        from . import pipeline
-        return getattr(pipeline, name)
-    if name in ("file_parts", "prune_file_parts"):
-        from . import work
-        return getattr(work, name)
-    raise AttributeError(f"module 'preprocessing' has no attribute {name!r}")
+if TYPE_CHECKING:   # what type checkers and IDEs see; at run time each name comes from _FACE on first use
+    from .config import PreprocessConfig
+    from .pipeline import Preprocessing, run
+    from .work import file_parts, prune_file_parts
+
+_FACE = {   # name -> the module of this package that holds it
+    "PreprocessConfig": "config", "Preprocessing": "pipeline", "run": "pipeline",
+    "file_parts": "work", "prune_file_parts": "work",
+}
+__all__, __getattr__, __dir__ = lazy(__name__, _FACE)

@@ -59,28 +59,23 @@ static PyObject *count_lines(PyObject *self, PyObject *arg) {
 }
 
 
-/* rows parsed, or -1 where a row is irregular */
-static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, int8_t *label, float *num,
-                             uint32_t *cat, uint8_t *valid, int64_t *missing) {
-    if (len == 0 || p[len - 1] != '\n')
-        return -1;
-    const unsigned char *end = p + len;
-    Py_ssize_t r = 0;
-    /* the block ends with '\n', which stops every scan below: no other bounds checks are needed */
-    while (p < end) {
-        if (r >= n)
-            return -1;
-        p = parse_label_and_ints(p, n, r, label, num, missing);
+/* where parse() writes a row's one-hot categoricals (column-major) */
+typedef struct {
+    uint32_t *cat;
+    uint8_t *valid;
+} OneHot;
+
+/* a row's 26 one-hot categoricals (parse_rows' parse_cats; always inlined: parse() compiles as when its loop
+ * was written out here) */
+static inline __attribute__((always_inline)) const unsigned char *parse_one_hots(
+    const unsigned char *p, const unsigned char *end, Py_ssize_t n, Py_ssize_t r, void *ctx) {
+    OneHot *out = ctx;
+    for (int j = 0; j < N_CAT; j++) {
+        p = parse_hex_field_fast(p, end, j == N_CAT - 1 ? '\n' : '\t', out->cat, out->valid, (Py_ssize_t)j * n + r);
         if (!p)
-            return -1;
-        for (int j = 0; j < N_CAT; j++) {
-            p = parse_hex_field_fast(p, end, j == N_CAT - 1 ? '\n' : '\t', cat, valid, (Py_ssize_t)j * n + r);
-            if (!p)
-                return -1;
-        }
-        r++;
+            return NULL;
     }
-    return r == n ? r : -1;
+    return p;
 }
 
 static PyObject *parse(PyObject *self, PyObject *args) {
@@ -100,9 +95,10 @@ static PyObject *parse(PyObject *self, PyObject *args) {
         if (get_buffer(o_cat, &bc, 1, n * N_CAT * 4, "cat") == 0) {
             if (get_buffer(o_valid, &bv, 1, n * N_CAT, "valid") == 0) {
                 if (get_buffer(o_missing, &bm, 1, N_INT * 8, "missing") == 0) {
+                    OneHot out = {(uint32_t *)bc.buf, (uint8_t *)bv.buf};
                     Py_BEGIN_ALLOW_THREADS
                     r = parse_rows((const unsigned char *)b.buf, b.len, n, (int8_t *)bl.buf, (float *)bn.buf,
-                                   (uint32_t *)bc.buf, (uint8_t *)bv.buf, (int64_t *)bm.buf);
+                                   (int64_t *)bm.buf, parse_one_hots, &out);
                     Py_END_ALLOW_THREADS
                     PyBuffer_Release(&bm);
                 }

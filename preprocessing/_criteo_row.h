@@ -1,6 +1,6 @@
-/* What preprocessing/_criteo.c and preprocessing/_lists.c share: the fixed part of a Criteo row (its label and
- * 13 integer fields), a one-hot categorical field, and the tables they go through (log1p, hex digits). Included by
- * both (static: one copy each).
+/* What preprocessing/_criteo.c and preprocessing/_lists.c share: the walk over a block's rows (parse_rows), the
+ * fixed part of a Criteo row (its label and 13 integer fields), a one-hot categorical field, and the tables they go
+ * through (log1p, hex digits). Included by both (static: one copy each).
  */
 #ifndef DLRMFLOW_CRITEO_ROW_H
 #define DLRMFLOW_CRITEO_ROW_H
@@ -113,6 +113,36 @@ static inline const unsigned char *parse_hex_field_fast(const unsigned char *p, 
         }
     }
     return parse_hex_field(p, end_of_field, cat, valid, at);
+}
+
+/* A row's 26 categorical fields at p (after its integers), through the row's '\n' (the last field's end; the block
+ * ends at `end`), written for row r of n: each module's own (its fields' kinds), with its `ctx`. Returns p after
+ * the row, or NULL where a field is irregular. */
+typedef const unsigned char *(*parse_cats_fn)(const unsigned char *p, const unsigned char *end, Py_ssize_t n,
+                                               Py_ssize_t r, void *ctx);
+
+/* The rows of a block of n rows (each ended by '\n'): each row's label and integers (parse_label_and_ints), then its
+ * categoricals (parse_cats). Returns n, or -1 where a row is irregular or the block holds another number of rows.
+ * Inline, and called with a parse_cats known there: a direct call, or none where parse_cats is inlined. */
+static inline Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, int8_t *label, float *num,
+                                    int64_t *missing, parse_cats_fn parse_cats, void *ctx) {
+    if (len == 0 || p[len - 1] != '\n')
+        return -1;
+    const unsigned char *end = p + len;
+    Py_ssize_t r = 0;
+    /* the block ends with '\n', which stops every scan below: no other bounds checks are needed */
+    while (p < end) {
+        if (r >= n)
+            return -1;
+        p = parse_label_and_ints(p, n, r, label, num, missing);
+        if (!p)
+            return -1;
+        p = parse_cats(p, end, n, r, ctx);
+        if (!p)
+            return -1;
+        r++;
+    }
+    return r == n ? r : -1;
 }
 
 #endif

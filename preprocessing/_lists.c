@@ -100,38 +100,34 @@ static const unsigned char *parse_list(const unsigned char *p, unsigned char end
     return p;
 }
 
-/* rows parsed, or -1 where a row is irregular */
-static Py_ssize_t parse_rows(const unsigned char *p, Py_ssize_t len, Py_ssize_t n, const unsigned char *kinds,
-                             List *lists, int8_t *label, float *num, uint32_t *cat, uint8_t *valid,
-                             int64_t *missing) {
-    if (len == 0 || p[len - 1] != '\n')
-        return -1;
-    const unsigned char *end = p + len;
-    Py_ssize_t r = 0;
-    /* the block ends with '\n', which stops every scan below: no other bounds checks are needed */
-    while (p < end) {
-        if (r >= n)
-            return -1;
-        p = parse_label_and_ints(p, n, r, label, num, missing);
-        if (!p)
-            return -1;
-        int k = 0;   /* the next list column */
-        for (int j = 0; j < N_CAT; j++) {
-            const unsigned char end_of_field = j == N_CAT - 1 ? '\n' : '\t';
-            if (kinds[j]) {
-                p = parse_list(p, end_of_field, &lists[k++], r);
-                if (p == NULL)
-                    return -1;
-                p++;
-                continue;
-            }
-            p = parse_hex_field(p, end_of_field, cat, valid, (Py_ssize_t)j * n + r);
-            if (!p)
-                return -1;
+/* where parse() writes a row's categoricals: each field's kind, the list columns, the one-hot ones (column-major) */
+typedef struct {
+    const unsigned char *kinds;
+    List *lists;
+    uint32_t *cat;
+    uint8_t *valid;
+} Fields;
+
+/* a row's 26 categoricals, lists and one-hots (parse_rows' parse_cats) */
+static const unsigned char *parse_fields(const unsigned char *p, const unsigned char *end, Py_ssize_t n,
+                                         Py_ssize_t r, void *ctx) {
+    (void)end;
+    Fields *out = ctx;
+    int k = 0;   /* the next list column */
+    for (int j = 0; j < N_CAT; j++) {
+        const unsigned char end_of_field = j == N_CAT - 1 ? '\n' : '\t';
+        if (out->kinds[j]) {
+            p = parse_list(p, end_of_field, &out->lists[k++], r);
+            if (p == NULL)
+                return NULL;
+            p++;
+            continue;
         }
-        r++;
+        p = parse_hex_field(p, end_of_field, out->cat, out->valid, (Py_ssize_t)j * n + r);
+        if (!p)
+            return NULL;
     }
-    return r == n ? r : -1;
+    return p;
 }
 
 #define MAX_BUFFERS (9 + 4 * MAX_LISTS)
@@ -216,8 +212,9 @@ static PyObject *parse(PyObject *self, PyObject *args) {
             l->cap = elen;
         nl++;
     }
+    Fields out = {kinds, lists, cat, valid};
     Py_BEGIN_ALLOW_THREADS
-    r = parse_rows(block, block_len, n, kinds, lists, label, num, cat, valid, missing);
+    r = parse_rows(block, block_len, n, label, num, missing, parse_fields, &out);
     Py_END_ALLOW_THREADS
     for (int j = 0, k = 0; j < N_CAT; j++)
         used[j] = kinds[j] ? lists[k++].used : 0;

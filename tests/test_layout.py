@@ -3,8 +3,8 @@
 flow body holds no decision (no ordering comparison in a @flow or @task function, no optuna in flows/), and the store's
 top-level folders and the URI -> filesystem call spelled only in common/store.py; and the light tier (every
 config.py, common/, training/rundir.py, models/registry.py) imports neither torch, TorchRec nor Prefect; other
-packages import training and models through their faces; and
-common/errors.py's docstring lists every UserError subclass."""
+packages import training and models through their faces, and every face declares its names under TYPE_CHECKING;
+and common/errors.py's docstring lists every UserError subclass."""
 
 from __future__ import annotations
 
@@ -125,6 +125,8 @@ def check(sources: dict[str, tuple[str, str]]) -> list[str]:
                          for name in sorted(names & DECIDING)]
             problems += _flow_decisions(rel, tree)
         problems += _face_problems(rel, package, tree)
+        problems += _face_declarations(rel, tree)
+        problems += _command_imports(rel, text, tree)
         problems += _test_machinery(rel, tree)
         if rel != STORE_MODULE:
             problems += [f"{rel}:{line}: store folder literal {text!r} (name it by common.store's constant)"
@@ -170,6 +172,49 @@ def _test_machinery(rel: str, tree: ast.AST) -> list[str]:
             out += [f"{rel}:{node.lineno}: imports {name} (test machinery stays in tests/)" for name in names
                     if name.split(".")[0] == "helpers" or any(word in name for word in TEST_MACHINERY)]
     return out
+
+
+def _command_imports(rel: str, text: str, tree: ast.AST) -> list[str]:
+    """A command module (flows/commands/) imports our modules at its top; one imported in a function (what costs torch
+    or Prefect, kept out of the command's ``--help``) says why in a comment, on its line or above its block."""
+    if not rel.startswith("flows/commands/"):
+        return []
+    lines = text.splitlines()
+    out = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for node in (n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not getattr(node, "level", 0) and not {name.split(".")[0] for name in names} & set(ALLOWED):
+                continue
+            above = node.lineno - 2
+            while above >= 0 and lines[above].lstrip().startswith(("from ", "import ")):
+                above -= 1
+            if "#" not in lines[node.lineno - 1] and not (above >= 0 and lines[above].lstrip().startswith("#")):
+                out.append(f"{rel}:{node.lineno}: `{ast.unparse(node)}` in {function.name}() (a command imports our "
+                           "modules at its top; one that costs torch or Prefect says so in a comment)")
+    return out
+
+
+def _face_declarations(rel: str, tree: ast.AST) -> list[str]:
+    """A face (an __init__.py with a ``_FACE`` table) that does not declare each name of the table under ``if
+    TYPE_CHECKING:`` as an import from the module the table names (``from .config import X``; a module: ``from .
+    import registry``), or declares more: type checkers and IDEs see the declarations, the program the table."""
+    tables = [node.value for node in tree.body if isinstance(node, ast.Assign)
+              and any(getattr(t, "id", None) == "_FACE" for t in node.targets)]
+    if not rel.endswith("__init__.py") or not tables:
+        return []
+    table = ast.literal_eval(tables[0])
+    declared = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for imp in (n for n in node.body if isinstance(n, ast.ImportFrom) and n.level == 1):
+                declared |= {a.asname or a.name: imp.module or a.name for a in imp.names}
+    out = [f"{rel}: {name} of _FACE is not declared under `if TYPE_CHECKING:` (add `from .{module} import {name}`)"
+           if name not in declared else
+           f"{rel}: {name} is declared from .{declared[name]} under `if TYPE_CHECKING:`, _FACE has it from .{module}"
+           for name, module in sorted(table.items()) if declared.get(name) != module]
+    return out + [f"{rel}: {name} is declared under `if TYPE_CHECKING:` but not in _FACE"
+                  for name in sorted(declared.keys() - table.keys())]
 
 
 def _face_problems(rel: str, package: str, tree: ast.AST) -> list[str]:
@@ -231,6 +276,14 @@ def test_a_heavy_import_is_found(tmp_path):
     ("training/x.py", "training", 'cmd = ["-m", "training.launchers.warm"]\n', "test machinery 'launchers.warm'"),
     ("tuning/x.py", "tuning", "from nightly import night\n", "imports nightly"),
     ("flows/x.py", "flows", "from optuna.trial import TrialState\n", "imports optuna (a flow body holds no decision"),
+    ("flows/commands/x.py", "flows", "def run(args):\n    from training import RunDir\n", "`from training import "
+     "RunDir` in run() (a command imports our modules at its top"),
+    ("models/__init__.py", "models", "if TYPE_CHECKING:\n    from .config import GcConfig\n"
+     "_FACE = {'GcConfig': 'config', 'ScoreConfig': 'config'}\n", "ScoreConfig of _FACE is not declared"),
+    ("models/__init__.py", "models", "if TYPE_CHECKING:\n    from .decision import GcConfig\n"
+     "_FACE = {'GcConfig': 'config'}\n", "GcConfig is declared from .decision"),
+    ("models/__init__.py", "models", "if TYPE_CHECKING:\n    from . import gc\n    from .config import Extra\n"
+     "_FACE = {'gc': 'gc'}\n", "Extra is declared under `if TYPE_CHECKING:` but not in _FACE"),
     ("flows/x.py", "flows", "@flow(name='n')\ndef n(m):\n    if m['auc'] > 0.7:\n        promote()\n",
      "n decides `m['auc'] > 0.7`"),
     ("flows/x.py", "flows", "@prefect.task\ndef t(run, plan):\n    return run.steps() < plan\n",
@@ -291,6 +344,14 @@ def test_a_flow_branches_on_its_owners_answers_and_a_helper_is_not_held_to_it():
             "def _slots(n):\n    return n < 3\n")
     assert check({"flows/x.py": ("flows", text)}) == []
     assert check({"tuning/x.py": ("tuning", "import optuna\nfrom models import registry\n")}) == []
+
+
+def test_a_command_may_import_what_costs_torch_in_a_function_saying_why():
+    text = ("import sys\nfrom training import RunDir\n\ndef run(args):\n    import json\n"
+            "    # heavy: Prefect\n    from flows.pipeline import pipeline\n    from tuning.search import prepare\n"
+            "\n    from flows.tune import tune   # heavy: Prefect\n")
+    assert check({"flows/commands/x.py": ("flows", text)}) == []
+    assert check({"flows/x.py": ("flows", "def f():\n    from training import RunDir\n")}) == []
 
 
 def test_docstrings_and_messages_may_name_the_folders():

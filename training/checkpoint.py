@@ -93,7 +93,7 @@ class Checkpointer:
         ``best``: metrics of a new best evaluation, recorded in the ``best`` pointer."""
         files = None
         # one answer for all: a rank's listing may be stale (s3fs caches); a refusal fails every rank alike
-        write, refusal = _from_rank0(self._plan(step) if _rank() == 0 else None)
+        write, refusal = _from_rank0(self._to_write(step) if _rank() == 0 else None)
         if refusal:
             raise NoSpace(*refusal)
         if write:
@@ -118,7 +118,7 @@ class Checkpointer:
             self._prune()
         _barrier()
 
-    def _plan(self, step: int) -> tuple[bool, tuple[str, str] | None]:
+    def _to_write(self, step: int) -> tuple[bool, tuple[str, str] | None]:
         """Rank 0's answer for all: (whether checkpoint ``step`` is to be written, i.e. not complete yet; the
         ``NoSpace`` arguments when a local run folder has less free space than the newest complete checkpoint
         took, the estimate of what this one takes)."""

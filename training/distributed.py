@@ -92,7 +92,7 @@ def quiet_fbgemm_warnings() -> None:
 def run_rank(work: Callable[[], None], run: str | None = None) -> int:
     """Run one rank's ``work``; returns its exit code: 0, or 2 after printing a one-line error (``error (rank N):
     ...``, which the launcher's failure message shows) for a UserError, a store that cannot be used
-    (``common.store.store_error``: an S3 endpoint lost or not answering, a read-only store; the store of the run
+    (``common.store_errors.store_error``: an S3 endpoint lost or not answering, a read-only store; the store of the run
     folder ``run`` named) or a full disk (``common.space``: NoSpace naming the file, else ``run``). Always leaves
     the process group."""
     if "RANK" in os.environ:
@@ -114,10 +114,11 @@ def run_rank(work: Callable[[], None], run: str | None = None) -> int:
 
 def _named(error: BaseException, run: str | None = None) -> UserError | None:
     """The one-line UserError of a rank's ``error`` when it is a store that cannot be used (the store of the run
-    folder ``run``: ``common.store.store_error``) or a full disk or quota (``common.space.no_space`` of the file it
-    names, else of ``run``); None for anything else."""
+    folder ``run``: ``common.store_errors.store_error``) or a full disk or quota (``common.space.no_space`` of the
+    file it names, else of ``run``); None for anything else."""
     from common.space import no_space, space_error
-    from common.store import RUNS, store_error, store_of
+    from common.store import RUNS, store_of
+    from common.store_errors import store_error
 
     found = store_error(error, store_of(run, RUNS) if run else None)
     if found is not None:

@@ -3,9 +3,14 @@ normal."""
 
 from __future__ import annotations
 
-HELP = "List a model's days and the data gate's verdicts; accept or quarantine a day, or accept a new normal."
-DESCRIPTION = HELP + """
+import sys
 
+from common.errors import UserError
+from flows.options import add_options, build
+from nightly.config import DaysConfig
+from nightly.days import run_days
+
+DESCRIPTION = """\
 The data gate judges each day a model's nights read once, against the accepted days before it in the model's
 history, and records the verdict (store/models/NAME/days.jsonl): accepted, or quarantined with its failed checks.
 A quarantined day is left out of every window that holds it; a quarantined test day fails its night. A verdict
@@ -24,9 +29,6 @@ examples:
 
 
 def add_arguments(parser) -> None:
-    from flows.options import add_options
-    from nightly.config import DaysConfig
-
     parser.add_argument("verb", nargs="?", choices=("accept", "quarantine", "accept-shift"),
                         help="override the verdict on DATE, or adopt a new normal since DATE")
     parser.add_argument("day", nargs="?", metavar="DATE", help="the day to accept or quarantine, or the first day of "
@@ -35,13 +37,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import sys
-
-    from common.errors import UserError
-    from flows.options import build
-    from nightly.config import DaysConfig
-    from nightly.days import run_days
-
     if bool(args.verb) != bool(args.day):
         raise UserError("accept, quarantine and accept-shift need a day. Fix: e.g. dlrmflow days --model NAME "
                         "accept 2026-11-05 --why '...'.")

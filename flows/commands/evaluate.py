@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "evaluate a run's checkpoint on a split: AUC, log loss, NE, accuracy, calibration, PR AUC + plots"
+from flows.options import NPROC_ALIAS, add_options, build
+from training import EvaluateConfig, RanksConfig, RunDir, evaluate_run, format_table, library_note
+
 DESCRIPTION = """Evaluate checkpoint best|latest|STEP of a training run on a split of its dataset.
 
 Every rank (--nproc of them here, torchrun; or on Slurm or Kubernetes with --launcher, as for training)
@@ -25,18 +27,12 @@ EVERYDAY = ("--run", "--split", "--checkpoint", "--dataset", "--nproc", "--launc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import NPROC_ALIAS, add_options
-    from training import EvaluateConfig, RanksConfig
-
     p.add_argument("--run", required=True, help="run folder or URI written by `dlrmflow train`")
     add_options(p, EvaluateConfig, root="evaluate")
     add_options(p, RanksConfig, root="launch", title="where the ranks run", aliases=NPROC_ALIAS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from flows.options import build
-    from training import EvaluateConfig, RanksConfig, RunDir, evaluate_run, format_table, library_note
-
     config = build(EvaluateConfig, args, root="evaluate")
     launch = build(RanksConfig, args, root="launch")
     run = RunDir(args.run)

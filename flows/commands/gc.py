@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-HELP = "Clean a store: remove the runs, datasets, parsed parts, work folders and leftovers nothing needs any more."
-DESCRIPTION = HELP + """
+import sys
 
+from flows.options import add_options, build
+from models import GcConfig, gc
+
+DESCRIPTION = """\
 Kept: every model's champion (its run, dataset and bundles: models/ is never touched), the runs of each
 model's last --keep-nights decided nights and their datasets, anything under a live lease (a training, an
 evaluation, a preprocessing job), the parsed parts of every day a model's next window reads (of the dated
@@ -21,18 +24,10 @@ examples:
 
 
 def add_arguments(parser) -> None:
-    from flows.options import add_options
-    from models import GcConfig
-
     add_options(parser, GcConfig, root="gc")
 
 
 def run(args) -> int:
-    import sys
-
-    from flows.options import build
-    from models import GcConfig, gc
-
     config = build(GcConfig, args, root="gc")
     report = gc.collect(config, say=lambda line: print(line, file=sys.stderr, flush=True))
     print(report.table())

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-HELP = "Print a preprocessed dataset's summary (rows per split, cardinalities, dtypes, share of index 0, " \
-    "hotness and mean/max list length)."
+from preprocessing.inspect import summary, verify
 
 
 def add_arguments(parser) -> None:
@@ -14,7 +13,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from preprocessing.inspect import summary, verify
     print(summary(args.dataset))
     if args.verify:
         print(verify(args.dataset))

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+from common.atomic import write_uri
 from common.errors import UserError
+from feature_spec import Feature, FeatureSpec, load
+from flows.options import add_options, build
+from training import PlanConfig, TrainConfig
 
-HELP = "Plan embedding sharding for a hardware profile and world size (no training, no GPUs needed)."
-DESCRIPTION = HELP + """
-
+DESCRIPTION = """\
 Answers "does my model fit on 8 nodes of 8 MI300X?" from a laptop: builds one table per
 categorical feature (the dataset's cardinalities, or --cardinalities for a dataset not made
 yet), runs TorchRec's planner on meta tensors against the profile's topology, and prints
@@ -26,14 +28,10 @@ examples:
 EVERYDAY = ("--dataset", "--cardinalities", "--world-size", "--local-world-size", "--batch-size", "--out", "--config",
             "--sharding.profile", "--arch.embedding-dim", "--precision.embeddings")
 
-
 _TABLE_SECTIONS = ("arch", "optimizer", "precision", "sharding")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
-    from training import PlanConfig, TrainConfig
-
     add_options(parser, PlanConfig, root="plan")
     parser.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours: its arch, "
                         "optimizer, precision and sharding sections are used")
@@ -42,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args):
-    from flows.options import build
-    from training import PlanConfig, TrainConfig
-
     request = build(PlanConfig, args, root="plan")
     if bool(request.dataset) == bool(request.cardinalities):
         raise UserError("plan needs either --dataset URI or --cardinalities N [N ...]. Fix: pass one of them.")
@@ -55,8 +50,6 @@ def _config(args):
 
 
 def _spec(request):
-    from feature_spec import Feature, FeatureSpec, load
-
     if request.dataset:
         return load(request.dataset)
     cards = request.cardinalities
@@ -68,9 +61,9 @@ def _spec(request):
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.atomic import write_uri
-    from training import embedding_tables, format_plan, plan_tables, spec_pooling_factors, table_name
-    from training import build_topology, resolve_profile
+    # heavy: TorchRec's sharding planner imports torch (the command's --help does not)
+    from training import build_topology, embedding_tables, format_plan, plan_tables, resolve_profile
+    from training import spec_pooling_factors, table_name
 
     logging.getLogger().setLevel(logging.ERROR)  # TorchRec warns about data-parallel tables having no shard spec
     request, cfg, batch = _config(args)

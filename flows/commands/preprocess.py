@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-HELP = "Turn raw click logs (Criteo TSV, CSV, Parquet) into a split-binary dataset with vocabularies."
-DESCRIPTION = HELP + """
+import preprocessing
+from flows.options import add_options, build
+from preprocessing.config import FlowPreprocessConfig
 
+DESCRIPTION = """\
 Examples:
   dlrmflow preprocess --input data/day_*.gz --spec criteo --frequency-threshold 3 --out artifacts
   dlrmflow preprocess --input train=data/day_0.gz --input test=data/day_1.gz --out s3://bucket/store
@@ -20,22 +22,15 @@ the preprocess flow runs (Prefect) and sends its per-file tasks to the Dask clus
 
 
 def add_arguments(parser) -> None:
-    from preprocessing.config import FlowPreprocessConfig
-    from flows.options import add_options
-
     add_options(parser, FlowPreprocessConfig, aliases={"out": "--store"})   # --store: as every other command names it
 
 
 def run(args) -> int:
-    import preprocessing
-    from preprocessing.config import FlowPreprocessConfig
-    from flows.options import build
-
     config = build(FlowPreprocessConfig, args)
     if config.task_runner == "threads":
         print(preprocessing.run(config))   # no Prefect needed
     else:
-        from flows.preprocess import preprocess
+        from flows.preprocess import preprocess   # heavy: Prefect, for the dask task runner only
 
         print(preprocess(config))
     return 0

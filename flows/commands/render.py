@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-HELP = "print the Slurm batch script or Kubernetes manifest that `train --launcher slurm|kubernetes` would submit"
-DESCRIPTION = HELP + """
+from common.config import load_yaml
+from common.errors import UserError
+from flows.options import add_options, build
+from training import RanksConfig, build_launcher, train_job
 
+DESCRIPTION = """\
 Evaluation and scoring on Slurm or Kubernetes submit the same script or manifest, with their own rank module
 (training.evaluate_worker, training.score_worker) and arguments, and their job's name (dlrmflow-evaluate-RUN).
 
@@ -22,9 +26,6 @@ EVERYDAY = ("--run", "--config", "--resume", "--launcher", "--launcher.nodes", "
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
-    from training import RanksConfig
-
     p.add_argument("--run", required=True, help="run folder URI the ranks read config.yaml from")
     p.add_argument("--config", metavar="LAUNCHER.yaml", help="a launcher config YAML file of yours (kind: slurm|kubernetes, ...)")
     p.add_argument("--resume", action="store_true", help="render the --resume variant")
@@ -32,13 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from common.config import load_yaml
-    from common.errors import UserError
-    from flows.options import build
-    from training import RanksConfig, build_launcher, train_job
-
     launcher = load_yaml(Path(args.config).read_text(), args.config) if args.config else {"kind": "slurm"}
     config = build(RanksConfig, args, {"launcher": launcher}, root="launch")
     if config.launcher.kind == "local":

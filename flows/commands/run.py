@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-HELP = "Run the pipeline: [synthetic data ->] preprocess -> train (torchrun) -> evaluate, as Prefect flows."
-DESCRIPTION = HELP + """
+import sys
+import time
 
+from common.errors import UserError
+from common.store import Store
+from flows.options import NPROC_ALIAS, add_options, add_set_option, build, collect
+from nightly.config import PipelineConfig, refuse_renamed
+from nightly.night import record_setup_failed, set_up
+from nightly.window import run_date
+from training import RunDir, TrainConfig, format_table, library_note
+
+DESCRIPTION = """\
 With no arguments: generates 60,000 synthetic Criteo rows (or reuses them), preprocesses, trains on
 2 CPU processes, evaluates on the test split, and prints where everything is and the metrics.
 Running it again reuses the dataset and the finished (or resumes the interrupted) training run.
@@ -28,25 +37,18 @@ EVERYDAY = ("--inputs", "--spec", "--split", "--frequency-threshold", "--preset"
 
 
 def add_arguments(p) -> None:
-    from flows.options import NPROC_ALIAS, add_options, add_set_option
-    from nightly.config import PipelineConfig, cli_aliases
-
     p.add_argument("--config", metavar="TRAIN.yaml", help="a training config YAML file of yours (sections arch, "
                    "optimizer, data, ...; instead of a preset's training settings)")
     p.add_argument("--date", help="the day a dated run tests on, YYYY-MM-DD (default: today minus --lag-days)")
     add_options(p, PipelineConfig, root="pipeline", flatten={"preprocess", "train", "window"},
-                aliases=NPROC_ALIAS | cli_aliases())
+                aliases=NPROC_ALIAS)
     add_set_option(p, "pipeline", "train.optimizer.dense.lr=0.1")
 
 
 def build_config(args):
     """The PipelineConfig of the command line: the preset (or --config), then the options given."""
-    from common.errors import UserError
-    from nightly.config import PipelineConfig
-    from flows.options import build, collect
-    from training import TrainConfig
-
     given = collect(args, "pipeline")
+    refuse_renamed(given)
     base = PipelineConfig().model_dump(mode="json")
     if args.config:
         if given.get("preset"):
@@ -59,35 +61,25 @@ def build_config(args):
 
 
 def _say(message: str) -> None:
-    import sys
-
     print(message, file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
-    import time
-
-    from common.errors import UserError
-    from common.store import Store
-    from nightly.window import run_date
-
     start = time.monotonic()
     config = build_config(args)
-    from flows.pipeline import pipeline
-    from nightly.night import plan_night, record_setup_failed
+    from flows.pipeline import pipeline   # heavy: Prefect, after the config is checked
 
     store = Store(config.store)
     date = run_date(args.date, None, config.window) if config.dated else None
     if args.date and not date:
         raise UserError("--date is for dated runs. Fix: pass --train-days N (and inputs with {date}).")
     try:
-        plan_night(config, store, date)  # fail fast, before Prefect starts
+        set_up(config, store, date)  # fail fast, before Prefect starts
     except UserError as e:   # the night's history says so, as the flow's failure hook would
         record_setup_failed(config, store, date, e, owner="dlrmflow run (failed)", say=_say)
         raise
     if not config.credentials_block:
         store.check()
-    from training import RunDir, format_table, library_note
 
     out = pipeline(config, date)
     run_dir, evaluation = RunDir(out["run"]), out["evaluation"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-HELP = "Serve the pipeline (on a cron schedule), preprocess, train and evaluate as Prefect deployments."
-DESCRIPTION = HELP + """
+from common.errors import UserError
+from common.store import Store
+from flows.config import ServeConfig
+from flows.options import NPROC_ALIAS, add_options, build
 
+DESCRIPTION = """\
 Needs a running Prefect server and PREFECT_API_URL pointing at it, e.g.:
   PREFECT_SERVER_API_HOST=127.0.0.1 PREFECT_SERVER_API_PORT=4200 prefect server start
   export PREFECT_API_URL=http://127.0.0.1:4200/api
@@ -29,23 +32,15 @@ EVERYDAY = ("--store", "--cron", "--timezone", "--inputs", "--spec", "--split", 
 
 
 def add_arguments(parser) -> None:
-    from flows.config import ServeConfig
-    from flows.options import NPROC_ALIAS, add_options
-    from nightly.config import cli_aliases
-
     add_options(parser, ServeConfig, skip={"pipeline.store", "pipeline.window.timezone"},
                 flatten={"pipeline", "pipeline.preprocess", "pipeline.train", "pipeline.window"},
-                aliases={f"pipeline.{path}": flag for path, flag in NPROC_ALIAS.items()} | cli_aliases("pipeline."))
+                aliases={f"pipeline.{path}": flag for path, flag in NPROC_ALIAS.items()})
 
 
 def run(args) -> int:
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL   # heavy: Prefect, not for --help
 
-    from common.errors import UserError
-    from flows.config import ServeConfig
-    from flows.deploy import serve_all
-    from flows.options import build
-    from common.store import Store
+    from flows.deploy import serve_all   # heavy: Prefect and every flow
 
     if not PREFECT_API_URL.value():
         raise UserError("serve needs a Prefect server. Fix: start one (prefect server start) and set "

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-HELP = "Check an input spec (against a sample of its data), or draft one from the data."
-DESCRIPTION = HELP + """
+import sys
 
+from common.atomic import write_uri
+from common.errors import UserError
+from common.store import read_text
+from feature_spec import SpecError, spec_uri
+from preprocessing.draft import draft_spec
+from preprocessing.spec_check import check_spec_with_inputs
+
+DESCRIPTION = """\
 check: every problem of a spec YAML at once, each with its line and a fix (unknown keys with a did-you-mean, a
 feature in no channel, values of a wrong type, rules across sections); with --input also against a sample of the
 data (missing columns, text under numerical, a label that is not 0/1, a Parquet text column read as a list...).
@@ -49,10 +56,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import sys
-
-    from common.errors import UserError
-
     if args.verb == "draft" and (args.spec or not args.input or not args.out):
         raise UserError("spec draft takes --input URI and --out PATH (no SPEC). Fix: e.g. dlrmflow spec draft "
                         "--input data.parquet --label 'rating>=4' --out spec.yaml.")
@@ -62,9 +65,6 @@ def run(args) -> int:
         raise UserError("spec check takes SPEC and optionally --input URI. Fix: e.g. dlrmflow spec check spec.yaml "
                         "--input data.parquet.")
     if args.verb == "draft":
-        from common.atomic import write_uri
-        from preprocessing.draft import draft_spec
-
         text = draft_spec(args.input, args.label, args.rows, args.name, header,
                           [n.strip() for n in names.split(",")] if names else None)
         if args.out == "-":
@@ -74,9 +74,6 @@ def run(args) -> int:
             print(f"wrote {args.out}: check it with `dlrmflow spec check {args.out}"
                   f"{''.join(f' --input {i}' for i in args.input)}`", file=sys.stderr)
         return 0
-    from common.store import read_text
-    from feature_spec import SpecError, spec_uri
-    from preprocessing.spec_check import check_spec_with_inputs
 
     try:
         text = read_text(spec_uri(args.spec))   # a dataset folder: its feature_spec.yaml

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "Generate synthetic Criteo-format click logs (labels from a planted model with a known best AUC)."
-DESCRIPTION = HELP + """
+from common.progress import progress
+from flows.options import add_options, build
+from synthetic.generator import METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write, write_days
 
+DESCRIPTION = """\
 Writes part-NNNNN.tsv[.gz] (40 tab-separated fields, like the Kaggle DAC train.txt) and, last,
 _synth_metadata.json with the label rate, the best achievable ROC AUC and log loss, and the
 planted model. The same --seed and --rows give identical bytes, whatever --files or --workers.
@@ -28,9 +30,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
-    from synthetic.generator import SynthConfig
-
     add_options(parser, SynthConfig, skip=("start",))
     # text, not YAML: the model's own date check gives the message for a bad date
     parser.add_argument("--start", dest="@config:start", default=argparse.SUPPRESS, metavar="START",
@@ -39,11 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.progress import progress
-    from flows.options import build
-    from synthetic.generator import (METADATA_FILE, SynthConfig, day_dates, day_folder, read_day, write,
-                                         write_days)
-
     config = build(SynthConfig, args)
     if config.days is None:
         total, kept = config.rows, set()

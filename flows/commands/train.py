@@ -7,10 +7,14 @@ import re
 import sys
 
 from common.errors import UserError
+from common.progress import ENV as PROGRESS_ENV
+from flows.options import NPROC_ALIAS, add_options, add_set_option, build
+from models import champion_init
+from training import (Checkpointer, RankOutput, RanksConfig, RunDir, TrainConfig, build_launcher, library_note,
+                      preset_names)
 
 _BAR = re.compile(r"^(\[default0\]:)?train:.*\|")   # rank 0's tqdm bar (training.trainer), on a terminal
 
-HELP = "train a sharded TorchRec DLRM on a dataset (torchrun, Slurm or Kubernetes; checkpoints; resume)"
 DESCRIPTION = """Train a TorchRec DLRM (dot or DCN-v2 interaction) on a split_binary dataset.
 
 The config comes from --config TRAIN.yaml (a file of yours) or --preset NAME (shipped with dlrmflow;
@@ -39,9 +43,6 @@ EVERYDAY = ("--run", "--dataset", "--config", "--preset", "--resume", "--nproc",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import NPROC_ALIAS, add_options, add_set_option
-    from training import RanksConfig, TrainConfig, preset_names
-
     p.add_argument("--run", required=True, help="run folder or URI (s3://bucket/prefix) for config, plan, metrics, "
                    "checkpoints")
     src = p.add_mutually_exclusive_group()
@@ -58,9 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def resolve_config(args: argparse.Namespace):
     """The config of this run: file, preset, or the run's own (on --resume), plus the options given."""
-    from flows.options import build
-    from training import RunDir, TrainConfig
-
     run = RunDir(args.run)
     if args.config:
         base = TrainConfig.from_yaml(args.config)
@@ -74,12 +72,6 @@ def resolve_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.progress import ENV as PROGRESS_ENV
-    from flows.options import build
-    from training import Checkpointer, RankOutput, RanksConfig, RunDir, build_launcher, library_note
-
-    from models import champion_init
-
     launch = build(RanksConfig, args, root="launch")
     cfg = resolve_config(args)
     cfg = cfg.model_copy(update={"init_from": champion_init(cfg.init_from)})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-HELP = "search the training config for a dataset (Optuna TPE, pruning, parallel trials; resumes after a kill)"
-DESCRIPTION = HELP + """
+from flows.options import NPROC_ALIAS, add_options, build
+from training import RanksConfig
+from tuning.config import TuneConfig
 
+DESCRIPTION = """\
 Trial 0 trains the base config (--preset, default 'default', or --config YOURS.yaml) as is; the other trials
 sample the search space (default: tuning/default-space.yaml; --space FILE: dotted config fields -> ranges or
 choices) and are judged by the validation AUC of their best checkpoint. Each trial is a run in STORE/runs/,
@@ -25,21 +27,14 @@ EVERYDAY = ("--dataset", "--trials", "--parallel", "--space", "--timeout", "--pr
 
 
 def add_arguments(p) -> None:
-    from flows.options import NPROC_ALIAS, add_options
-    from training import RanksConfig
-    from tuning.config import TuneConfig
-
     add_options(p, TuneConfig, root="tune", title="the search", aliases={"timeout_s": "--timeout"})
     add_options(p, RanksConfig, root="launch", title="where each trial's ranks run", aliases=NPROC_ALIAS)
 
 
 def run(args) -> int:
-    from flows.options import build
-    from training import RanksConfig
-    from tuning.config import TuneConfig
-
     config = build(TuneConfig, args, root="tune")
     launch = build(RanksConfig, args, root="launch")
+    # heavy: Prefect (the flow) and Optuna (the search), after the config is checked
     from flows.tune import tune
     from tuning.search import prepare
 

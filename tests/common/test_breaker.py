@@ -14,7 +14,9 @@ import time
 import pytest
 
 from common.errors import UserError
-from common.store import Store, filesystem, s3_bound, s3_fail_fast_s, store_error
+from common.s3 import s3_bound, s3_fail_fast_s
+from common.store import Store, filesystem
+from common.store_errors import store_error
 from helpers.frozen import frozen_endpoint, frozen_proxy, s3_settings, timed
 
 FAST = {"DLRMFLOW_S3_CONNECT_TIMEOUT_S": "1", "DLRMFLOW_S3_READ_TIMEOUT_S": "1", "DLRMFLOW_S3_RETRIES": "0"}

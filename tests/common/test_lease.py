@@ -231,7 +231,8 @@ def test_a_lease_on_a_frozen_endpoint_fails_within_the_bound(s3_server, monkeypa
     one attempt of the read timeout with the store's one line, the heartbeat says the same (at once in the
     cooldown of the process's breaker, common.breaker) and goes on, and once the endpoint is back the next renewal
     writes the record as it stands (the job too)."""
-    from common.store import s3_bound, store_error
+    from common.s3 import s3_bound
+    from common.store_errors import store_error
 
     uri, said = "s3://store/runs/r1/_run.lease", []
     with frozen_proxy(os.environ["AWS_ENDPOINT_URL"]) as (endpoint, proxy):

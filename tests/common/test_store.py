@@ -7,7 +7,8 @@ import time
 import pytest
 
 from common.errors import UserError
-from common.store import Store, inside, redact, store_of
+from common.s3 import redact
+from common.store import Store, inside, store_of
 from helpers.processes import free_port
 
 

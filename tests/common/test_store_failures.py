@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from common.store import Store, filesystem, s3_bound, s3_client_config, storage_options, store_error
+from common.s3 import s3_bound, s3_client_config, storage_options
+from common.store import Store, filesystem
+from common.store_errors import store_error
 from helpers.fixtures import S3_ENV
 from helpers.paths import BIN, REPO
 from helpers.frozen import frozen_endpoint, s3_settings, timed
@@ -92,7 +94,7 @@ def test_a_child_process_like_a_rank_reads_the_same_settings(monkeypatch):
     """torchrun's ranks (and Slurm's jobs) inherit the environment and open the store through common.store."""
     monkeypatch.setenv("DLRMFLOW_S3_READ_TIMEOUT_S", "12")
     monkeypatch.setenv("DLRMFLOW_S3_RETRIES", "5")
-    code = ("import json; from common.store import storage_options; c = storage_options('s3://b/p')['config_kwargs']; "
+    code = ("import json; from common.s3 import storage_options; c = storage_options('s3://b/p')['config_kwargs']; "
             "print(json.dumps({k: c[k] for k in ('read_timeout', 'retries')}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -88,7 +88,8 @@ def test_pipeline_on_slurm_fails_on_a_killed_rank_is_cancelled_then_resumes(slur
     # no promotion (min-test-rows): no bundle export; evaluating on 'val' makes the night score its challenger (and
     # the run validates on its holdout: never on the split it reports)
     args = ["--store", str(store), "--input", f"{logs}/{{date}}/part-*", "--train-days", "2", "--model", "slurm",
-            "--on-data-check", "off", "--min-test-rows", "1000000", "--evaluate.split", "val", "--eval-split", "holdout",
+            "--night.on-data-check", "off", "--promote.min-test-rows", "1000000", "--evaluate.split", "val",
+            "--eval-split", "holdout",
             "--data.batch-size", "32", "--data.eval-batch-size", "512", "--max-steps", str(STEPS), "--epochs", "9",
             "--checkpoint-every", "16", "--eval-every", "128", "--log-every", "10", *SLURM,
             "--launcher.work-dir", str(work)]

@@ -93,10 +93,10 @@ def test_the_model_page_links_each_night_to_its_flow_run(prefect_harness, tmp_pa
     @flow
     def night(day: int, auc: float) -> str:
         date = f"2026-11-0{day}"
-        registry.record(model, {"run": f"/store/runs/r{day}", "step": 10, "dataset": f"/store/datasets/d{day}",
-                                "vocab": f"/store/datasets/d{day}/vocab", "date": date, "window": [date],
-                                "metrics": metrics(auc)}, score_champion=lambda champion: dict(champion.metrics),
-                        owner=events.flow_run_owner())
+        registry.record(model, registry.NightRecord(
+            {"run": f"/store/runs/r{day}", "step": 10, "dataset": f"/store/datasets/d{day}",
+             "vocab": f"/store/datasets/d{day}/vocab", "date": date, "window": [date], "metrics": metrics(auc)},
+            score_champion=lambda champion: dict(champion.metrics), owner=events.flow_run_owner()))
         artifacts.model_history(model, "ctr", None)
         return flow_run.id
 

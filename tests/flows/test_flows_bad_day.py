@@ -2,7 +2,7 @@
 --min-days): a day whose labels are all 0 fails its own night and is quarantined; the next night, killed with SIGKILL
 mid-training (the command and with it its ranks), runs again and trains on a FULL window without the bad day, reaching
 back past it; the bad day is named only where it is the cause, one history line a night. An older window day whose
-gzip is cut short is quarantined by its failed parse, and its night planned again, reaching back past it too. A night
+gzip is cut short is quarantined by its failed parse, and its night set up again, reaching back past it too. A night
 whose plan fails in `dlrmflow run` (its look-back too short) records its `failed` line (issue 46). Then the store is
 restored at another path and the night run again there: it finds its run by the same name (the run names hash the
 dataset's store-relative location) and neither trains nor evaluates again."""
@@ -82,7 +82,7 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, pla
 
     first = pipeline(config, date=dt.date(2026, 11, 5), return_state=True)   # its own night fails on it
     assert first.is_failed() and first.message.startswith("the night 2026-11-05: the test day 2026-11-05 is "
-                                                          "quarantined")   # planned again without 11-02 first
+                                                          "quarantined")   # set up again without 11-02 first
     assert logs_matching("data gate: day 2026-11-02 is quarantined (its parse failed: ")
     assert logs_matching("test 2026-11-05; reached back to 2026-11-01 past quarantined 2026-11-02 (its parse failed: ")
 

@@ -190,9 +190,11 @@ def test_help_lists_the_everyday_options_and_help_all_every_option(command, caps
         # --evaluate.slice-by/-slice-top/-gauc-by, --promote.slice-max-loss/-slice-min-share/-watch-*; issue 46:
         # --data-check.reference-days/-min-reference-days/-long-*/-shift-days/-on-shift/-max-duplicates-increase;
         # issue 45: --launcher.start-method
-        assert {"--promote-margin", "--min-auc-lift", "--min-test-rows", "--min-test-positives",
-                "--promote-confidence", "--calibration-band", "--notify-block", "--catchup", "--on-data-check",
+        assert {"--promote.margin", "--promote.min-auc-lift", "--promote.min-test-rows", "--promote.confidence",
+                "--promote.calibration-band", "--night.notify-block", "--night.catchup", "--night.on-data-check",
                 "--data-check.max-psi", "--data-check.rows-band"} <= set(_listed(full))
+        # the once-flat settings' old flags are gone (only persisted state keeps their names: RENAMED)
+        assert not {"--promote-margin", "--min-auc-lift", "--catchup", "--on-data-check"} & set(_listed(full))
 
 
 def test_a_hidden_option_still_parses_and_takes_effect(capsys):
@@ -256,6 +258,9 @@ def test_a_split_name_the_preprocessing_will_not_write_fails_before_any_work(fla
                                   "would be chosen (best, early stopping) on the rows that score it. Fix:"),
     (["--split", "ordered:train=0.9,test=0.1", "--evaluate.split", "holdout"],
      "split rule ordered:train=0.9,test=0.1: the dataset has no split 'holdout' (it has: train, test)"),
+    # a once-flat setting's old name: the command line takes the new one only (nightly.config.RENAMED)
+    (["--set", "promote_margin=0.01"], "--set promote_margin: the setting is promote.margin now. Fix: --set "
+                                       "promote.margin=VALUE (or --promote.margin VALUE)."),
 ])
 def test_run_never_reports_the_split_its_checkpoint_is_chosen_on(args, message, tmp_path, capsys):
     """Refused in one line before any work: validating on the split the run reports. Without 'val' (train and test

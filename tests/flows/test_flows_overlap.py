@@ -10,7 +10,7 @@ import pytest
 from common.errors import UserError
 from nightly.config import PipelineConfig
 from flows.config import ServeConfig
-from nightly.night import plan_night
+from nightly.night import set_up
 from common.store import Store
 
 DATED = {"window": {"train_days": 3}, "preprocess": {"inputs": ["logs/{date}/part-*"]}}
@@ -19,7 +19,7 @@ DATED = {"window": {"train_days": 3}, "preprocess": {"inputs": ["logs/{date}/par
 def test_a_dated_pipeline_with_a_fixed_run_name_is_refused_before_any_work(tmp_path):
     config = PipelineConfig(store=str(tmp_path), run_name="nightly", **DATED)
     with pytest.raises(UserError, match=r"run_name 'nightly' is fixed, but the run is dated.*'nightly-\{date\}'"):
-        plan_night(config, Store(str(tmp_path)), dt.date(2026, 11, 2))
+        set_up(config, Store(str(tmp_path)), dt.date(2026, 11, 2))
     assert not list(tmp_path.iterdir())
     with pytest.raises(UserError, match=r"holds \{date\}, but the run is not dated"):
         PipelineConfig(store=str(tmp_path), run_name="r-{date}").check_dated()

@@ -19,7 +19,7 @@ from flows import promote
 from nightly.config import PipelineConfig
 from models import registry, scoring
 from nightly import night as night_module
-from nightly.night import NightPlan
+from nightly.night import Setup
 from training.metrics import compute_metrics
 
 N = 3000
@@ -53,14 +53,15 @@ def test_compete_scores_both_models_on_the_same_rows(tmp_path, monkeypatch, cham
     monkeypatch.setattr(promote, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(promote.artifacts, "model_history", lambda *a: None)
     monkeypatch.setattr(night_module, "_export_verified", lambda run, step, out: "sha")   # no bundle written
-    config = PipelineConfig(store=str(tmp_path), model="ctr", window={"train_days": 2}, promote_confidence=0.95)
+    config = PipelineConfig(store=str(tmp_path), model="ctr", window={"train_days": 2},
+                            promote={"confidence": 0.95})
     store = Store(str(tmp_path))
 
     def night(day: int, evaluation: dict) -> dict:
         date = dt.date(2026, 11, day)
         days = SimpleNamespace(date=date, days=[date], test_inputs=lambda: ["day.tsv"])
         run = SimpleNamespace(uri=f"{tmp_path}/runs/r{day}")
-        plan = NightPlan(config, store, config.preprocess_config([], store.uri), date, days)
+        plan = Setup(config, store, config.preprocess_config([], store.uri), date, days)
         return promote.compete.fn(plan, run, "d", {"step": 1, **evaluation})
 
     evaluation = {"auc": 0.7, "logloss": 0.5, "rows": N, "positives": 750, "base_logloss": 0.56, "calibration": 1.0}

@@ -10,7 +10,9 @@ import time
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from common.store import Store, s3_bound, store_error
+from common.s3 import s3_bound
+from common.store import Store
+from common.store_errors import store_error
 from flows import train as train_flow
 from flows.errors import _store_in
 from helpers.datasets import write_dataset

@@ -84,8 +84,8 @@ def night(store: str, model: str, day: str, run_uri: str, dataset_uri: str, auc:
     folder = registry.model_uri(store, model)
     candidate = {"run": run_uri, "step": 4, "dataset": dataset_uri, "vocab": posixpath.join(dataset_uri, "vocab"),
                  "date": day, "window": [day], "metrics": metrics(auc)}
-    return registry.record(folder, candidate, score_champion=lambda champion: dict(champion.metrics),
-                           export=export_bundle)
+    return registry.record(folder, registry.NightRecord(
+        candidate, score_champion=lambda champion: dict(champion.metrics), export=export_bundle))
 
 
 def snapshot(root: str) -> dict[str, int]:

@@ -215,15 +215,16 @@ def test_record_writes_the_gates_the_interval_and_both_calibrations(tmp_path):
     model = str(tmp_path / "models" / "ctr")
     night = {"run": "/store/runs/r1", "step": 1, "dataset": "d", "vocab": "d/vocab", "date": "2026-11-01",
              "window": ["2026-11-01"], "metrics": metrics(0.5)}
-    first = registry.record(model, night)
+    first = registry.record(model, registry.NightRecord(night))
     assert first["decision"] == "kept" and "gate min_auc_lift" in first["reason"]
     assert registry.load_champion(model) is None
-    registry.record(model, {**night, "run": "/store/runs/r2", "date": "2026-11-02", "metrics": metrics(0.7)})
+    registry.record(model, registry.NightRecord(
+        {**night, "run": "/store/runs/r2", "date": "2026-11-02", "metrics": metrics(0.7)}))
     found = {"rows": [3000, 3000], "fingerprints": ["f", "f"], "confidence": 0.95, "auc_diff_interval": [-0.01, 0.03]}
-    entry = registry.record(model, {**night, "run": "/store/runs/r3", "date": "2026-11-03",
-                                    "metrics": metrics(0.72, calibration=1.1)},
-                            score_champion=lambda c: metrics(0.71, calibration=0.9, paired=found),
-                            gates=PromoteConfig(confidence=0.95, calibration_band=(0.8, 1.25)))
+    entry = registry.record(model, registry.NightRecord(
+        {**night, "run": "/store/runs/r3", "date": "2026-11-03", "metrics": metrics(0.72, calibration=1.1)},
+        score_champion=lambda c: metrics(0.71, calibration=0.9, paired=found),
+        gates=PromoteConfig(confidence=0.95, calibration_band=(0.8, 1.25))))
     assert entry["decision"] == "kept" and "gate promote_confidence" in entry["reason"]
     line = registry.history(model)[-1]
     assert line == entry and line["paired"] == found
@@ -241,12 +242,34 @@ def test_the_gates_settings():
     assert PipelineConfig().promote == PromoteConfig()
     config = PipelineConfig(promote={"margin": 0.001, "confidence": 0.9, "calibration_band": [0.8, 1.25]})
     assert config.promote == PromoteConfig(margin=0.001, confidence=0.9, calibration_band=(0.8, 1.25))
-    # the once-flat settings keep working (YAML keys, flow parameters), into their group
-    old = PipelineConfig(promote_margin=0.001, promote_confidence=0.9, calibration_band=[0.8, 1.25],
-                         warm_start=False, catchup="latest", on_data_check="warn", notify_block="custom-webhook/x")
-    assert old.promote == config.promote.model_copy(update={"warm_start": False})
+
+
+def test_the_once_flat_settings_are_read_with_a_warning_once_and_not_both_ways(monkeypatch):
+    """Persisted state (a YAML file, a deployment's parameters) still reads the old names, into their group, warning
+    once a process for each, naming the version that removes them; given both ways, it is an error."""
+    import warnings
+
+    from nightly import config as nightly_config
+    from nightly.config import RENAMED_UNTIL, PipelineConfig, grouped
+
+    monkeypatch.setattr(nightly_config, "_warned", set())
+    with pytest.warns(FutureWarning) as warned:
+        old = PipelineConfig(promote_margin=0.001, promote_confidence=0.9, calibration_band=[0.8, 1.25],
+                             warm_start=False, catchup="latest", on_data_check="warn", notify_block="custom-webhook/x")
+    assert len(warned) == 7 and all(f"until dlrmflow {RENAMED_UNTIL}, which removes it" in str(w.message)
+                                    for w in warned)
+    assert "'promote_margin' is promote.margin now" in str(warned[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # once: the same old name again warns no more
+        assert PipelineConfig(promote_margin=0.002).promote.margin == 0.002
+    assert old.promote == PromoteConfig(margin=0.001, confidence=0.9, calibration_band=(0.8, 1.25), warm_start=False)
     assert (old.night.catchup, old.night.on_data_check, old.night.notify_block) == ("latest", "warn",
                                                                                    "custom-webhook/x")
+    with pytest.raises(ValidationError, match="promote_margin is the old name of promote.margin, and both are given"):
+        PipelineConfig(promote_margin=0.001, promote={"margin": 0.002})
+    # the failure hook reads what it can: the new name wins
+    assert grouped({"promote_margin": 0.001, "promote": {"margin": 0.002}}, strict=False) == {
+        "promote": {"margin": 0.002}}
     for bad, says in [({"calibration_band": [1.25, 0.8]}, "calibration_band"), ({"promote_confidence": 1.0},
                       "promote_confidence"), ({"min_test_rows": 0}, "min_test_rows"), ({"min_auc_lift": 0.5},
                       "min_auc_lift"), ({"promote_margin": -0.1}, "promote_margin")]:

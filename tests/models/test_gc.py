@@ -117,7 +117,7 @@ def test_a_dry_run_removes_nothing_and_lists_what_a_gc_removes(tmp_path):
     dry = gc.collect(GcConfig(store=str(root), keep_nights=2, dry_run=True))
     assert stores.snapshot(str(root)) == before and not (root / "_store.lease").exists()
     assert dry.table().splitlines()[-1].startswith(f"gc of {root}: would remove 7 item(s), ")
-    assert gc.plan(GcConfig(store=str(root), keep_nights=2)) == dry.removals
+    assert gc.removals(GcConfig(store=str(root), keep_nights=2)) == dry.removals
     assert gc.collect(GcConfig(store=str(root), keep_nights=2)).removals == dry.removals
 
 
@@ -142,25 +142,25 @@ def test_live_leases_keep_a_run_and_a_dataset_and_a_stale_one_does_not(tmp_path)
     assert training.is_complete() and not Path(crashed._lock.path).exists()
 
 
-def test_a_run_that_comes_into_use_after_the_plan_is_kept_with_its_dataset(tmp_path, monkeypatch):
+def test_a_run_that_comes_into_use_after_gc_listed_it_is_kept_with_its_dataset(tmp_path, monkeypatch):
     root = str(tmp_path / "store")
     _store(root)
-    plan = gc._plan
+    removals = gc._removals
 
-    def plan_then_train(*args, **kwargs):   # a training takes night 3's run right after the plan
-        items = plan(*args, **kwargs)
+    def list_then_train(*args, **kwargs):   # a training takes night 3's run right after gc listed it
+        items = removals(*args, **kwargs)
         held.append(RunDir(f"{root}/runs/ctr-2026-11-03").lease("training", owner="a late training"))
         held[0].__enter__()
         return items
 
     held, said = [], []
-    monkeypatch.setattr(gc, "_plan", plan_then_train)
+    monkeypatch.setattr(gc, "_removals", list_then_train)
     try:
         report = gc.collect(GcConfig(store=root, keep_nights=2), say=said.append)
     finally:
         held[0].__exit__(None, None, None)
     assert _removed(report) == GONE - {("run", "ctr-2026-11-03"), ("dataset", "ctr-d3")}
-    assert any(s.startswith("kept run ctr-2026-11-03: it came into use since the plan") for s in said)
+    assert any(s.startswith("kept run ctr-2026-11-03: it came into use since gc listed it") for s in said)
     assert "kept dataset ctr-d3: a run that uses it was kept" in said
     assert RunDir(f"{root}/runs/ctr-2026-11-03").is_complete()
 
@@ -209,7 +209,7 @@ def test_a_gc_cut_short_leaves_nothing_that_looks_complete_and_the_next_one_fini
         gc.collect(GcConfig(store=str(root), keep_nights=2))
     _nothing_partial_looks_complete(root, before)
     monkeypatch.setattr(gc, "_delete", delete)
-    report = gc.collect(GcConfig(store=str(root), keep_nights=2))   # what is left of the plan, and the trash
+    report = gc.collect(GcConfig(store=str(root), keep_nights=2))   # what is left of the removals, and the trash
     assert {x for x in _removed(report) if x[0] != "trash"} <= GONE
     assert _names(root, "runs") == KEPT_RUNS and _names(root, "datasets") == KEPT_DATASETS
     assert not (root / "_trash").exists()
@@ -305,10 +305,9 @@ def _parts_store(tmp_path, retain_days: int = 0):
 
 def _record(store: str, name: str, day: dt.date, first: dt.date) -> None:
     window_days = [(first + dt.timedelta(days=k)).isoformat() for k in range((day - first).days + 1)]
-    registry.record(registry.model_uri(store, name),
-                    {"run": f"{store}/runs/{name}-{day}", "step": 1, "dataset": "d", "vocab": "d/vocab",
-                     "date": day.isoformat(), "window": window_days,
-                     "metrics": {"auc": 0.7, "logloss": 0.5, "rows": 10}})
+    registry.record(registry.model_uri(store, name), registry.NightRecord(
+        {"run": f"{store}/runs/{name}-{day}", "step": 1, "dataset": "d", "vocab": "d/vocab", "date": day.isoformat(),
+         "window": window_days, "metrics": {"auc": 0.7, "logloss": 0.5, "rows": 10}}))
 
 
 def test_parts_of_any_models_window_and_of_a_running_job_are_kept(tmp_path):

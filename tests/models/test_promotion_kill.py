@@ -34,7 +34,8 @@ def candidate(store: Path, dataset: Path, step: int, run: str, date: str, auc: f
 
 def record(model: Path, night: dict) -> dict:
     """The commit as the flow makes it (models.registry.record with the real export), in this process."""
-    return registry.record(str(model), night, score_champion=lambda c: dict(c.metrics), export=export_verified)
+    return registry.record(str(model), registry.NightRecord(
+        night, score_champion=lambda c: dict(c.metrics), export=export_verified))
 
 
 def snapshot(model: Path) -> dict:

@@ -103,10 +103,11 @@ def test_record_champion_with_non_finite_metrics_counts_as_absent(tmp_path):
     def never(_):
         raise AssertionError("a champion that counts as absent is not scored")
 
-    kept = models.record(model, candidate("nan", "2026-11-02", math.nan, math.nan), score_champion=never)
+    kept = models.record(model, models.NightRecord(
+        candidate("nan", "2026-11-02", math.nan, math.nan), score_champion=never))
     assert kept["decision"] == "kept" and "not finite" in kept["reason"]
     assert models.load_champion(model).run == "/store/runs/diverged"
-    entry = models.record(model, candidate("healthy", "2026-11-03", 0.71), score_champion=never)
+    entry = models.record(model, models.NightRecord(candidate("healthy", "2026-11-03", 0.71), score_champion=never))
     assert entry["decision"] == "first" and "counts as absent" in entry["reason"]
     assert entry["champion_run"] == "/store/runs/diverged"
     assert models.load_champion(model).run == "/store/runs/healthy"
@@ -121,24 +122,26 @@ def test_decide_rejects_bad_margins(margin):
 # --- record -----------------------------------------------------------------------------------------------------
 
 def test_record_first_promoted_kept_and_idempotent(model):
-    first = models.record(model, candidate("r1", "2026-11-01", 0.70))
+    first = models.record(model, models.NightRecord(candidate("r1", "2026-11-01", 0.70)))
     assert first["decision"] == "first" and first["champion"] is None and first["champion_run"] is None
     assert models.load_champion(model).run == "/store/runs/r1"
 
-    second = models.record(model, candidate("r2", "2026-11-02", 0.72), champion_metrics=metrics(0.71, 0.5),
-                           champion_run="/store/runs/r1", gates=PromoteConfig(margin=0.005))
+    second = models.record(model, models.NightRecord(
+        candidate("r2", "2026-11-02", 0.72), champion_metrics=metrics(0.71, 0.5), champion_run="/store/runs/r1",
+        gates=PromoteConfig(margin=0.005)))
     assert second["decision"] == "promoted" and second["champion"]["auc"] == 0.71
     assert second["champion_run"] == "/store/runs/r1" and second["promote_margin"] == 0.005
 
-    third = models.record(model, candidate("r3", "2026-11-03", 0.71), champion_metrics=metrics(0.715),
-                          champion_run="/store/runs/r2")
+    third = models.record(model, models.NightRecord(
+        candidate("r3", "2026-11-03", 0.71), champion_metrics=metrics(0.715), champion_run="/store/runs/r2"))
     assert third["decision"] == "kept"
     champion = models.load_champion(model)
     assert (champion.run, champion.date, champion.name) == ("/store/runs/r2", "2026-11-02", "ctr")
     assert champion.metrics == metrics(0.72)
     assert champion.promoted_at == second["at"]
 
-    again = models.record(model, candidate("r2", "2026-11-02", 0.99))  # a re-run of night 2: the same line
+    again = models.record(model, models.NightRecord(
+        candidate("r2", "2026-11-02", 0.99)))  # a re-run of night 2: the same line
     assert again == second
     lines = models.history(model)
     assert [(e["run"], e["decision"]) for e in lines] == [
@@ -160,7 +163,7 @@ def test_a_night_that_failed_before_its_decision_is_recorded_once_and_is_no_deci
     assert models.history(model) == [line, later]
     assert models.decided_dates(model) == [] and models.load_champion(model) is None
     assert models.windows_in_use(str(tmp_path)) == {}
-    decided = models.record(model, candidate("r1", "2026-11-03", 0.70))
+    decided = models.record(model, models.NightRecord(candidate("r1", "2026-11-03", 0.70)))
     assert models.record_failed(model, "2026-11-03", "gc", "after the decision") is None   # a decision stands
     assert models.history(model) == [line, later, decided] and models.decided_dates(model) == ["2026-11-03"]
     assert read(model, models.LOCK_FILE) is None
@@ -168,48 +171,50 @@ def test_a_night_that_failed_before_its_decision_is_recorded_once_and_is_no_deci
 
 def test_a_nan_auc_is_recorded_as_null_and_never_promotes(tmp_path):
     model = str(tmp_path / "models" / "ctr")
-    entry = models.record(model, candidate("r1", "2026-11-01", math.nan))
+    entry = models.record(model, models.NightRecord(candidate("r1", "2026-11-01", math.nan)))
     assert entry["decision"] == "kept" and entry["challenger"]["auc"] is None
     assert models.history(model) == [entry] and models.load_champion(model) is None
 
 
 def test_champion_changed_while_training(model):
-    models.record(model, candidate("r1", "2026-11-01", 0.70))
-    models.record(model, candidate("r2", "2026-11-02", 0.75), champion_metrics=metrics(0.70),
-                  champion_run="/store/runs/r1")
+    models.record(model, models.NightRecord(candidate("r1", "2026-11-01", 0.70)))
+    models.record(model, models.NightRecord(
+        candidate("r2", "2026-11-02", 0.75), champion_metrics=metrics(0.70), champion_run="/store/runs/r1"))
     # r3 scored r1 (the champion when it started); r2 has been promoted since: r2 is scored under the lock
     scored = []
-    entry = models.record(model, candidate("r3", "2026-11-03", 0.74), champion_metrics=metrics(0.70),
-                          champion_run="/store/runs/r1", score_champion=lambda c: scored.append(c.run) or
-                          metrics(0.76, 0.4))
+    entry = models.record(model, models.NightRecord(
+        candidate("r3", "2026-11-03", 0.74), champion_metrics=metrics(0.70), champion_run="/store/runs/r1",
+        score_champion=lambda c: scored.append(c.run) or metrics(0.76, 0.4)))
     assert scored == ["/store/runs/r2"]
     assert (entry["decision"], entry["champion_run"], entry["champion"]["auc"]) == ("kept", "/store/runs/r2", 0.76)
     # without a way to score it, the champion is kept
-    entry = models.record(model, candidate("r4", "2026-11-04", 0.99), champion_metrics=metrics(0.5),
-                          champion_run="/store/runs/r1")
+    entry = models.record(model, models.NightRecord(
+        candidate("r4", "2026-11-04", 0.99), champion_metrics=metrics(0.5), champion_run="/store/runs/r1"))
     assert entry["decision"] == "kept" and "no metrics of it" in entry["reason"]
     assert models.load_champion(model).run == "/store/runs/r2"
 
 
 def test_an_older_days_model_never_replaces_a_newer_champion(model):
-    models.record(model, candidate("r6", "2026-11-06", 0.70))
-    entry = models.record(model, candidate("r5", "2026-11-05", 0.99), score_champion=lambda c: 1 / 0)  # a backfill
+    models.record(model, models.NightRecord(candidate("r6", "2026-11-06", 0.70)))
+    entry = models.record(model, models.NightRecord(
+        candidate("r5", "2026-11-05", 0.99), score_champion=lambda c: 1 / 0))  # a backfill
     assert entry["decision"] == "kept" and "later day (2026-11-06)" in entry["reason"]
     assert models.load_champion(model).run == "/store/runs/r6"
 
 
 def test_a_failure_before_the_writes_changes_nothing(model):
-    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    models.record(model, models.NightRecord(candidate("r1", "2026-11-01", 0.70)))
     before = (read(model, models.CHAMPION_FILE), read(model, models.HISTORY_FILE))
 
     def crash(champion):
         raise RuntimeError("scoring crashed")
 
     with pytest.raises(RuntimeError, match="scoring crashed"):
-        models.record(model, candidate("r2", "2026-11-02", 0.9), score_champion=crash)
+        models.record(model, models.NightRecord(candidate("r2", "2026-11-02", 0.9), score_champion=crash))
     assert (read(model, models.CHAMPION_FILE), read(model, models.HISTORY_FILE)) == before
     assert read(model, models.LOCK_FILE) is None
-    entry = models.record(model, candidate("r2", "2026-11-02", 0.9), score_champion=score_stored)  # the re-run
+    entry = models.record(model, models.NightRecord(
+        candidate("r2", "2026-11-02", 0.9), score_champion=score_stored))  # the re-run
     assert entry["decision"] == "promoted" and models.load_champion(model).run == "/store/runs/r2"
 
 
@@ -217,12 +222,12 @@ def test_a_rerun_repairs_history_saying_promoted_with_an_older_champion(tmp_path
     """What the order before issue 19 could leave (history line, then a crash before champion.json): a re-run
     writes champion.json and decides nothing again."""
     model = str(tmp_path / "models" / "ctr")
-    models.record(model, candidate("r1", "2026-11-01", 0.70))
+    models.record(model, models.NightRecord(candidate("r1", "2026-11-01", 0.70)))
     before = read(model, models.CHAMPION_FILE)
-    entry = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
+    entry = models.record(model, models.NightRecord(candidate("r2", "2026-11-02", 0.8), score_champion=score_stored))
     champion = read(model, models.CHAMPION_FILE)
     (tmp_path / "models" / "ctr" / models.CHAMPION_FILE).write_text(before)   # champion.json older than history
-    again = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0)
+    again = models.record(model, models.NightRecord(candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0))
     assert again == entry and len(models.history(model)) == 2
     assert read(model, models.CHAMPION_FILE) == champion
 
@@ -231,16 +236,16 @@ def test_a_rerun_appends_the_line_champion_json_holds(tmp_path):
     """champion.json is written before the history line: a crash between leaves the line in champion.json only;
     the flow sees the night as decided and a re-run appends it."""
     model = str(tmp_path / "models" / "ctr")
-    models.record(model, candidate("r1", "2026-11-01", 0.70))
-    entry = models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=score_stored)
+    models.record(model, models.NightRecord(candidate("r1", "2026-11-01", 0.70)))
+    entry = models.record(model, models.NightRecord(candidate("r2", "2026-11-02", 0.8), score_champion=score_stored))
     full = read(model, models.HISTORY_FILE)
     assert models.load_champion(model).line == entry
     (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text(full.splitlines(keepends=True)[0])
     assert models.decided(model, "2026-11-02", "/store/runs/r2") == entry
     assert models.decided(model, "2026-11-03", "/store/runs/r2") is None
     said = []
-    assert models.record(model, candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0,
-                         say=said.append) == entry
+    assert models.record(model, models.NightRecord(
+        candidate("r2", "2026-11-02", 0.8), score_champion=lambda c: 1 / 0, say=said.append)) == entry
     assert read(model, models.HISTORY_FILE) == full
     assert any("appending the history line of 2026-11-02" in s for s in said)
 
@@ -261,8 +266,8 @@ def test_bundles_are_exported_before_champion_json_and_repaired(tmp_path):
         return hashlib.sha256(expected.encode()).hexdigest()
 
     for night, auc in enumerate([0.70, 0.72, 0.60, 0.74], 1):
-        models.record(model, candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored,
-                      export=export)
+        models.record(model, models.NightRecord(
+            candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored, export=export))
     assert calls == ["r1", "r2", "r4"]   # the kept night exports nothing
     bundles = tmp_path / "models" / "ctr" / models.BUNDLES
     assert sorted(p.name for p in bundles.iterdir()) == ["r2", "r4"]
@@ -271,14 +276,15 @@ def test_bundles_are_exported_before_champion_json_and_repaired(tmp_path):
     assert champion.bundle_sha256 == hashlib.sha256((bundles / "r4" / "manifest.json").read_bytes()).hexdigest()
 
     before = read(model, models.CHAMPION_FILE)
-    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)   # all well: nothing changes
+    models.record(model, models.NightRecord(
+        candidate("r4", "2026-11-04", 0.74), export=export))   # all well: nothing changes
     assert read(model, models.CHAMPION_FILE) == before
     (bundles / "r4" / "manifest.json").unlink()
     (bundles / "r3.tmp-123").mkdir()   # a killed export's leftover
-    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)
+    models.record(model, models.NightRecord(candidate("r4", "2026-11-04", 0.74), export=export))
     assert read(model, models.CHAMPION_FILE) == before and sorted(p.name for p in bundles.iterdir()) == ["r2", "r4"]
     version[0] = 2   # a re-export that writes other bytes: champion.json records the new sha256
-    models.record(model, candidate("r4", "2026-11-04", 0.74), export=export)
+    models.record(model, models.NightRecord(candidate("r4", "2026-11-04", 0.74), export=export))
     assert models.load_champion(model).bundle_sha256 == hashlib.sha256(
         (bundles / "r4" / "manifest.json").read_bytes()).hexdigest() != champion.bundle_sha256
     assert len(models.history(model)) == 4
@@ -287,9 +293,10 @@ def test_bundles_are_exported_before_champion_json_and_repaired(tmp_path):
 def test_bad_inputs(tmp_path):
     model = str(tmp_path / "models" / "ctr")
     with pytest.raises(UserError, match="challenger of model .* incomplete.*Fix:"):
-        models.record(model, {"run": "r", "date": "2026-11-01"})
+        models.record(model, models.NightRecord({"run": "r", "date": "2026-11-01"}))
     with pytest.raises(UserError, match=r"metrics.rows: missing"):
-        models.record(model, {**candidate("r1", "2026-11-01", 0.7), "metrics": {"auc": 0.7, "logloss": 0.4}})
+        models.record(model, models.NightRecord(
+            {**candidate("r1", "2026-11-01", 0.7), "metrics": {"auc": 0.7, "logloss": 0.4}}))
     (tmp_path / "models" / "ctr").mkdir(parents=True)
     (tmp_path / "models" / "ctr" / models.HISTORY_FILE).write_text('{"date": "2026-11-01"}\nnot json\n')
     with pytest.raises(UserError, match="history.jsonl line 2 is not JSON"):
@@ -356,8 +363,9 @@ def _promote_nights(model: str, worker: int, start, out) -> None:
 
     start.wait()
     for night, auc in enumerate(AUCS):
-        entry = models.record(model, candidate(f"w{worker}-n{night}", f"2026-11-{night + 1:02d}", auc + worker / 1000),
-                              score_champion=slow_score, owner=f"worker {worker}", stale_s=60, timeout_s=60)
+        entry = models.record(model, models.NightRecord(
+            candidate(f"w{worker}-n{night}", f"2026-11-{night + 1:02d}", auc + worker / 1000),
+            score_champion=slow_score, owner=f"worker {worker}", stale_s=60, timeout_s=60))
         out.put((worker, night, entry["decision"]))
 
 
@@ -433,7 +441,8 @@ def test_history_artifacts_on_a_prefect_run(prefect_harness, tmp_path):
 
     @flow
     def nightly(night: int, auc: float) -> dict:
-        entry = models.record(model, candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored)
+        entry = models.record(model, models.NightRecord(
+            candidate(f"r{night}", f"2026-11-0{night}", auc), score_champion=score_stored))
         artifacts.model_history(model, "Ctr_1", entry)
         return entry
 
@@ -463,7 +472,7 @@ def test_init_from_a_model_folder_is_its_champion(model):
 
     store = models.model_store(model)
     assert model == f"{store}/models/ctr"
-    models.record(model, {**candidate("r1", "2026-11-01", 0.70), "run": f"{store}/runs/r1"})
+    models.record(model, models.NightRecord({**candidate("r1", "2026-11-01", 0.70), "run": f"{store}/runs/r1"}))
     assert models.champion_init(InitFrom(run=model)) == InitFrom(run=f"{store}/runs/r1", checkpoint="10")
     other = InitFrom(run="/store/runs/r9", checkpoint="latest")
     assert models.champion_init(other) == other and models.champion_init(None) is None

@@ -2,7 +2,7 @@
 prefix keeps its champion. champion.json, history.jsonl and a run's config.yaml record the places in the store
 store-relative; records written before, with absolute URIs of the old place, are found in the store as it is now.
 A night's pieces use the moved store as they used the old one: the champion to load and to warm-start from, its
-history, scoring it, and gc, which plans the same removals and removes nothing the champion needs. An s3:// store
+history, scoring it, and gc, which lists the same removals and removes nothing the champion needs. An s3:// store
 with '..' in its prefix is refused in one line before anything is written (S3 takes '..' literally)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from helpers import stores
 from models import gc, registry, scoring
 from models.config import GcConfig, ScoreConfig
 from nightly.config import PipelineConfig
-from nightly.night import plan_night
+from nightly.night import set_up
 from training.config import InitFrom, TrainConfig
 from training.rundir import RunDir
 
@@ -60,9 +60,9 @@ def _absolute(root: str) -> None:
                     RunDir.CONFIG)
 
 
-def _planned(root: str) -> set[tuple[str, str]]:
+def _gc_removals(root: str) -> set[tuple[str, str]]:
     """What gc would remove from the store ``root`` (keep_nights 2), store-relative."""
-    return {(r.kind, Store(root).relative(r.uri)) for r in gc.plan(GcConfig(store=root, keep_nights=2))}
+    return {(r.kind, Store(root).relative(r.uri)) for r in gc.removals(GcConfig(store=root, keep_nights=2))}
 
 
 def _records(root: str) -> dict[str, str]:
@@ -81,7 +81,7 @@ def test_a_local_store_restored_at_another_path_keeps_its_champion(tmp_path, rec
     assert "  store: null" in RunDir(Store(old).run_uri(WARM)).read_text(RunDir.CONFIG)   # its own: the default
     if records == "absolute":
         _absolute(old)
-    assert _planned(old) == GONE
+    assert _gc_removals(old) == GONE
     written = _records(old)
     (tmp_path / "restored").mkdir()
     os.rename(old, new)
@@ -101,7 +101,7 @@ def test_a_local_store_restored_at_another_path_keeps_its_champion(tmp_path, rec
 
     # the next night warm-starts from the champion, whose run's config names its dataset where it is now
     said: list[str] = []
-    plan = plan_night(PipelineConfig(store=new, model="ctr", window={"train_days": 2}), store, dt.date(2026, 11, 5))
+    plan = set_up(PipelineConfig(store=new, model="ctr", window={"train_days": 2}), store, dt.date(2026, 11, 5))
     assert plan.warm_started(said.append).init_from == InitFrom(run=champion.run, checkpoint="4"), said
     assert RunDir(champion.run).load_config().dataset == champion.dataset
     assert RunDir(store.run_uri(WARM)).load_config().init_from == InitFrom(run=champion.run, checkpoint="4")
@@ -110,8 +110,8 @@ def test_a_local_store_restored_at_another_path_keeps_its_champion(tmp_path, rec
     found = scoring.locate_checkpoint(ScoreConfig(model=model, inputs=["x"], out=str(tmp_path / "o.parquet")))
     assert found == {"run": champion.run, "step": 4, "dataset": champion.dataset, "warning": None}
 
-    # gc plans what it planned before the move, and removes nothing the champion needs
-    assert _planned(new) == GONE
+    # gc lists what it listed before the move, and removes nothing the champion needs
+    assert _gc_removals(new) == GONE
     report = gc.collect(GcConfig(store=new, keep_nights=2))
     assert {(r.kind, store.relative(r.uri)) for r in report.removals} == GONE
     assert all(os.path.isdir(p) for p in (champion.run, champion.dataset, champion.bundle, store.run_uri(WARM)))
@@ -167,10 +167,10 @@ def test_an_s3_store_with_dot_segments_is_refused_in_one_line(s3_server):
                 "the folder above), so the store would refuse its own records. Fix: name it without them "
                 "(s3://store/dlrm).")
     for attempt in (lambda: Store(uri).check(),
-                    lambda: plan_night(PipelineConfig(store=uri, model="ctr", window={"train_days": 2}),
-                                       date=dt.date(2026, 11, 5)),
+                    lambda: set_up(PipelineConfig(store=uri, model="ctr", window={"train_days": 2}),
+                                   date=dt.date(2026, 11, 5)),
                     lambda: registry.champion_to_load(f"{uri}/models/ctr"),
-                    lambda: gc.plan(GcConfig(store=uri, keep_nights=2))):
+                    lambda: gc.removals(GcConfig(store=uri, keep_nights=2))):
         with pytest.raises(UserError) as refused:
             attempt()
         assert str(refused.value) == expected
@@ -187,7 +187,7 @@ def test_a_night_planned_again_in_the_moved_store_finds_its_run(tmp_path):
 
     def planned(root: str) -> tuple[RunDir, TrainConfig]:
         store = Store(root)
-        plan = plan_night(PipelineConfig(store=root, model="ctr", window={"train_days": 2}), store, day)
+        plan = set_up(PipelineConfig(store=root, model="ctr", window={"train_days": 2}), store, day)
         dataset = store.dataset_uri("ctr-d5")
         return plan.training(dataset).run, plan.config.train.on(dataset).resolved()
 

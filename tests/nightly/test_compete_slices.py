@@ -22,7 +22,7 @@ from flows import events, promote
 from models import registry, scoring
 from nightly import night as night_module
 from nightly.config import PipelineConfig
-from nightly.night import NightPlan
+from nightly.night import Setup
 from training.metrics import compute_metrics
 
 N = 20_000
@@ -76,7 +76,7 @@ def test_a_lost_slice_keeps_the_champion_and_its_decay_is_announced(tmp_path, mo
         date = dt.date(2026, 11, day)
         days = SimpleNamespace(date=date, days=[date], test_inputs=lambda: [f"day-{day}.tsv"])
         run = SimpleNamespace(uri=f"{tmp_path}/runs/r{day}")
-        plan = NightPlan(the_config, store, the_config.preprocess_config([], store.uri), date, days)
+        plan = Setup(the_config, store, the_config.preprocess_config([], store.uri), date, days)
         probs, labels, _ = day_scores(day, True)   # night 1's evaluation: the champion-to-be's own metrics
         return compete(plan, run, "d", {"step": 1, **compute_metrics(probs, labels)})
 

@@ -219,10 +219,11 @@ def test_a_failed_check_in_warn_mode_keeps_the_champion(tmp_path):
                "fingerprint": "f"}
 
     def night(date: str, auc: float, checks: dict | None, champion: dict | None = None) -> dict:
-        return registry.record(model, {"run": f"{tmp_path}/runs/{date}", "step": 1, "dataset": "d", "vocab": "d/vocab",
-                                       "date": date, "window": [date], "metrics": metrics | {"auc": auc}},
-                               champion, f"{tmp_path}/runs/2026-11-05", data_checks=checks,
-                               failed_checks=tuple(datacheck.refusals(checks)))
+        return registry.record(model, registry.NightRecord(
+            {"run": f"{tmp_path}/runs/{date}", "step": 1, "dataset": "d", "vocab": "d/vocab", "date": date,
+             "window": [date], "metrics": metrics | {"auc": auc}},
+            champion_metrics=champion, champion_run=f"{tmp_path}/runs/2026-11-05", data_checks=checks,
+            failed_checks=tuple(datacheck.refusals(checks))))
 
     first = night("2026-11-04", 0.7, summary)   # a first champion is refused too
     assert first["decision"] == "kept" and registry.load_champion(model) is None

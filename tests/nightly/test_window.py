@@ -124,11 +124,11 @@ def test_a_missing_day_fails_unless_skip_missing_reaches_past_it(tmp_path):
     assert held.next_start() == dt.date(2026, 11, 6)   # the late day may still come: its parts are not removed
 
 
-def test_plan_night_leaves_out_standing_verdicts_over_the_whole_look_back(tmp_path):
+def test_set_up_leaves_out_standing_verdicts_over_the_whole_look_back(tmp_path):
     from common.store import Store
     from models import registry
     from nightly import datacheck
-    from nightly.night import plan_night
+    from nightly.night import set_up
     from preprocessing.inputs import expand
 
     _days(tmp_path / "logs", *(D - dt.timedelta(days=k) for k in range(12)))
@@ -138,10 +138,10 @@ def test_plan_night_leaves_out_standing_verdicts_over_the_whole_look_back(tmp_pa
     registry.record_verdicts(registry.model_uri(store, "ctr"), verdicts)   # 11-04: before the plain window
     config = PipelineConfig(store=store, model="ctr", window={"train_days": 3},
                             preprocess={"inputs": [str(tmp_path / "logs" / "{date}" / "part-*")]})
-    plan = plan_night(config, Store(store), D)
+    plan = set_up(config, Store(store), D)
     assert [d.isoformat() for d in plan.window.days] == ["2026-11-03", "2026-11-05", "2026-11-06", "2026-11-08"]
     assert [d.isoformat() for d, _ in plan.window.quarantined] == ["2026-11-04", "2026-11-07"]
-    again = plan_night(config, Store(store), D, {dt.date(2026, 11, 6): "rows 10"})   # the gate's verdict tonight
+    again = set_up(config, Store(store), D, {dt.date(2026, 11, 6): "rows 10"})   # the gate's verdict tonight
     assert [d.isoformat() for d in again.window.days] == ["2026-11-02", "2026-11-03", "2026-11-05", "2026-11-08"]
 
 
@@ -153,7 +153,7 @@ def test_a_warm_started_night_trains_only_on_the_days_its_champion_never_learned
     from common.store import Store
     from helpers import stores
     from models import registry
-    from nightly.night import plan_night
+    from nightly.night import set_up
 
     _days(tmp_path / "logs", *(D - dt.timedelta(days=k) for k in range(8)))
     store = str(tmp_path / "store")
@@ -162,11 +162,11 @@ def test_a_warm_started_night_trains_only_on_the_days_its_champion_never_learned
     champion = {"run": run, "step": 4, "dataset": f"{store}/datasets/d7", "vocab": f"{store}/datasets/d7/vocab",
                 "date": "2026-11-07", "window": ["2026-11-04", "2026-11-05", "2026-11-06", "2026-11-07"],
                 "metrics": stores.metrics(0.7)}   # trained on 11-04 and 11-05, validated on 11-06
-    assert registry.record(model, champion, export=stores.export_bundle)["decision"] == "first"
+    assert registry.record(model, registry.NightRecord(champion, export=stores.export_bundle))["decision"] == "first"
     config = PipelineConfig(store=store, model="ctr", window={"train_days": 3},
                             preprocess={"inputs": [str(tmp_path / "logs" / "{date}" / "part-*")]})
 
-    plan = plan_night(config, Store(store), D)
+    plan = set_up(config, Store(store), D)
     assert [d.isoformat() for d in plan.window.train] == ["2026-11-06"]   # 11-05: the champion learned it
     assert [d.isoformat() for d in plan.window.val] == ["2026-11-07"]
     assert plan.window.next_start() == dt.date(2026, 11, 6)
@@ -175,15 +175,15 @@ def test_a_warm_started_night_trains_only_on_the_days_its_champion_never_learned
                                       "trained on them)")
     assert [i.split("=")[0] for i in plan.preprocess.inputs] == ["train", "val", "test"]
     whole = config.model_copy(update={"promote": config.promote.model_copy(update={"warm_start_days": "window"})})
-    assert [d.isoformat() for d in plan_night(whole, Store(store), D).window.train] == ["2026-11-05", "2026-11-06"]
+    assert [d.isoformat() for d in set_up(whole, Store(store), D).window.train] == ["2026-11-05", "2026-11-06"]
     cold = config.model_copy(update={"promote": config.promote.model_copy(update={"warm_start": False})})
-    assert len(plan_night(cold, Store(store), D).window.train) == 2
+    assert len(set_up(cold, Store(store), D).window.train) == 2
 
     tonight = {**champion, "run": stores.run(store, "night-08", stores.dataset(store, "d8")), "date": "2026-11-08",
                "window": [d.isoformat() for d in plan.window.days], "metrics": stores.metrics(0.8)}
-    assert registry.record(model, tonight, score_champion=lambda c: dict(c.metrics),
-                           export=stores.export_bundle)["decision"] == "promoted"
-    assert plan_night(config, Store(store), D).window == plan.window   # a re-run reads what the night read
+    assert registry.record(model, registry.NightRecord(
+        tonight, score_champion=lambda c: dict(c.metrics), export=stores.export_bundle))["decision"] == "promoted"
+    assert set_up(config, Store(store), D).window == plan.window   # a re-run reads what the night read
 
 
 def test_a_date_whose_window_starts_before_year_one_is_one_line(tmp_path):

@@ -1,6 +1,6 @@
 """A store that cannot be used inside a rank is the rank's one line, ``error (rank N): ...``, naming the run's store
-and the fix, never a traceback: ``training.distributed.run_rank`` converts it (``common.store.store_error``), as the
-flows' boundary and the command line do; so does a full disk outside a checkpoint (``common.space``). The launcher's
+and the fix, never a traceback: ``training.distributed.run_rank`` converts it (``common.store_errors.store_error``), as
+the flows' boundary and the command line do; so does a full disk outside a checkpoint (``common.space``). The launcher's
 failure message then shows that line (issue 34, section 4; bug 5 of the month benchmark, benchmarks/RESULTS.md: a
 rank died of botocore's ReadTimeoutError in ``Checkpointer._prune``)."""
 

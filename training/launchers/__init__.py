@@ -22,7 +22,19 @@ of the others.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from common.face import lazy
+
+if TYPE_CHECKING:   # what type checkers and IDEs see; at run time each name comes from _FACE on first use
+    from .base import LaunchError, Launcher, RankJob, infra_dir, profile_env, read_env_file, train_job
+    from .build import build_launcher
+    from .config import (KubernetesLauncherConfig, LauncherConfig, LocalLauncherConfig, RanksConfig,
+                         SlurmLauncherConfig, launcher_config)
+    from .kubernetes import KubernetesLauncher
+    from .local import LocalLauncher
+    from .output import RankOutput
+    from .slurm import SlurmLauncher
 
 _FACE = {   # name -> the module of this package that holds it
     "Launcher": "base", "LaunchError": "base", "RankJob": "base", "infra_dir": "base", "profile_env": "base",

@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 from common.errors import UserError
 from common.lease import Lease
 from common.lease import lease as hold_lease
-from common.store import filesystem, store_error
+from common.store import filesystem
+from common.store_errors import store_error
 from feature_spec import file_uri
 from feature_spec import load as load_spec
 from training.checkpoint import Checkpointer
