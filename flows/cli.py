@@ -1,10 +1,12 @@
 """`dlrmflow`: one console script, one module per subcommand under ``flows/commands/``.
 
-Each command module defines ``HELP`` (one line), ``DESCRIPTION`` (optional, shown by
-``--help``), ``add_arguments(parser)``, ``run(args) -> int`` and, when it has many options,
-``EVERYDAY``: the flags ``--help`` shows (``--help-all`` shows all; every option parses either way).
-Modules are imported only when their command runs, so ``dlrmflow preprocess`` never pays for
-importing torch or Prefect.
+``COMMANDS`` names each command's module and one-line help. A command module defines ``DESCRIPTION`` (optional, shown
+by ``--help`` under the one-line help), ``add_arguments(parser)``, ``run(args) -> int`` and, when it has many
+options, ``EVERYDAY``: the flags ``--help`` shows (``--help-all`` shows all; every option parses either way).
+A module is imported only when its command runs (or shows its ``--help``), so ``dlrmflow --help`` imports none
+of them. A command module imports what it uses at its top, but for what costs torch or Prefect (a flow, the sharding
+planner), imported in the function that needs it with a comment saying so (tests/test_layout.py checks it): so
+``dlrmflow preprocess`` and every command's ``--help`` never pay for importing torch or Prefect.
 """
 
 from __future__ import annotations
@@ -21,27 +23,44 @@ import traceback
 
 from common.errors import UserError
 
+# command -> (its module, its one-line help): `dlrmflow --help` lists them without importing a command module
 COMMANDS = {
-    "synth": "flows.commands.synth",
-    "preprocess": "flows.commands.preprocess",
-    "inspect": "flows.commands.inspect",
-    "spec": "flows.commands.spec",
-    "train": "flows.commands.train",
-    "evaluate": "flows.commands.evaluate",
-    "score": "flows.commands.score",
-    "export": "flows.commands.export",
-    "plan": "flows.commands.plan",
-    "tune": "flows.commands.tune",
-    "run": "flows.commands.run",
-    "serve": "flows.commands.serve",
-    "render": "flows.commands.render",
-    "gc": "flows.commands.gc",
-    "days": "flows.commands.days",
+    "synth": ("flows.commands.synth",
+              "Generate synthetic Criteo-format click logs (labels from a planted model with a known best AUC)."),
+    "preprocess": ("flows.commands.preprocess",
+                   "Turn raw click logs (Criteo TSV, CSV, Parquet) into a split-binary dataset with vocabularies."),
+    "inspect": ("flows.commands.inspect", "Print a preprocessed dataset's summary (rows per split, cardinalities, "
+                "dtypes, share of index 0, hotness and mean/max list length)."),
+    "spec": ("flows.commands.spec", "Check an input spec (against a sample of its data), or draft one from the data."),
+    "train": ("flows.commands.train", "train a sharded TorchRec DLRM on a dataset (torchrun, Slurm or Kubernetes; "
+              "checkpoints; resume)"),
+    "evaluate": ("flows.commands.evaluate", "evaluate a run's checkpoint on a split: AUC, log loss, NE, accuracy, "
+                 "calibration, PR AUC + plots"),
+    "score": ("flows.commands.score", "score raw rows with a model's champion (or a run's checkpoint, or a bundle): "
+              "click probabilities as Parquet"),
+    "export": ("flows.commands.export",
+               "export a model's champion (or a run's checkpoint) as a self-contained serving bundle"),
+    "plan": ("flows.commands.plan",
+             "Plan embedding sharding for a hardware profile and world size (no training, no GPUs needed)."),
+    "tune": ("flows.commands.tune", "search the training config for a dataset (Optuna TPE, pruning, parallel trials; "
+             "resumes after a kill)"),
+    "run": ("flows.commands.run",
+            "Run the pipeline: [synthetic data ->] preprocess -> train (torchrun) -> evaluate, as Prefect flows."),
+    "serve": ("flows.commands.serve",
+              "Serve the pipeline (on a cron schedule), preprocess, train and evaluate as Prefect deployments."),
+    "serve-model": ("flows.commands.serve_model",
+                    "serve a bundle's models over the Open Inference Protocol (KServe v2, Triton's HTTP API)"),
+    "render": ("flows.commands.render", "print the Slurm batch script or Kubernetes manifest that `train --launcher "
+               "slurm|kubernetes` would submit"),
+    "gc": ("flows.commands.gc", "Clean a store: remove the runs, datasets, parsed parts, work folders and leftovers "
+           "nothing needs any more."),
+    "days": ("flows.commands.days", "List a model's days and the data gate's verdicts; accept or quarantine a day, or "
+             "accept a new normal."),
 }
 
 
-def _available() -> dict[str, str]:
-    return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod) is not None}
+def _available() -> dict[str, tuple[str, str]]:
+    return {name: entry for name, entry in COMMANDS.items() if importlib.util.find_spec(entry[0]) is not None}
 
 
 class Parser(argparse.ArgumentParser):
@@ -86,17 +105,20 @@ def build_parser(only: str | None = None, help_all: bool = False) -> argparse.Ar
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (before the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name, mod_name in _available().items():
-        if only is not None and name != only:
+    for name, (mod_name, line) in _available().items():
+        if only is None:   # the full listing: each command's one-line help, no command module imported
+            sub.add_parser(name, help=line)
+            continue
+        if name != only:
             sub.add_parser(name)
             continue
-        mod = importlib.import_module(mod_name)  # cheap: the commands import their needs when they run
-        p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+        mod = importlib.import_module(mod_name)   # the command's module: what it imports at its top (no torch)
+        description = line + (f"\n\n{mod.DESCRIPTION}" if getattr(mod, "DESCRIPTION", None) else "")
+        p = sub.add_parser(name, help=line, description=description,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        if only is not None:  # the full listing needs each command's one-line help only
-            mod.add_arguments(p)
-            p.set_defaults(_run=mod.run)
-            _everyday_help(p, None if help_all else getattr(mod, "EVERYDAY", None))
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+        _everyday_help(p, None if help_all else getattr(mod, "EVERYDAY", None))
     return parser
 
 
@@ -168,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:  # a store that cannot be used (lost or frozen S3, read-only): one line too
-        from common.store import store_error
+        from common.store_errors import store_error
 
         error = store_error(e, _store_option(args))
         if error is None:

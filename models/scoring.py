@@ -37,7 +37,7 @@ def export(config: ExportConfig) -> dict[str, Any]:
     from training import export_bundle
 
     found = locate_checkpoint(config)
-    return export_bundle(found["run"], found["step"], config.out)
+    return export_bundle(found["run"], found["step"], config.out, quantize=config.quantize)
 
 
 def locate_checkpoint(config: "ScoreConfig | ExportConfig") -> dict[str, Any]:

@@ -22,6 +22,8 @@
 - ``feature_spec.yaml``, ``vocab/<f>.parquet`` and ``input_spec.yaml``: the dataset's spec, vocabularies and
   the input spec it was preprocessed with (the numerical transforms, hash buckets, label rule), so raw rows
   encode exactly as for training (``preprocessing.apply.encode_inputs``);
+- with ``quantize="int8"`` (``dlrmflow export --quantize int8``), ``model.pt2`` and ``raw.pt2`` hold int8 embedding
+  rows (``training.quantize``; the manifest's ``quantize``), the same quantized model in both;
 - ``manifest.json`` (last): the sha256 of every file; ``load_bundle`` checks them (and, for a champion's bundle,
   the manifest's own sha256 against the one champion.json pins).
 
@@ -76,6 +78,8 @@ from common.space import NoSpace, check_free, free_text, writing
 from common.store import filesystem, read_text
 from training.checkpoint import Checkpointer
 from training.inference import DLRMInference, export_program, plain_state
+from training.model_repo import write_repository
+from training.quantize import QUANTIZE, manifest_entry, quantize_int8
 from training.raw_inputs import write_raw
 from training.rundir import RunDir
 
@@ -149,13 +153,16 @@ def build_module(config: dict[str, Any], torchrec_state: dict[str, torch.Tensor]
     return module.eval()
 
 
-def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | None = None) -> dict[str, Any]:
+def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | None = None,
+                  quantize: str = "none") -> dict[str, Any]:
     """Write the bundle of checkpoint ``step`` of ``run`` to ``out`` (see the module doc); returns its manifest.
-    Idempotent: a complete bundle of the same run and step at ``out`` is left as it is. A remote bundle is first
-    written in a local temporary folder (inside ``scratch`` when given). NoSpace when the disk is full, or would be."""
+    Idempotent: a complete bundle of the same run, step and ``quantize`` at ``out`` is left as it is. A remote bundle
+    is first written in a local temporary folder (inside ``scratch`` when given). NoSpace when the disk is full, or
+    would be. ``quantize``: ``int8`` writes model.pt2 and raw.pt2 with int8 embedding rows (``training.quantize``)."""
     run = RunDir(run)
     existing = _read_manifest(out)
-    if existing and existing.get("source", {}).get("run") == run.uri and existing["source"].get("step") == step:
+    if existing and existing.get("source", {}).get("run") == run.uri and existing["source"].get("step") == step \
+            and (existing.get("quantize") or {}).get("kind", "none") == quantize:
         return existing
 
     Checkpointer(run).step_for(step)   # UserError when the run has no such complete checkpoint
@@ -168,12 +175,12 @@ def export_bundle(run: RunDir | str, step: int, out: str, scratch: str | Path | 
     if isinstance(fs, LocalFileSystem):
         check_free(path, need, what, estimate, NO_SPACE_FIX)
         with writing(path, NO_SPACE_FIX), atomic_dir(path) as folder:
-            manifest = _write(folder, config, module)
+            manifest = _write(folder, config, module, quantize)
         return manifest
     with tempfile.TemporaryDirectory(prefix="dlrmflow-bundle-", dir=scratch) as tmp:
         check_free(tmp, need, what + " (staged locally before its upload)", estimate, TMP_FIX)
         with writing(tmp, TMP_FIX):
-            manifest = _write(Path(tmp), config, module)
+            manifest = _write(Path(tmp), config, module, quantize)
         if fs.exists(posixpath.join(path, MANIFEST)):
             fs.rm(posixpath.join(path, MANIFEST))   # the old bundle is incomplete from here on
         for name in manifest["files"]:
@@ -288,8 +295,11 @@ def export_in_child(run: RunDir | str, step: int, out: str) -> None:
                     "bundle again.")
 
 
-def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[str, Any]:
-    """Every file of the bundle into the local ``folder``, the manifest last."""
+def _write(folder: Path, config: dict[str, Any], module: DLRMInference, quantize: str = "none") -> dict[str, Any]:
+    """Every file of the bundle into the local ``folder``, the manifest last; ``quantize`` int8: model.pt2 and raw.pt2
+    of the model with int8 embedding rows (the same one in both: what score --bundle and serving run agree)."""
+    if quantize not in QUANTIZE:
+        raise ValueError(f"unknown quantization {quantize!r}")   # ExportConfig refuses it first
     dataset = config["source"]["dataset"]
     spec_text = read_text(posixpath.join(dataset, SPEC))
     metadata = (load_yaml(spec_text, posixpath.join(dataset, SPEC)) or {}).get("metadata") or {}
@@ -322,8 +332,10 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     with open(folder / MODULE, "wb") as f, warnings.catch_warnings():
         warnings.filterwarnings("ignore", JIT_DEPRECATED)
         torch.jit.save(torch.jit.script(module), f)
-    program = write_program(module, bool(config.get("lists")), folder / PROGRAM)   # the format to serve
-    raw = write_raw(folder, config, module, _input_spec(folder, config["input_spec"]), VERIFY_TOLERANCE)
+    served = quantize_int8(module) if quantize == "int8" else module
+    program = write_program(served, bool(config.get("lists")), folder / PROGRAM)   # the format to serve
+    raw = write_raw(folder, config, served, _input_spec(folder, config["input_spec"]), VERIFY_TOLERANCE)
+    serving = write_repository(folder, program, raw)   # model_repository/: the repository of a v2 model server
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", JIT_DEPRECATED)
         scripted = torch.jit.load(str(folder / MODULE), map_location="cpu").eval()
@@ -332,12 +344,17 @@ def _write(folder: Path, config: dict[str, Any], module: DLRMInference) -> dict[
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     manifest = {"format": FORMAT, "kind": "pt2", "program": program, "raw": raw, "module": MODULE, "weights": WEIGHTS,
+                "serving": serving,
                 "torchscript": {"file": MODULE, "deprecated": True, "written_until": TORCHSCRIPT_UNTIL,
                                 "max_abs_diff": torchscript_diff},
                 "inputs": {"categorical": ["int64", len(config["categorical"])],
                            "numerical": ["float32", len(config["numerical"])]},
                 "output": "probability [B] float32", "source": config["source"],
                 "calibration": config.get("calibration"),
+                "quantize": None if served is module else {
+                    "files": [PROGRAM, raw["file"]] if raw["file"] else [PROGRAM],
+                    **manifest_entry(module, served, [sample_inputs(module, lists, n, s) for s, n in ((1, 33), (2, 7))],
+                                     lists)},
                 "files": {name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
                           for name in files}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -150,14 +150,23 @@ class StaticDLRM(DLRMInference):
         list of a fixed hotness, which preprocessing writes as that many zeros; counted in ``counts`` already)."""
         n, batch = self.rows.shape[0], x.shape[0]
         ids = ids % torch.index_select(self.rows, 0, table) + torch.index_select(self.base, 0, table)
-        pooled = nn.functional.embedding_bag(ids, self.weight, offsets, mode="sum", per_sample_weights=weights,
-                                             include_last_offset=True)
+        pooled = self.bags(ids, offsets, weights)
         if fill is not None:   # each table's row of index 0 (at its base), fill times
-            first = self.weight[self.base].unsqueeze(1)   # [n_cat, 1, dim]
+            first = self.first_rows().unsqueeze(1)   # [n_cat, 1, dim]
             pooled = pooled + (fill.view(n, batch, 1).to(pooled.dtype) * first).reshape(pooled.shape)
         counts = torch.where(self.mean.unsqueeze(1), counts.view(n, batch).clamp(min=1), 1).to(pooled.dtype)
         pooled = pooled.view(n, batch, -1) / counts.unsqueeze(2)
         return self.head(x, torch.cat((x.unsqueeze(1), pooled.transpose(0, 1)), dim=1))
+
+    def bags(self, ids: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """The sum of each bag's rows of ``weight`` ([n_cat * B, dim]; ``ids`` already shifted to their tables):
+        the one lookup, which ``training.quantize.Int8DLRM`` does over int8 rows."""
+        return nn.functional.embedding_bag(ids, self.weight, offsets, mode="sum", per_sample_weights=weights,
+                                           include_last_offset=True)
+
+    def first_rows(self) -> torch.Tensor:
+        """Each table's row of index 0 ``[n_cat, dim]``."""
+        return self.weight[self.base]
 
 
 class ListsInput(nn.Module):
@@ -172,11 +181,12 @@ class ListsInput(nn.Module):
 
 
 def export_program(model: DLRMInference, sample: tuple[torch.Tensor, ...]) -> torch.export.ExportedProgram:
-    """``model`` as a ``torch.export`` program with a dynamic batch (and, for lists, a dynamic values length),
-    traced on ``sample``: ``(categorical, numerical)`` (one id per row and feature: ``forward``) or ``(values,
-    lengths, numerical)`` (``forward_lists``). The sample's batch and values length must be 2 or more (torch.export
-    specializes a size of 0 or 1)."""
-    batch, model = torch.export.Dim("batch", min=1), StaticDLRM(model).eval()
+    """``model`` (or its ``StaticDLRM`` already: a ``training.quantize.Int8DLRM`` too) as a ``torch.export``
+    program with a dynamic batch (and, for lists, a dynamic values length), traced on ``sample``: ``(categorical,
+    numerical)`` (one id per row and feature: ``forward``) or ``(values, lengths, numerical)`` (``forward_lists``).
+    The sample's batch and values length must be 2 or more (torch.export specializes a size of 0 or 1)."""
+    batch = torch.export.Dim("batch", min=1)
+    model = (model if isinstance(model, StaticDLRM) else StaticDLRM(model)).eval()
     if len(sample) == 2:
         return torch.export.export(model, sample, dynamic_shapes=({0: batch}, {0: batch}), strict=False)
     values = torch.export.Dim("values", min=1)   # an empty batch of lists (no value at all) is not served

@@ -112,7 +112,7 @@ class RawDLRM(nn.Module):
         if self.truncates:   # a row keeps its first max_hotness values
             position = torch.arange(n_values, device=values.device)
             position = position - _take(offsets, torch.searchsorted(offsets[1:], position, right=True))
-            weights = (position < _take(self.cap, table)).to(model.weight.dtype)
+            weights = (position < _take(self.cap, table)).to(torch.float32)
             kept = torch.minimum(lengths, _take(self.cap, bag_table))
         fill = torch.where(lengths == 0, _take(self.fill, bag_table), 0)
         return model.pooled(ids, table, offsets, kept + fill, model.dense(self.numericals(numerical)), weights, fill)
@@ -145,6 +145,11 @@ class RawDLRM(nn.Module):
         code = self.transform.unsqueeze(0)
         y = torch.where(code == 0, log1p, torch.where(code == 1, log3p, x))
         return torch.where(gone, 0.0, y).to(torch.float32).to(self.dtype).to(torch.float32)
+
+
+def _static(module: DLRMInference) -> StaticDLRM:
+    """``module``'s ``StaticDLRM`` in eval mode (``module`` itself when it is one already: a quantized one)."""
+    return (module if isinstance(module, StaticDLRM) else StaticDLRM(module)).eval()
 
 
 def _sorted_pairs(keys: list[tuple[np.ndarray, np.ndarray] | None]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,7 +219,7 @@ def export_raw(module: DLRMInference, plan: dict[str, Any], keys: dict[str, tupl
                sample: tuple[torch.Tensor, ...]) -> torch.export.ExportedProgram:
     """``RawDLRM`` of ``module`` as a torch.export program with a dynamic batch (1 or more rows) and number of keys,
     traced on ``sample`` (``sample_raw``: 2 or more rows and keys)."""
-    raw = RawDLRM(StaticDLRM(module).eval(), plan, keys).eval()
+    raw = RawDLRM(_static(module), plan, keys).eval()
     batch, values = torch.export.Dim("batch", min=1), torch.export.Dim("values", min=0)
     shapes = ({0: values}, {0: len(plan["categorical"]) * batch}, {0: values}, {0: batch})
     with torch.inference_mode(False), torch.no_grad():
@@ -261,7 +266,7 @@ def write_raw(folder: Path, config: dict[str, Any], module: DLRMInference, input
         torch.export.save(program, f)
     (folder / RAW_CONFIG).write_text(json.dumps(plan, indent=2) + "\n")
     shutil.copyfile(Path(raw_client.__file__), folder / CLIENT)
-    eager = RawDLRM(StaticDLRM(module).eval(), plan, keys).eval()
+    eager = RawDLRM(_static(module), plan, keys).eval()
     saved, diff = torch.export.load(str(folder / RAW_PROGRAM)).module(), 0.0
     with torch.no_grad():
         for seed, rows in enumerate((1, 7, 33), start=1):

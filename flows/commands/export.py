@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "export a model's champion (or a run's checkpoint) as a self-contained serving bundle"
+from flows.options import add_options, build
+from models import ExportConfig, scoring
+
 DESCRIPTION = """Export a named model's champion (--model STORE/models/NAME) or a training run's checkpoint
 (--run RUN, with --checkpoint best|latest|STEP) as a serving bundle in --out (a local folder or s3://):
 
@@ -25,16 +27,10 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import add_options
-    from models import ExportConfig
-
     add_options(p, ExportConfig, root="export")
 
 
 def run(args: argparse.Namespace) -> int:
-    from flows.options import build
-    from models import ExportConfig, scoring
-
     config = build(ExportConfig, args, root="export")
     manifest = scoring.export(config)
     source = manifest["source"]

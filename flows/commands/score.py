@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "score raw rows with a model's champion (or a run's checkpoint, or a bundle): click probabilities as Parquet"
+from flows.options import NPROC_ALIAS, add_options, build
+from models import ScoreConfig, scoring
+from training import RanksConfig, format_table
+
 DESCRIPTION = """Score raw rows with a named model's champion (--model STORE/models/NAME) or a training
 run's checkpoint (--run RUN, with --checkpoint best|latest|STEP).
 
@@ -16,8 +19,9 @@ Slurm or Kubernetes (--launcher, as for training): the encoded rows and their pr
 scratch folder in the run folder (RUN/scoring/), which those nodes reach.
 
 With --bundle (a serving bundle written by `dlrmflow export`, checked against its manifest) the rows are
-encoded with the bundle's vocabularies and input spec and its TorchScript model predicts them in this
-process: no torchrun, no TorchRec sharding.
+encoded with the bundle's vocabularies and input spec and its torch.export program (model.pt2, the model its
+raw.pt2 serves: docs/serving.md) predicts them in this process: no torchrun, no TorchRec sharding. --model
+scores with the bundle its champion.json pins, when it pins one.
 
 The output Parquet has one row per scored row: file (the input URI), row (0-based position among the
 file's data rows, bad rows counted, the header line not), the id column when the input spec names one
@@ -35,20 +39,12 @@ EVERYDAY = ("--model", "--run", "--checkpoint", "--bundle", "--inputs", "--out",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from flows.options import NPROC_ALIAS, add_options
-    from models import ScoreConfig
-    from training import RanksConfig
-
     add_options(p, ScoreConfig, root="score")
     add_options(p, RanksConfig, root="launch", title="where the ranks run (with --model or --run)",
                 aliases=NPROC_ALIAS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from flows.options import build
-    from models import ScoreConfig, scoring
-    from training import RanksConfig, format_table
-
     summary = scoring.score(build(ScoreConfig, args, root="score"), launcher=build(RanksConfig, args, root="launch").launcher)
     print(f"\n{summary['rows']:,} rows scored with {summary['run']} (step {summary['step']}) -> {summary['out']}")
     if "auc" in summary:

@@ -16,7 +16,7 @@ SLOW_FIXTURES: set[str] = set()
 
 # `dlrmflow COMMAND` in a child interpreter that launches torchrun or serves (score --bundle and
 # the others run in the child itself)
-_TORCHRUN_COMMANDS = {"train", "evaluate", "run", "score", "serve", "tune"}
+_TORCHRUN_COMMANDS = {"train", "evaluate", "run", "score", "serve", "serve-model", "tune"}
 
 
 def slow_fixture(*args, **kwargs):

@@ -70,7 +70,7 @@ def test_a_crashing_export_child_leaves_the_flow_running_and_the_model_as_it_was
     bundle = model / registry.BUNDLES / "r"
     monkeypatch.setenv(CRASH, "abort")
     with pytest.raises(UserError) as caught:
-        registry.record(str(model), night(store, step), export=export_verified)
+        registry.record(str(model), registry.NightRecord(night(store, step), export=export_verified))
     message = str(caught.value)
     assert re.match(rf"the export of the serving bundle {bundle} \(run {store}/runs/r, step 1\) failed: its process "
                     r"was killed by signal 6 \(SIGABRT\); its partial bundle was removed \(free: \S+ \w*B of \S+ \w*B "
@@ -82,7 +82,8 @@ def test_a_crashing_export_child_leaves_the_flow_running_and_the_model_as_it_was
         == registry.FAILED   # the flow's failure hook gets the lock at once
 
     monkeypatch.delenv(CRASH)
-    line = registry.record(str(model), night(store, step), export=export_verified)   # the re-run repairs
+    line = registry.record(str(model), registry.NightRecord(
+        night(store, step), export=export_verified))   # the re-run repairs
     assert line["decision"] == "first"
     champion = registry.load_champion(str(model))
     assert champion.bundle == str(bundle)
