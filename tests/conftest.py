@@ -19,6 +19,7 @@ pytest_plugins = ["helpers.fixtures"]
 
 _started: list[str] = []      # what the running test started that makes a test slow
 _recording = False
+_slurm_install: list = []     # the run's background install of Slurm (helpers.fixtures.install_slurm_early)
 
 
 def _audit(event: str, args) -> None:
@@ -57,6 +58,30 @@ def _suffix_group(item, group: str) -> None:
 
     if os.environ.get("PYTEST_XDIST_WORKER") and not item.nodeid.endswith(f"@{group}"):
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def _install_slurm_early(config, nodeids) -> None:
+    """Once per run, in the process that runs the session (the xdist controller, or pytest itself), as soon as a
+    Slurm test is known to be collected."""
+    if not _slurm_install and any("/test_slurm" in i for i in nodeids):
+        from helpers.fixtures import install_slurm_early
+
+        _slurm_install.append(install_slurm_early(config._tmp_path_factory.getbasetemp()))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    _install_slurm_early(node.config, ids)
+
+
+def pytest_collection_finish(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _install_slurm_early(session.config, [item.nodeid for item in session.items])
+
+
+def pytest_unconfigure(config):
+    for proc in filter(None, _slurm_install):   # apt is not killed halfway: the run waits for it
+        proc.wait(900)
 
 
 @pytest.fixture(autouse=True)

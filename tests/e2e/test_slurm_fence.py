@@ -60,7 +60,7 @@ with launcher.lease(run, "training", say=print) as held:
 def fence_cluster(tmp_path_factory) -> str:
     """A real two-node Slurm cluster of this module's own (nodes n1 and n2, partition ``local``): its SLURM_CONF.
     Installs slurm-wlm and munge with apt when they are missing; skips where that cannot be done."""
-    script = slurm_script()
+    script = slurm_script(tmp_path_factory)
     env = {**os.environ, "DLRMFLOW_SLURM_DIR": str(tmp_path_factory.mktemp("slurm-state")),
            "DLRMFLOW_SLURM_PORT": str(CTLD_PORT)}
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=120)

@@ -19,7 +19,7 @@ from common.store import Store
 from flows import datacheck as task_module
 from flows import errors as flow_errors
 from nightly.config import PipelineConfig
-from nightly.night import plan_night
+from nightly.night import set_up
 from models import registry
 from preprocessing import run
 from preprocessing.errors import blame, blamed
@@ -53,7 +53,7 @@ def said(monkeypatch):
 def _night(logs, tmp_path, mode: str = "fail"):
     config = PipelineConfig(store=str(tmp_path / "store"), model="ctr", window={"train_days": 4},
                             preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, on_data_check=mode)
-    plan = plan_night(config, Store(config.store), DATE)
+    plan = set_up(config, Store(config.store), DATE)
     dataset = run(plan.preprocess)
     return lambda: task_module.check_data.fn(plan, dataset)
 
@@ -82,7 +82,7 @@ def test_a_failed_check_fails_the_night_and_is_recorded(no_labels, tmp_path, sai
     message = state.message
     assert message.startswith(f"the night {DATE}: the test day {DATE} is quarantined: 2 data check(s) failed: day "
                               f"{DATE}: label_rate 0 outside [")
-    assert f"day {DATE}: min_positives 0 < 10" in message and "--on-data-check warn" in message
+    assert f"day {DATE}: min_positives 0 < 10" in message and "--night.on-data-check warn" in message
     quarantined, (event, model, payload) = said["events"]
     assert quarantined[:2] == ("dlrmflow.data.day_quarantined", "ctr") and quarantined[2]["day"] == DATE.isoformat()
     assert (event, model, payload["failed"], payload["on_data_check"]) == \
@@ -129,10 +129,10 @@ def _labels_0(part: Path) -> None:
 
 
 def _gate(logs, store, date: dt.date, **config):
-    """A night's plan, preprocessing and data gate as the pipeline runs them (the task's body, no server)."""
+    """A night's setup, preprocessing and data gate as the pipeline runs them (the task's body, no server)."""
     config = PipelineConfig(store=str(store), model="ctr", preprocess={"inputs": [f"{logs}/{{date}}/part-*"]},
                             window={"train_days": 3, "min_days": 2}, **config)
-    plan = plan_night(config, Store(config.store), date)
+    plan = set_up(config, Store(config.store), date)
     state = task_module.check_data.fn(plan, run(plan.preprocess))
     return plan, state
 
@@ -180,7 +180,7 @@ def test_one_bad_day_is_judged_once_and_left_out_of_the_nights_after_it(week, tm
     assert gate.summary["left_out"] == {}
 
 
-def test_a_day_quarantined_mid_window_plans_the_night_again_and_an_operator_overrides(week, tmp_path, said):
+def test_a_day_quarantined_mid_window_sets_the_night_up_again_and_an_operator_overrides(week, tmp_path, said):
     """A window day judged for the first time tonight (a first night) and quarantined is left out at once (the
     gate says so and the pipeline plans again); the operator's quarantine and acceptance stand (who and why
     recorded); a cut file re-uploaded in full is judged again."""
@@ -195,7 +195,7 @@ def test_a_day_quarantined_mid_window_plans_the_night_again_and_an_operator_over
     plan, gate = _gate(logs, store, dt.date(2026, 11, 5))   # first night: 11-02..11-04 and the test day judged now
     assert set(gate.left_out) == {dt.date(2026, 11, 3)} and "rows 100 outside" in gate.left_out[dt.date(2026, 11, 3)]
     assert not gate.failed   # the test day is fine: judged against the accepted days only
-    replanned = plan_night(plan.config, Store(str(store)), dt.date(2026, 11, 5))   # as the pipeline does
+    replanned = set_up(plan.config, Store(str(store)), dt.date(2026, 11, 5))   # as the pipeline does
     assert [d.isoformat() for d in replanned.window.days] == ["2026-11-01", "2026-11-02", "2026-11-04",
                                                               "2026-11-05"]   # reached back past it
 
@@ -234,19 +234,19 @@ def _cut_gzip(folder: Path) -> bytes:
 
 
 def _preprocessed(logs, store, date: dt.date, **preprocess):
-    """A night's plan and preprocessing as the pipeline runs them (``flows.pipeline.preprocessed``, no server): a
+    """A night's setup and preprocessing as the pipeline runs them (``flows.pipeline.preprocessed``, no server): a
     failed parse goes to the gate (``flows.datacheck.parse_failed``: it raises for the test day and for any error
-    not of one day's file), the night is planned again without the day it quarantined."""
+    not of one day's file), the night is set up again without the day it quarantined."""
     config = PipelineConfig(store=str(store), model="ctr", window={"train_days": 3, "min_days": 2},
                             preprocess={"inputs": [f"{logs}/{{date}}/part-*"], **preprocess})
     left_out: dict = {}
-    plan = plan_night(config, Store(config.store), date)
+    plan = set_up(config, Store(config.store), date)
     while True:
         try:
             return plan, run(plan.preprocess), left_out
         except UserError as e:
             left_out |= task_module.parse_failed(plan, e)
-        plan = plan_night(config, Store(config.store), date, left_out)
+        plan = set_up(config, Store(config.store), date, left_out)
 
 
 def test_a_test_day_whose_parse_fails_fails_its_night_and_is_left_out_after_it(week, tmp_path, said):
@@ -296,7 +296,7 @@ def test_a_test_day_whose_parse_fails_fails_its_night_and_is_left_out_after_it(w
 
 def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_file_is_blamed(week, tmp_path, said):
     """A window day whose rows are malformed beyond --max-bad-fraction (or any of them under --on-bad-row error) is
-    quarantined and the night planned again without it (it trains); an operator's acceptance of it stands, so its
+    quarantined and the night set up again without it (it trains); an operator's acceptance of it stands, so its
     parse error comes back as it is; an error not of one day's file (or with the gate off) quarantines nothing."""
     from nightly.config import DaysConfig
     from nightly.days import run_days
@@ -310,9 +310,9 @@ def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_fil
     model = registry.model_uri(str(store), "ctr")
 
     with pytest.raises(UserError) as raised:   # --on-bad-row error (the default): blamed on its first bad row
-        run(plan_night(PipelineConfig(store=str(store), window={"train_days": 3},
-                                      preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}),
-                       Store(str(store)), dt.date(2026, 11, 5)).preprocess)
+        run(set_up(PipelineConfig(store=str(store), window={"train_days": 3},
+                                  preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}),
+                   Store(str(store)), dt.date(2026, 11, 5)).preprocess)
     assert blamed(raised.value) == str(part) and str(raised.value).startswith(f"{part}: line 1: ")
 
     plan, dataset, left_out = _preprocessed(logs, store, dt.date(2026, 11, 5), on_bad_row="skip")
@@ -320,7 +320,7 @@ def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_fil
     assert left_out[dt.date(2026, 11, 3)].startswith(f"its parse failed: input file {part}: 300 of 3000 rows are "
                                                      "malformed (10.00%), more than --max-bad-fraction 0.001.")
     assert [d.isoformat() for d in plan.window.days] == ["2026-11-01", "2026-11-02", "2026-11-04", "2026-11-05"]
-    assert any("2026-11-03 is quarantined" in w and "planned again without it" in w for w in said["warnings"])
+    assert any("2026-11-03 is quarantined" in w and "set up again without it" in w for w in said["warnings"])
     gate = task_module.check_data.fn(plan, dataset)
     assert not gate.failed and list(gate.summary["left_out"]) == ["2026-11-03"]
     assert {v["day"]: v["verdict"] for v in registry.day_verdicts(model)} == {
@@ -330,10 +330,10 @@ def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_fil
     recorded = registry.day_verdicts(model)
     for error in (UserError(f"no space left on the device of {part}"),   # names the file, blames none
                   blame(UserError("bad"), str(part))):   # blames it, but the gate is off
-        config = {"on_data_check": "off"} if blamed(error) else {}
-        off = plan_night(PipelineConfig(store=str(store), model="ctr", window={"train_days": 3, "min_days": 2},
-                                        preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, **config),
-                         Store(str(store)), dt.date(2026, 11, 4))
+        config = {"night": {"on_data_check": "off"}} if blamed(error) else {}
+        off = set_up(PipelineConfig(store=str(store), model="ctr", window={"train_days": 3, "min_days": 2},
+                                    preprocess={"inputs": [f"{logs}/{{date}}/part-*"]}, **config),
+                     Store(str(store)), dt.date(2026, 11, 4))
         with pytest.raises(UserError) as raised:
             task_module.parse_failed(off, error)
         assert raised.value is error
@@ -348,7 +348,8 @@ def test_an_older_day_whose_parse_fails_is_left_out_tonight_and_only_its_own_fil
 
 def test_the_days_command_lists_and_overrides_in_one_line_errors(tmp_path):
     import subprocess
-    import sys
+
+    from helpers.processes import run_dlrmflow
 
     store = tmp_path / "store"
     model = registry.model_uri(str(store), "ctr")
@@ -356,8 +357,7 @@ def test_the_days_command_lists_and_overrides_in_one_line_errors(tmp_path):
                                       "failed": [], "by": "data gate", "why": "label_rate 0", "at": "t"}])
 
     def days(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "flows", "days", "--model", "ctr", "--store", str(store), *args],
-                              capture_output=True, text=True, timeout=120)
+        return run_dlrmflow("days", "--model", "ctr", "--store", store, *args, timeout=120)
 
     listed = days()
     assert listed.returncode == 0 and "2026-11-05  quarantined  data gate" in listed.stdout, listed.stderr
@@ -366,6 +366,5 @@ def test_the_days_command_lists_and_overrides_in_one_line_errors(tmp_path):
     accepted = days("accept", "2026-11-05", "--why", "a sale", "--by", "ana")
     assert accepted.returncode == 0 and "day 2026-11-05 accepted by operator ana (a sale)" in accepted.stderr
     assert registry.day_verdicts(model)[-1]["files"] == {"a": "1:2"}   # the files the gate judged
-    unknown = subprocess.run([sys.executable, "-m", "flows", "days", "--model", "nope", "--store", str(store)],
-                             capture_output=True, text=True, timeout=120)
+    unknown = run_dlrmflow("days", "--model", "nope", "--store", store, timeout=120)
     assert unknown.returncode == 2 and "model nope has no folder" in unknown.stderr and "Traceback" not in unknown.stderr

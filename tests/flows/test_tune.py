@@ -23,7 +23,7 @@ from common.errors import UserError
 from feature_spec import load, save
 from helpers.datasets import write_dataset
 from helpers.paths import BIN
-from helpers.processes import process_group, until
+from helpers.processes import process_group, run_dlrmflow, until
 from training.config import TrainConfig
 from training.rundir import RunDir
 from tuning.study import RESUMES, STUDY, StoreJournal, TuneDir
@@ -73,8 +73,8 @@ def test_a_killed_tune_resumes_prunes_and_hands_its_best_config_to_the_pipeline(
     done = RunDir(first.user_attrs[RUN])
     finished_at = os.stat(done.path(RunDir.DONE)).st_mtime_ns
 
-    out = subprocess.run(command + ["--parallel", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                         text=True, timeout=300)
+    out = run_dlrmflow(*command[1:], "--parallel", "2", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                       timeout=300)   # (killed above: the console script, plainly; here through the warm launcher)
     assert out.returncode == 0, out.stdout[-3000:]
     trials = _trials(tune)
 
@@ -152,7 +152,7 @@ def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from
     import datetime as dt
     from common.atomic import write_uri
     from common.store import Store
-    from nightly.night import plan_night
+    from nightly.night import set_up
     from models.registry import CHAMPION_FILE, Champion, model_uri
 
     store = Store(str(tmp_path / "store"))
@@ -164,7 +164,7 @@ def test_a_night_whose_tuned_architecture_differs_from_the_champions_trains_from
     night = dt.date(2026, 11, 5)
     same = PipelineConfig(store=store.uri, model="ctr", train=TrainConfig.preset("default").model_dump(),
                           window={"train_days": 3})
-    assert plan_night(same, store, night).warm_started().init_from.run == champion_run.uri
+    assert set_up(same, store, night).warm_started().init_from.run == champion_run.uri
     tuned = TrainConfig.preset("default").with_overrides({"arch.embedding_dim": 32, "arch.bottom_mlp": [64, 32]})
     other = PipelineConfig(store=store.uri, model="ctr", train=tuned.model_dump(), window={"train_days": 3})
-    assert plan_night(other, store, night).warm_started().init_from is None
+    assert set_up(other, store, night).warm_started().init_from is None

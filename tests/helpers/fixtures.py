@@ -77,12 +77,61 @@ def prefect_server(tmp_path_factory):
         yield server
 
 
-def slurm_script() -> str:
-    """infra/slurm/local-cluster.sh, once slurm-wlm and munge are there (installed with apt when missing); skips
-    the test where that cannot be done (not root, no apt-get, no packages)."""
-    script = str(REPO / "infra" / "slurm" / "local-cluster.sh")
+SLURM_SCRIPT = REPO / "infra" / "slurm" / "local-cluster.sh"
+SLURM_INSTALL_LOCK = "slurm-install.lock"   # in the run's shared temporary folder, held while apt installs
+
+
+def _slurm_installable() -> bool:
+    return os.geteuid() == 0 and bool(shutil.which("apt-get")) and \
+        not (shutil.which("slurmctld") and shutil.which("munged"))
+
+
+def install_slurm_early(shared: Path) -> subprocess.Popen | None:
+    """Where slurm-wlm and munge are missing (a fresh CI machine), start installing them now, in the background, so
+    that the apt download overlaps the tests before the Slurm test instead of adding to the worker that runs it:
+    the install holds a lock (``SLURM_INSTALL_LOCK`` in ``shared``, the run's temporary folder) that
+    ``slurm_script`` waits on. Called once per run, by the process that runs the session (tests/conftest.py), once
+    it knows a Slurm test is collected; None where nothing is to be installed."""
+    import fcntl
+
+    if not _slurm_installable():
+        return None
+    lock = open(shared / SLURM_INSTALL_LOCK, "w")   # noqa: SIM115 (handed to the child, which holds the lock)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with open(shared / "slurm-install.log", "wb") as log:
+            return subprocess.Popen([str(SLURM_SCRIPT), "install"], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=(lock.fileno(),))
+    finally:
+        lock.close()   # the child's copy of the descriptor keeps the lock until it exits
+
+
+def _wait_for_an_early_install(shared: Path, timeout: float = 900) -> None:
+    """Until the background install of ``install_slurm_early`` (if one runs) has ended."""
+    import fcntl
+    import time
+
+    if not (shared / SLURM_INSTALL_LOCK).exists():
+        return
+    with open(shared / SLURM_INSTALL_LOCK) as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"the background install of Slurm took over {timeout} s"
+                time.sleep(1)
+
+
+def slurm_script(tmp_path_factory) -> str:
+    """infra/slurm/local-cluster.sh, once slurm-wlm and munge are there (installed with apt when missing, or by the
+    run's background install, waited for); skips the test where that cannot be done (not root, no apt-get, no
+    packages)."""
+    script = str(SLURM_SCRIPT)
     if os.geteuid() != 0:
         pytest.skip("a real Slurm cluster needs root (slurmd starts the jobs' processes)")
+    _wait_for_an_early_install(_shared_folder(tmp_path_factory))
     if not (shutil.which("slurmctld") and shutil.which("munged")):
         if not shutil.which("apt-get"):
             pytest.skip("slurm-wlm and munge are not installed and there is no apt-get to install them")
@@ -93,11 +142,12 @@ def slurm_script() -> str:
 
 
 @slow_fixture(scope="session")
-def slurm_cluster() -> str:
+def slurm_cluster(tmp_path_factory) -> str:
     """A real two-node Slurm cluster on this machine (nodes n1 and n2, partition ``local``), started by
-    infra/slurm/local-cluster.sh: its SLURM_CONF. Installs slurm-wlm and munge with apt when they are missing;
-    skips where that cannot be done (not root, no apt-get, no packages)."""
-    script = slurm_script()
+    infra/slurm/local-cluster.sh: its SLURM_CONF. Installs slurm-wlm and munge with apt when they are missing (or
+    waits for the run's background install of them); skips where that cannot be done (not root, no apt-get, no
+    packages)."""
+    script = slurm_script(tmp_path_factory)
     started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     conf = started.stdout.strip().splitlines()[-1].removeprefix("SLURM_CONF=")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from helpers.paths import REPO
+from helpers.processes import run_dlrmflow
 
 PG_TIMEOUT = ["--set", "pg_timeout_s=120"]  # a failing test ends in minutes, not the default 10
 
@@ -22,9 +22,8 @@ PG_TIMEOUT = ["--set", "pg_timeout_s=120"]  # a failing test ends in minutes, no
 def train(dataset: Path, run: Path, *args: str, nproc: int = 1, timeout: float = 240) -> subprocess.CompletedProcess:
     """``dlrmflow train`` in a subprocess (torchrun standalone); fails the test on a non-zero exit."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "flows.cli", "train", "--dataset", str(dataset), "--run", str(run),
-           "--nproc", str(nproc), *PG_TIMEOUT, *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = run_dlrmflow("train", "--dataset", dataset, "--run", run, "--nproc", nproc, *PG_TIMEOUT, *args, cwd=REPO,
+                        env=env, timeout=timeout)
     assert proc.returncode == 0, f"train failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
 

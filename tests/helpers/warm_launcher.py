@@ -1,8 +1,9 @@
 """The test suite's warm launcher: a server that has imported what every rank job imports (torch, TorchRec, the
 trainer, torchrun: ~4.5 CPU-seconds) forks ``training.launchers.torchrun`` for each local rank job, which then forks
 the ranks as it does on a CPU build; the export child (``training.export``: a serving bundle written in a process of
-its own) is forked the same way. Test machinery, not the product's: the product starts those commands after
-``$DLRMFLOW_LAUNCH_PREFIX`` (``common.process.launch_command``), and the suite's fixture (``warm_launcher``,
+its own) is forked the same way, and so are the tests' own ``dlrmflow`` commands (``python -m flows.cli``, ``python
+-m flows``: helpers/processes.py ``run_dlrmflow``). Test machinery, not the product's: the product starts its
+commands after ``$DLRMFLOW_LAUNCH_PREFIX`` (``common.process.launch_command``), and the suite's fixture (``warm_launcher``,
 helpers/fixtures.py) sets that to this module's client, ``python -P tests/helpers/warm_launcher.py SOCKET``, with
 the server started as ``python -P tests/helpers/warm_launcher.py --serve SOCKET``.
 
@@ -36,7 +37,8 @@ import time
 from common.process import live_processes
 
 SCRIPT = os.path.abspath(__file__)   # run as a script (``python -P SCRIPT``): its folder's modules stay off sys.path
-SERVED = ("training.launchers.torchrun", "training.export")   # the modules whose main(argv) a job runs
+SERVED = ("training.launchers.torchrun", "training.export", "flows.cli", "flows")   # the modules a job runs
+MAIN_OF = {"flows": "flows.cli"}   # ``python -m flows`` runs flows.cli's main(argv), as flows/__main__.py does
 FLAGS = ("-u", "-P")   # the interpreter flags of a served command (the server's fork is unbuffered and -P anyway)
 NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc")   # a client in others than the server's launches plainly
 _HEADER = struct.Struct("!I")
@@ -293,7 +295,7 @@ def _become_job(request: dict, fds: list[int], conn: socket.socket, server_fds: 
         _die_with(request["pid"])
         sys.stdout.reconfigure(line_buffering=True, write_through=True)   # as ``python -u``
         sys.stderr.reconfigure(line_buffering=True, write_through=True)
-        module = sys.modules[request["module"]]
+        module = sys.modules[MAIN_OF.get(request["module"], request["module"])]
         sys.argv = [module.__file__, *request["argv"]]
         try:
             code = module.main(request["argv"]) or 0

@@ -6,11 +6,8 @@ inputs fail with clear errors before any work."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +27,7 @@ from helpers.fixtures import CHILD_ENV, CRITEO_ROWS
 from helpers.prefect_api import latest_artifacts
 from preprocessing.apply import SCORE_SPLIT, encode_inputs
 from helpers.paths import REPO
+from helpers.processes import run_dlrmflow
 from training.config import TrainConfig
 
 EXAMPLE = REPO / "examples" / "adult.yaml"
@@ -155,9 +153,8 @@ def _champion(store: Path, run: Path, step: int, dataset: Path) -> Path:
 def test_cli_scores_with_a_models_champion_on_two_ranks(criteo, criteo_run, tmp_path):
     model = _champion(tmp_path, criteo_run["run"], criteo_run["evaluation"]["step"], criteo["dataset"])
     out = tmp_path / "out" / "scores.parquet"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "score", "--model", str(model), "--input",
-                           str(criteo["raw"]["test"]), "--out", str(out), "--nproc", "2", "--no-progress"],
-                          cwd=REPO, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=300)
+    proc = run_dlrmflow("score", "--model", model, "--input", criteo["raw"]["test"], "--out", out, "--nproc", "2",
+                        "--no-progress", cwd=REPO, env={**os.environ, **ENV}, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ROC AUC" in proc.stdout and f"{ROWS['test']:,} rows scored" in proc.stdout
     scores = pl.read_parquet(out)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.processes import run_dlrmflow
 from preprocessing import PreprocessConfig, run
 from preprocessing.writer import VERIFIED
 
@@ -25,13 +24,13 @@ def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_server):
         (local / f"day{i}.gz").write_bytes(body)
         s3.put_object(Bucket="logs", Key=f"raw/day{i}.gz", Body=body)
 
-    cmd = [sys.executable, "-m", "flows", "preprocess", "--input", "s3://logs/raw/", "--out", "s3://logs/store",
-           "--frequency-threshold", "2", "--no-progress"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    cmd = ["preprocess", "--input", "s3://logs/raw/", "--out", "s3://logs/store", "--frequency-threshold", "2",
+           "--no-progress"]
+    r = run_dlrmflow(*cmd, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     dataset = r.stdout.strip().splitlines()[-1]
     assert dataset.startswith("s3://logs/store/datasets/criteo-")
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    again = run_dlrmflow(*cmd, env=env, timeout=120)
     assert "already complete, skipping preprocessing" in again.stderr
     assert f"verifying dataset {dataset} against its recorded checksums" in again.stderr   # the reuse reads it once
 
@@ -44,5 +43,5 @@ def test_s3_inputs_and_store_match_local(criteo_10k, tmp_path, s3_server):
     for rel in local_files - {"feature_spec.yaml"}:
         assert s3.get_object(Bucket="logs", Key=prefix + rel)["Body"].read() == (ref / rel).read_bytes(), rel
 
-    missing = subprocess.run([*cmd[:5], "s3://logs/nope/x.gz", *cmd[6:]], env=env, capture_output=True, text=True)
+    missing = run_dlrmflow(*cmd[:2], "s3://logs/nope/x.gz", *cmd[3:], env=env, timeout=120)
     assert missing.returncode == 2 and "does not exist" in missing.stderr

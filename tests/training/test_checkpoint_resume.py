@@ -51,12 +51,11 @@ def test_a_damaged_checkpoint_is_named_and_never_loaded(two_rank_run, tmp_path):
     line naming the file; a missing file likewise; the untouched run still loads."""
     import os
     import shutil
-    import subprocess
-    import sys
 
     from common.errors import UserError
     from helpers.fixtures import CHILD_ENV
     from helpers.paths import REPO
+    from helpers.processes import run_dlrmflow
     from training.export import export_bundle
 
     step = json.loads((two_rank_run / "checkpoints" / "latest").read_text())["step"]
@@ -73,9 +72,8 @@ def test_a_damaged_checkpoint_is_named_and_never_loaded(two_rank_run, tmp_path):
         f.seek(shard.stat().st_size // 3)
         f.write(b"\xAB" * min(65536, shard.stat().st_size // 3))
     named = rf"checkpoints/{step}: checkpoint file {shard.name} differs from what was saved"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "evaluate", "--run", str(run), "--checkpoint",
-                           str(step), "--nproc", "2"], cwd=REPO, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True,
-                          timeout=200)
+    proc = run_dlrmflow("evaluate", "--run", run, "--checkpoint", step, "--nproc", "2", cwd=REPO,
+                        env={**os.environ, **CHILD_ENV}, timeout=200)
     assert proc.returncode == 2, proc.stderr[-3000:]
     summary = proc.stderr[proc.stderr.rindex("error: evaluation of"):].splitlines()
     assert "Traceback" not in proc.stderr and len(summary) == 2   # both ranks found it: one line says so

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from helpers.paths import REPO
-from helpers.processes import one_rank
+from helpers.processes import one_rank, run_dlrmflow
 from training.config import EvaluateConfig
 from training.evaluate import evaluate_run
 
@@ -24,8 +22,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_cli_one_rank_then_api_two_ranks_agree(two_rank_run):
     run = two_rank_run
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "evaluate", "--run", str(run), "--slice-by", "c0",
-                           "--gauc-by", "c1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_dlrmflow("evaluate", "--run", run, "--slice-by", "c0", "--gauc-by", "c1", cwd=REPO, env=env,
+                        timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = run / "eval" / "test"
     for line in ("ROC AUC", "normalized entropy", "PR AUC", "calibration", f"wrote {out}/metrics.json"):

@@ -24,7 +24,7 @@ from models.scoring import score
 from helpers.bundles import FILES, fake_bundle
 from helpers.fixtures import CHILD_ENV as ENV
 from helpers.paths import REPO
-from helpers.processes import one_rank
+from helpers.processes import one_rank, run_dlrmflow
 from helpers.runs import checkpoint_tensors
 from training.checkpoint import Checkpointer
 from training.export import MANIFEST, WEIGHTS, export_bundle, load_bundle, unsharded_state
@@ -100,18 +100,16 @@ def test_score_bundle_equals_score_run_on_raw_rows(criteo, criteo_run, tmp_path)
     give the same probabilities on raw rows,
     including rows with values the model never saw; rows, positions and labels are the same Parquet."""
     out = tmp_path / "bundle"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "export", "--run", str(criteo_run["run"]),
-                           "--out", str(out)], cwd=REPO, env={**os.environ, **ENV}, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_dlrmflow("export", "--run", criteo_run["run"], "--out", out, cwd=REPO, env={**os.environ, **ENV},
+                        timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = criteo["raw"]["test"].read_text().splitlines()[:200]
     unseen = ["\t".join(f[:14] + ["deadbeef"] + f[15:]) for f in (ln.split("\t") for ln in lines[:20])]
     raw = tmp_path / "raw.tsv"
     raw.write_text("\n".join(lines + unseen) + "\n")
     by_bundle = tmp_path / "bundle.parquet"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "score", "--bundle", str(out), "--input", str(raw),
-                           "--out", str(by_bundle), "--no-progress"], cwd=REPO, env={**os.environ, **ENV},
-                          capture_output=True, text=True, timeout=300)
+    proc = run_dlrmflow("score", "--bundle", out, "--input", raw, "--out", by_bundle, "--no-progress", cwd=REPO,
+                        env={**os.environ, **ENV}, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "deprecated" not in proc.stdout + proc.stderr   # scored with the PT2 program: no TorchScript warning
     by_run = tmp_path / "run.parquet"

@@ -32,9 +32,11 @@ def test_the_launch_prefix_is_the_client_which_serves_the_launchers_and_runs_any
     assert warm.served(plain) == ("training.launchers.torchrun", plain[4:])
     export = [sys.executable, "-P", "-m", "training.export", "--scratch", "/tmp/s", "run", "8", "out"]
     assert warm.served(export) == ("training.export", export[4:])
-    # not a launcher, another interpreter, an unknown flag: run as given (the client execs them)
+    for module in ("flows", "flows.cli"):   # the tests' own commands (helpers.processes.run_dlrmflow)
+        assert warm.served([sys.executable, "-m", module, "train", "--run", "r"]) == (module, ["train", "--run", "r"])
+    # not a served module, another interpreter, an unknown flag: run as given (the client execs them)
     for other in (["sh", "-c", "sleep 1"], ["/usr/bin/python3", *plain[1:]], [sys.executable, "-X", "dev", *plain[1:]],
-                  [sys.executable, "-m", "flows", "train"], [sys.executable, "-m"]):
+                  [sys.executable, "-m", "flows.commands", "train"], [sys.executable, "-m"]):
         assert warm.served(other) is None, other
     # the client execs any other command as given: the same process (its pid, so its group), the command's status
     other = subprocess.Popen(launch_command(["sh", "-c", "echo $$; exit 3"]), stdout=subprocess.PIPE, text=True)
