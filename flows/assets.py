@@ -1,7 +1,7 @@
 """The store's products as Prefect assets, the one home of their keys and lineage: each day's logs (an input,
 referenced), each day's parsed files, the dataset, the run (its checkpoints), the evaluation, the bundle and the
 model's champion, each with its upstream assets, so a champion's events lead back to the days of logs it learned
-from (Prefect 3.8's open-source server keeps assets as events: no assets API or page), and a deployment trigger on
+from (Prefect 3.9's open-source server keeps assets as events: no assets API or page), and a deployment trigger on
 ``prefect.asset.materialization.succeeded`` of a model's champion key starts on each new champion
 (docs/nightly.md, "Lineage").
 
@@ -25,7 +25,7 @@ from prefect.assets import Asset, AssetProperties
 
 from common.store import FILES, Store
 from models import PROMOTING, registry
-from nightly.night import NightPlan
+from nightly.night import Setup
 from preprocessing.dated import fill_date
 from training import Checkpointer, RunDir
 
@@ -90,10 +90,10 @@ def champion(model: str) -> Asset:
 
 # ---------------------------------------------------------------- the products and their lineage
 
-def preprocessed(planned: NightPlan, uri: str) -> list[Made]:
+def preprocessed(setup: Setup, uri: str) -> list[Made]:
     """A night's products of preprocessing: a dated night's days' parsed files (each from its day's logs), then the
     dataset (from them; a plain run's dataset from no asset: its inputs are no dated logs)."""
-    window, store = planned.window, planned.store
+    window, store = setup.window, setup.store
     days = window.days if window else ()
     made = [Made(parsed(store, day), tuple(logs(t, day) for t in window.templates),
                  lambda day=day: {"day": day.isoformat(), "inputs": [fill_date(t, day) for t in window.templates],

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command set-up: creates .venv with exactly the environment in infra/requirements.lock (the
 # CPU stack: torch 2.13 CPU, fbgemm-gpu-cpu, torchrec without its CUDA fbgemm-gpu dependency,
-# prefect 3.8.8, ...; every archive checked against its sha256) and this project in editable mode.
+# prefect 3.9.1, ...; every archive checked against its sha256) and this project in editable mode.
 # Re-running is cheap (uv cache) and brings .venv back to the lock: packages not in it are removed.
 # Needs only bash, coreutils and a CPython 3.11-3.13 on x86_64 Linux (glibc 2.28+): no pip, no venv
 # module, no uv (the pinned uv wheel is fetched from PyPI with Python's standard library, checked
@@ -265,6 +265,17 @@ PY
         exit ;;
 esac
 
+# Chromium for the browser end-to-end test (Linux, Debian packages; optional elsewhere), installed by apt in the
+# background while uv installs .venv (both mostly download: on a fresh machine ~1 min each), waited for at the end
+chromium_pid=""
+if [ "${DLRMFLOW_SKIP_CHROMIUM:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 &&
+    ! command -v chromium >/dev/null 2>&1; then
+    chromium_log=$(mktemp -t dlrmflow-chromium.XXXXXX)
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >"$chromium_log" 2>&1 &
+    chromium_pid=$!
+    trap 'wait "$chromium_pid" 2>/dev/null || true' EXIT   # apt is never left running (nor killed halfway)
+fi
+
 # the interpreter: .venv's own while it is a supported one, else a new .venv from pick_python
 venv_info=$( [ -x .venv/bin/python ] && probe .venv/bin/python || true )
 read -r maj min _ impl _ <<<"${venv_info:-0 0 0 none x}"
@@ -293,12 +304,9 @@ if [ -n "$problems" ]; then
     exit 1
 fi
 
-# Chromium for the browser end-to-end test (Linux, Debian packages); optional elsewhere.
-if [ "${DLRMFLOW_SKIP_CHROMIUM:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-            || echo "warning: could not install chromium; the UI test will be skipped" >&2
-    fi
+if [ -n "$chromium_pid" ]; then
+    wait "$chromium_pid" || echo "warning: could not install chromium (the UI tests will be skipped): $(tail -n 3 "$chromium_log")" >&2
+    rm -f "$chromium_log"
 fi
 
 .venv/bin/python - <<'PY'

@@ -180,6 +180,14 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
             assert name in dom
         assert "02:00 AM" in dom and "February" in dom, visible_text(dom)[:3000]   # the cron, in words
 
+        # the server's scheduler makes the weekly re-tune's next runs (the nights' cron is years ahead, past the 100
+        # days it schedules): with whenever 0.10 it made none (docs/install.md, "What is pinned and why")
+        def cron_runs() -> list[dict]:
+            runs = post(f"{api}/flow_runs/filter", {"deployments": {"id": {"any_": [retune["id"]]}}})
+            return [r for r in runs if r["auto_scheduled"]]
+
+        assert len(until(cron_runs, 60, "the re-tune's scheduled runs", server.proc, serve)) >= 3
+
         defaults = pipeline["parameters"]["config"]   # the form's defaults are serve's options
         assert defaults["preprocess"]["inputs"] == [template]
         assert (defaults["window"]["train_days"], defaults["model"]) == (3, "demo")

@@ -43,7 +43,7 @@ def _compose() -> dict:
 
 
 def test_pyproject_pins_what_the_images_install():
-    assert PINS["prefect"] == "3.8.8" and PY_MINOR == "3.11"
+    assert PINS["prefect"] == "3.9.1" and PY_MINOR == "3.11"
     assert {"torch", "fbgemm-gpu-cpu", "torchrec"} <= PINS.keys()
 
 
