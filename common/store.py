@@ -23,6 +23,7 @@ import fsspec
 
 from common.errors import UserError
 from common.s3 import S3FS_TRIES, storage_options
+from common.uri import inside, place
 
 DATASETS = "datasets"     # <name>-<fingerprint>/: preprocessed datasets (preprocessing.job)
 RUNS = "runs"             # <run-id>/: training runs (training.rundir.RunDir)
@@ -105,24 +106,6 @@ def is_location(text: str) -> bool:
 
 def _dot_segments(path: str) -> bool:
     return bool({".", ".."} & set(path.split("/")))
-
-
-def _location(uri: str) -> tuple[str, tuple[str, ...]] | None:
-    """(scheme, path segments) of ``uri`` for comparing places: a local path absolute and normalised, s3a as s3;
-    None for a remote path with '.' or '..' segments (S3 takes them literally: such a key is no place to trust)."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep or scheme == "file":
-        return "file", tuple(p for p in os.path.abspath(rest if sep else uri).split("/") if p)
-    segments = tuple(p for p in rest.split("/") if p)
-    return None if {".", ".."} & set(segments) else ({"s3a": "s3"}.get(scheme, scheme), segments)
-
-
-def inside(uri: str, root: str) -> bool:
-    """Whether ``uri`` is the folder ``root`` or lies in it (same scheme, bucket and path prefix, segment by segment:
-    ``s3://b/store2`` is not in ``s3://b/store``)."""
-    place, folder = _location(uri), _location(root)
-    return place is not None and folder is not None and place[0] == folder[0] and \
-        place[1][:len(folder[1])] == folder[1]
 
 
 def store_of(uri: str, folder: str) -> str:
@@ -214,10 +197,10 @@ class Store:
         """``uri`` as a record in this store keeps it: store-relative (``runs/<name>``, ``datasets/<name>/vocab``,
         ``models/<name>/bundles/<run>``) when it lies in one of the store's top-level folders; else ``uri`` as it
         is (a place outside the store stays absolute, and is refused where only the store's own may be loaded)."""
-        place, root = _location(uri), _location(self.uri)
-        if place is None or root is None or place[0] != root[0] or place[1][:len(root[1])] != root[1]:
+        where, root = place(uri), place(self.uri)
+        if where is None or root is None or where[0] != root[0] or where[1][:len(root[1])] != root[1]:
             return uri
-        rest = place[1][len(root[1]):]
+        rest = where[1][len(root[1]):]
         return "/".join(rest) if rest and rest[0] in TOP else uri
 
     def resolve(self, location: str) -> str:
@@ -230,8 +213,8 @@ class Store:
             return self.join(location)
         if inside(location, self.uri):
             return location
-        place = _location(location)
-        segments = place[1] if place is not None else ()
+        where = place(location)
+        segments = where[1] if where is not None else ()
         for i in range(len(segments) - 2, -1, -1):   # the last top-level folder name first
             if segments[i] in TOP and segments[i + 1] in self._names_in(segments[i]):
                 return self.join(*segments[i:])
@@ -268,15 +251,15 @@ class Store:
         root, and its models/ where a night's last writes go: the promotion), a missing bucket, missing or wrong
         credentials, an endpoint that is unreachable or does not answer (within ``common.s3.s3_client_config``'s
         timeouts and retries). Writes and removes one small file in each place."""
-        from common.store_errors import store_error   # it reads the layout (``inside``): imported when used
+        from common.store_errors import store_error   # botocore's errors: imported when a check fails
 
         if not self.is_s3:
             fs, root = filesystem(self.uri)
             try:
                 fs.makedirs(root, exist_ok=True)
-                for place in (root, posixpath.join(root, MODELS)):
-                    if place == root or fs.isdir(place):
-                        self._probe(fs, place)
+                for folder in (root, posixpath.join(root, MODELS)):
+                    if folder == root or fs.isdir(folder):
+                        self._probe(fs, folder)
             except OSError as e:
                 raise store_error(e, self.uri) or UserError(
                     f"store '{self.uri}' is not writable: {e}. Fix: choose another --store.") from None
@@ -299,8 +282,8 @@ class Store:
         fs, root = filesystem(self.uri, skip_instance_cache=True, **storage_options(self.uri))
         try:
             fs.ls(bucket)
-            for place in (root, posixpath.join(root, MODELS)):   # a bucket policy may deny writes under a prefix
-                self._probe(fs, place)
+            for folder in (root, posixpath.join(root, MODELS)):   # a bucket policy may deny writes under a prefix
+                self._probe(fs, folder)
         except FileNotFoundError:
             raise UserError(f"store '{self.uri}': bucket '{bucket}' does not exist at {endpoint}. "
                             "Fix: create it, or check AWS_ENDPOINT_URL.") from None

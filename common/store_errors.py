@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from common.errors import UserError
 from common.s3 import ENV_S3_FAIL_FAST, ENV_S3_READ_TIMEOUT, ENV_S3_RETRIES, s3_client_config
-from common.store import inside
+from common.uri import inside
 
 # the S3 calls that write: denied, the store is read-only for these credentials
 _S3_WRITES = {"PutObject", "CopyObject", "DeleteObject", "DeleteObjects", "CreateMultipartUpload", "UploadPart",

@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.atomic import write_uri
 from common.errors import UserError
 from common.lease import lease
-from common.store import MODEL_NAME, MODELS, Store, check_model_name, filesystem, inside, read_text, store_of
+from common.store import MODEL_NAME, MODELS, Store, check_model_name, filesystem, read_text, store_of
+from common.uri import inside
 from models.config import PromoteConfig
 from models.decision import PROMOTING, data_refusals, decide, finite
 from training import TrainConfig

@@ -20,7 +20,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from common.config import apply_overrides, filled_in, load_yaml, validate
 from common.errors import UserError
-from common.store import RUNS, Store, filesystem, inside, is_location, read_text, store_of
+from common.store import RUNS, Store, filesystem, is_location, read_text, store_of
+from common.uri import inside
 from feature_spec import file_uri
 from feature_spec import load as load_spec
 from training.cache import DEFAULT_CACHE_DIR

@@ -8,7 +8,8 @@ import pytest
 
 from common.errors import UserError
 from common.s3 import redact
-from common.store import Store, inside, store_of
+from common.store import Store, store_of
+from common.uri import inside
 from helpers.processes import free_port
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from common.store import Store, inside, is_location
+from common.store import Store, is_location
+from common.uri import inside
 
 
 def test_a_local_store_is_normalised(tmp_path, monkeypatch):
