@@ -48,6 +48,10 @@ def pytest_collection_modifyitems(items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
             _suffix_group(item, group)
+    # the longest first (xdist hands out work in this order): the session server's group, then the other slow
+    # groups, the fast tests last, where they fill the workers' ends instead of one worker's long test ending alone
+    items.sort(key=lambda item: 0 if "prefect_server" in getattr(item, "fixturenames", ()) else
+               1 if item.get_closest_marker("slow") else 2)
 
 
 def _suffix_group(item, group: str) -> None:
