@@ -83,6 +83,22 @@ def pytest_collection_finish(session):
         _install_slurm_early(session.config, [item.nodeid for item in session.items])
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest's tmp_path plugin reads --basetemp
+def pytest_configure(config):
+    """The run's temporary files in memory where there is room (``helpers.fixtures.temporary_folder_in_memory``):
+    set here, in the process that runs the session, before the xdist workers start (they inherit $TMPDIR and get
+    their --basetemp under this one's)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and config.option.basetemp is None:
+        from helpers.fixtures import temporary_folder_in_memory
+
+        if (folder := temporary_folder_in_memory()) is not None:
+            config.option.basetemp = str(folder / "run")
+            os.environ["TMPDIR"] = str(folder / "tmp")
+            import tempfile
+
+            tempfile.tempdir = None   # this process's own temporary files too
+
+
 def pytest_unconfigure(config):
     for proc in filter(None, _slurm_install):   # apt is not killed halfway: the run waits for it
         proc.wait(900)
