@@ -20,6 +20,7 @@ pytest_plugins = ["helpers.fixtures"]
 _started: list[str] = []      # what the running test started that makes a test slow
 _recording = False
 _slurm_install: list = []     # the run's background install of Slurm (helpers.fixtures.install_slurm_early)
+_in_memory: list = []         # the run's temporary folder on /dev/shm (helpers.fixtures.temporary_folder_in_memory)
 
 
 def _audit(event: str, args) -> None:
@@ -97,11 +98,21 @@ def pytest_configure(config):
             import tempfile
 
             tempfile.tempdir = None   # this process's own temporary files too
+            _in_memory.append(folder)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus != 0:
+        _in_memory.clear()   # a failed run's files stay for a person to look at (until the next run starts)
 
 
 def pytest_unconfigure(config):
     for proc in filter(None, _slurm_install):   # apt is not killed halfway: the run waits for it
         proc.wait(900)
+    for folder in _in_memory:   # a passed run's files leave memory with it
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

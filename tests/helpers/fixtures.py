@@ -82,20 +82,26 @@ IN_MEMORY_NEEDS = 8 << 30   # a run writes ~2 GiB (datasets, runs, bundles, the 
 
 
 def temporary_folder_in_memory() -> Path | None:
-    """A folder on /dev/shm (tmpfs) for the run's temporary files, where it has room and $DLRMFLOW_TEST_TMP is not
-    ``disk``: the suite fsyncs a lot (atomic writes, the Prefect servers' SQLite databases, checkpoints), and on a
-    VM's disk those waits left the 2 cores idle (IO-heavy test files ~20 % faster in memory). pytest empties the
-    run's folder at the next run's start (--basetemp), as it removes old runs from /tmp; None where /dev/shm is
-    missing or small (a container's 64 MiB)."""
+    """A folder of this run's own on /dev/shm (tmpfs) for its temporary files, where /dev/shm has room and
+    $DLRMFLOW_TEST_TMP is not ``disk``: the suite fsyncs a lot (atomic writes, the Prefect servers' SQLite databases,
+    checkpoints), and on a VM's disk those waits left the 2 cores idle (IO-heavy test files ~20 % faster in memory).
+    One folder per run (``<pid>``: runs side by side keep apart); the folders of runs that have ended are removed
+    first (``remove_temporary_folder`` removes a passed run's at its end). None where /dev/shm is missing or small
+    (a container's 64 MiB)."""
     if os.environ.get("DLRMFLOW_TEST_TMP") == "disk" or not IN_MEMORY.is_dir():
         return None
     try:
         room = shutil.disk_usage(IN_MEMORY).free
     except OSError:
         return None
+    root = IN_MEMORY / f"dlrmflow-tests-{os.getuid()}"
+    for old in root.glob("*"):
+        if old.name.isdigit() and not Path(f"/proc/{old.name}").exists():
+            shutil.rmtree(old, ignore_errors=True)   # a run that has ended (a failed one's, kept until now)
+            room = shutil.disk_usage(IN_MEMORY).free
     if room < IN_MEMORY_NEEDS:
         return None
-    folder = IN_MEMORY / f"dlrmflow-tests-{os.getuid()}"
+    folder = root / str(os.getpid())
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     return folder
 
