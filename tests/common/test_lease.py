@@ -262,7 +262,9 @@ def test_a_lease_on_a_frozen_endpoint_fails_within_the_bound(s3_server, monkeypa
         until(lambda: job() == JOB, 10, "the next renewal")
         held.check()
         held.release()
-    assert held.lost is None and lease.holder(uri) is None
+        # read through the proxy while it is there ($AWS_ENDPOINT_URL still names it: after it, the read was
+        # refused whenever no connection of the pool was left open)
+        assert held.lost is None and lease.holder(uri) is None
 
 
 def test_record_is_not_blocked_by_a_hung_heartbeat(s3_server, monkeypatch):
