@@ -130,8 +130,13 @@ class Bench:
         return m
 
     def cli(self, name: str, *args) -> Measurement:
-        """``dlrmflow ARGS`` as ``python -m flows.cli`` (the GPU kit has no console script)."""
-        return self.command(name, [sys.executable, "-m", "flows.cli", *args])
+        """``dlrmflow ARGS`` as ``python -m flows.cli`` (the GPU kit has no console script), after
+        ``$DLRMFLOW_LAUNCH_PREFIX`` as the product starts its rank jobs and export child (a wrapper such as numactl;
+        the test suite's warm launcher forks it, saving a torch start-up on the export). The resume phase's killed
+        job starts plainly: its process group is killed whole."""
+        from common.process import launch_command
+
+        return self.command(name, launch_command([sys.executable, "-m", "flows.cli", *map(str, args)]))
 
     def worker(self, kind: str, spec: dict) -> dict:
         """This script's ``kind`` worker in a process of its own (it joins a process group; its device memory and

@@ -31,25 +31,11 @@ from common.errors import UserError
 from common.prefetch import Prefetcher
 from feature_spec import FeatureSpec, file_uri, load
 
+from .batches import batch_order, rank_slice
 from .cache import local_copy
 from .config import split_error
 
 PAD_LABEL = -1.0
-
-
-def batch_order(num_batches: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
-    """Order of the global batches in an epoch: a function of (seed, epoch, num_batches) only."""
-    if not shuffle:
-        return np.arange(num_batches)
-    return np.random.default_rng([seed, epoch]).permutation(num_batches)
-
-
-def rank_slice(start: int, stop: int, rank: int, world_size: int) -> tuple[int, int, int]:
-    """Rows [lo, hi) of global batch [start, stop) for ``rank``, and the padded row count per rank."""
-    per, extra = divmod(stop - start, world_size)
-    lo = start + rank * per + min(rank, extra)
-    hi = lo + per + (rank < extra)
-    return lo, hi, per + (extra > 0)
 
 
 class SplitBinaryDataset:

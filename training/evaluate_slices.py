@@ -16,6 +16,7 @@ from common import metrics
 from common.errors import UserError
 from common.store import open_uri
 from feature_spec import file_uri
+from training.batches import rank_slice
 
 INDEX0 = "(missing or rare)"   # a vocabulary's index 0: missing values and those below the frequency threshold
 
@@ -37,9 +38,7 @@ def check_feature(spec: Any, feature: str | None, option: str, where: str) -> No
 
 def gathered_rows(num_rows: int, batch_size: int, world_size: int) -> np.ndarray:
     """The split's row numbers in the order ``Trainer.predict`` gathers its predictions: each rank's rows of every
-    global batch (``training.data.rank_slice``), rank after rank (padding dropped)."""
-    from training.data import rank_slice
-
+    global batch (``training.batches.rank_slice``), rank after rank (padding dropped)."""
     step = batch_size * world_size
     parts = [np.arange(*rank_slice(start, min(start + step, num_rows), rank, world_size)[:2])
              for rank in range(world_size) for start in range(0, num_rows, step)]

@@ -27,7 +27,7 @@ from common.atomic import atomic_open, mark_complete, unmark
 from common.errors import UserError
 from common.space import check_free, writing
 from common.store import filesystem
-from training.data import rank_slice
+from training.batches import rank_slice
 from training.launchers import Launcher, RankJob, RankOutput, build_launcher
 from training.metrics import compute_metrics
 from training.rundir import RunDir

@@ -197,7 +197,7 @@ class Trainer(Stateful):
     @torch.no_grad()
     def predict_stream(self, split: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's (click probabilities, labels) per batch of ``split`` (``eval_batch_size`` rows each, of
-        the rows ``training.data.rank_slice`` gives this rank; padded rows at the end, label -1); not gathered.
+        the rows ``training.batches.rank_slice`` gives this rank; padded rows at the end, label -1); not gathered.
         The logits go through ``self.calibration`` (``training.calibration.apply``; None: raw) before the sigmoid.
         All ranks must consume it to the end (the sharded model communicates)."""
         data = self.dataset(split)

@@ -292,7 +292,8 @@ class SlurmLauncher(Launcher):
 
 
 def _follow(path: Path, emit: OnLine, stop: threading.Event, poll_s: float = 0.5) -> None:
-    """Hand every line of a growing file to ``emit`` until ``stop`` is set, then the rest of it."""
+    """Hand every line of a growing file to ``emit`` until ``stop`` is set, then the rest of it (at once: the wait
+    between reads ends when ``stop`` is set)."""
     pos, partial = 0, ""
     while True:
         stopping = stop.is_set()
@@ -309,4 +310,4 @@ def _follow(path: Path, emit: OnLine, stop: threading.Event, poll_s: float = 0.5
             if partial:
                 emit(partial)
             return
-        time.sleep(poll_s)
+        stop.wait(poll_s)
