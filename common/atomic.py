@@ -4,8 +4,12 @@ On a local (or any renaming) filesystem the data goes to ``<path>.tmp-<pid>`` fi
 renamed over ``path``. On an object store (s3://, memory://) an object becomes visible only when its
 upload is committed, so ``atomic_open`` writes it in place with the commit deferred: the upload is
 committed when the block completes and discarded (a multipart upload aborted) when it raises, so a failed
-write publishes nothing. A copy-then-delete "rename" there would only double the traffic. This is the only
-place in the project that spells temp-then-rename.
+write publishes nothing. On S3 a file smaller than the filesystem's block size (s3fs: 50 MiB) is one PUT when
+the block completes (a PUT is atomic too: the object appears whole or not at all; a failed block sends nothing),
+a larger one streams in parts of a multipart upload, completed when the block completes. S3 has no folders:
+nothing is made before a write there (``common.store.make_folder``: no request for the bucket either).
+A copy-then-delete "rename" there would only double the traffic. This is the only place in the project that
+spells temp-then-rename.
 
 A full disk (ENOSPC, EDQUOT) in any of these writes is ``common.space.NoSpace``: the path written, the free space
 left once the partial file is removed, and the fix.
@@ -24,7 +28,7 @@ from typing import Iterator
 from fsspec.implementations.local import LocalFileSystem
 
 from common.space import writing
-from common.store import filesystem
+from common.store import filesystem, make_folder
 
 _LOCAL = LocalFileSystem()
 
@@ -41,7 +45,7 @@ def atomic_path(path: str | os.PathLike, fs=None) -> Iterator[str]:
     fs = fs or _LOCAL
     path = str(path)
     with writing(path if _renames(fs) else fs.unstrip_protocol(path)):
-        fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+        make_folder(fs, posixpath.dirname(path))
         if not _renames(fs):
             yield path
             return
@@ -86,9 +90,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", fs=None):
         raise ValueError(f"atomic_open writes bytes on an object store, not mode {mode!r}")
     path = str(path)
     with writing(fs.unstrip_protocol(path)):
-        fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+        make_folder(fs, posixpath.dirname(path))
         # _open, not open: open would also enlist the file in the filesystem's one shared transaction
         f = fs._open(fs._strip_protocol(path), mode, autocommit=False)
+        if "s3" in fs.protocol:
+            _one_put_when_small(f)
         try:
             with f:   # closing uploads the rest, still uncommitted
                 yield f
@@ -97,6 +103,21 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", fs=None):
                 f.discard()
             raise
         f.commit()
+
+
+def _one_put_when_small(f) -> None:
+    """Make the uncommitted s3fs file ``f`` send nothing on close while it holds less than a block: its ``commit``
+    then PUTs the buffer as one object (an empty file as an empty one), and a ``discard`` has nothing to abort. A
+    file that outgrew a block has started its multipart upload: it uploads the rest on close, as before."""
+    flush = f.flush
+
+    def deferred(force=False):
+        if force and f.offset is None:   # the close of a file that never filled a block: commit() PUTs it whole
+            f.forced = True
+            return
+        flush(force)
+
+    f.flush = deferred
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str, fs=None) -> None:

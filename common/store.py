@@ -65,6 +65,27 @@ def open_uri(uri: str, mode: str = "rb", compression: str | None = None, **optio
     return fsspec.core.OpenFile(fs, path, mode, compression=fsspec.core.get_compression(path, compression))
 
 
+def make_folder(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Make the folder ``path`` (and its parents) where the filesystem has folders; nothing on S3, which has none
+    (s3fs's makedirs only asks whether the bucket exists, one request per call, and creates a missing one: a
+    store's bucket is never made by a write; ``Store.check`` tells a missing one)."""
+    if "s3" not in fs.protocol:
+        fs.makedirs(path or ".", exist_ok=True)
+
+
+def has_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    """Whether the file ``path`` of ``fs`` exists, asked of the store now: on S3 one HEAD (s3fs's ``exists`` may
+    answer from its listing cache, and adds a listing, to find a folder, when the HEAD finds nothing); a store
+    that fails the call raises it."""
+    if "s3" not in fs.protocol:
+        return fs.exists(path)
+    try:
+        fs.metadata(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def read_text(uri: str, **options: Any) -> str:
     """The text of the file ``uri`` (FileNotFoundError when there is none); ``options``: ``filesystem``'s."""
     fs, path = filesystem(uri, **options)

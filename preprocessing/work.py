@@ -39,7 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 from common.atomic import atomic_dir, atomic_path, write_atomic, write_uri
 from common.lease import Lease, LeaseHeld, acquire, holder, store_lease, wait_released
 from common.space import check_free, writing
-from common.store import FILES, WORK, filesystem
+from common.store import FILES, WORK, filesystem, make_folder
 from feature_spec import join_uri, path_segment
 
 _FOLDERS = ("counts", "encoded", "vocab")
@@ -108,7 +108,7 @@ class Mirror:
             return
         fs, path, folder = self._remote(local)
         if not folder:
-            fs.makedirs(os.path.dirname(path), exist_ok=True)
+            make_folder(fs, os.path.dirname(path))
             fs.put_file(str(local), path)
             return
         files = sorted(p for p in local.rglob("*") if p.is_file())

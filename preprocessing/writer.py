@@ -24,7 +24,7 @@ from fsspec.implementations.local import LocalFileSystem
 from common.atomic import atomic_open, write_uri
 from common.errors import UserError
 from common.space import check_free, writing
-from common.store import filesystem
+from common.store import filesystem, has_file
 from feature_spec import FeatureSpec, join_uri, path_segment, save
 
 from . import lists
@@ -37,9 +37,9 @@ _COPY_BYTES = 16 << 20
 
 
 def is_complete(dataset: str) -> bool:
-    """True when a dataset folder has its ``_SUCCESS`` marker."""
+    """True when a dataset folder has its ``_SUCCESS`` marker (asked of the store: one HEAD on S3)."""
     fs, path = filesystem(dataset)
-    return fs.exists(posixpath.join(path, SUCCESS))
+    return has_file(fs, posixpath.join(path, SUCCESS))
 
 
 class FinishedDataset(UserError):

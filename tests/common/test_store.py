@@ -8,7 +8,8 @@ import pytest
 
 from common.errors import UserError
 from common.s3 import redact
-from common.store import Store, store_of
+from common.atomic import write_uri
+from common.store import Store, filesystem, has_file, store_of
 from common.uri import inside
 from helpers.processes import free_port
 
@@ -65,6 +66,22 @@ def test_s3_store_passes_and_missing_bucket_fails(s3_server):
     assert "Contents" not in s3_server.list_objects_v2(Bucket="store")
     with pytest.raises(UserError, match="bucket 'nope' does not exist"):
         Store("s3://nope/dlrm").check()
+    with pytest.raises(FileNotFoundError):   # a write never makes the store's bucket
+        write_uri("s3://nope/dlrm/x.json", "{}")
+    assert "nope" not in [b["Name"] for b in s3_server.list_buckets()["Buckets"]]
+
+
+def test_has_file_asks_the_store_once(s3_server):
+    fs, path = filesystem("s3://store/dlrm/d/_SUCCESS")
+    fs.connect()
+    calls = []
+    fs.s3.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+    assert not has_file(fs, path) and calls == ["HeadObject"]   # no listing after the HEAD finds nothing
+    s3_server.put_object(Bucket="store", Key="dlrm/d/_SUCCESS/inside", Body=b"")
+    assert not has_file(fs, path)   # a folder of that name is not the file
+    fs.ls("store/dlrm/d")   # a listing cached before the file appears does not hide it
+    s3_server.put_object(Bucket="store", Key="dlrm/d/_SUCCESS", Body=b"")
+    assert has_file(fs, path)
 
 
 def test_missing_credentials(monkeypatch, tmp_path):
