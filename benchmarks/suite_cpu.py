@@ -1,7 +1,7 @@
 """Where the test suite's time and CPU go: runs pytest as `make test` does (three xdist workers, loadgroup) while a
 thread samples /proc every half second, then prints the CPU-seconds of the whole run by kind of process (pytest
 workers, rank jobs warm or plain, Prefect servers and flow runs, commands, ...), the busiest tests by wall time and
-by their worker's own CPU, and each worker's busy time.
+by their worker's own CPU, each worker's busy time, and the machine's busy cores minute by minute.
 
     .venv/bin/python benchmarks/suite_cpu.py [--workers 3] [--out /tmp/suite-cpu] [-- PYTEST-ARGS]
 
@@ -69,9 +69,18 @@ class _Recorder:
 
 
 # ---- the sampler and the report (the command) -----------------------------------------------------------------------
+def _machine_busy() -> float:
+    """The machine's CPU-seconds spent busy since boot (/proc/stat: all but idle and iowait)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICK
+
+
 def _sample(seen: dict, stop: threading.Event, me: int) -> None:
+    timeline = seen.setdefault("timeline", [])   # (seconds, the machine's busy CPU-seconds): how busy the cores were
     while not stop.is_set():
         now = time.time()
+        if not timeline or now - timeline[-1][0] >= 10:
+            timeline.append((now, _machine_busy()))
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) == me:
                 continue
@@ -101,7 +110,8 @@ def kind(command: str) -> str:
 def _ours(seen: dict, root: int) -> list[dict]:
     """The processes of the run: ``root`` (pytest) and its descendants, and the processes of Slurm jobs (under a
     ``slurmstepd``: the suite's cluster); not the rest of the machine."""
-    parent = {e["pid"]: e for e in sorted(seen.values(), key=lambda e: e["first"])}   # the latest of a reused pid
+    entries = [e for key, e in seen.items() if key != "timeline"]
+    parent = {e["pid"]: e for e in sorted(entries, key=lambda e: e["first"])}   # the latest of a reused pid
 
     def belongs(entry: dict) -> bool:
         for _ in range(64):
@@ -112,7 +122,7 @@ def _ours(seen: dict, root: int) -> list[dict]:
                 return False
         return False
 
-    return [e for e in seen.values() if belongs(e)]
+    return [e for e in entries if belongs(e)]
 
 
 def report(seen: dict, root: int, started: float, out: Path, wall: float) -> dict:
@@ -137,9 +147,18 @@ def report(seen: dict, root: int, started: float, out: Path, wall: float) -> dic
                                    sorted(tests, key=lambda t: t["start"] - t["end"])[:25]],
                "busiest_by_worker_cpu": [(t["test"], round(t["cpu"], 1)) for t in
                                          sorted(tests, key=lambda t: -t["cpu"])[:15]],
-               "worker_busy_s": {w: round(s, 1) for w, s in sorted(workers.items())}}
+               "worker_busy_s": {w: round(s, 1) for w, s in sorted(workers.items())},
+               "cores_busy_by_minute": _cores_busy_by_minute(seen.get("timeline", []), started)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _cores_busy_by_minute(timeline: list, started: float) -> list[float]:
+    """The machine's busy cores averaged over each minute of the run (all its processes, not only the suite's)."""
+    minutes: dict[int, list] = collections.defaultdict(list)
+    for (t0, b0), (t1, b1) in zip(timeline, timeline[1:]):
+        minutes[int((t0 - started) // 60)].append(((b1 - b0), t1 - t0))
+    return [round(sum(b for b, _ in v) / sum(d for _, d in v), 2) for _, v in sorted(minutes.items())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     for test, seconds in summary["busiest_by_wall"][:15]:
         print(f"  {seconds:8.1f}  {test}")
     print("worker busy (s):", summary["worker_busy_s"])
+    print("cores busy, by minute:", summary["cores_busy_by_minute"])
     return code
 
 

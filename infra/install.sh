@@ -16,8 +16,8 @@
 #
 # Environment: PYTHON=/path/to/python3.X uses that interpreter instead of picking one from PATH (python3.11,
 # then 3.12, 3.13, python3); DLRMFLOW_TORCH_INDEX: where torch's CPU wheel comes from when pip's find-links
-# have none for the Python (default https://download.pytorch.org/whl/cpu; `none`: nowhere else);
-# DLRMFLOW_SKIP_CHROMIUM=1 skips Chromium.
+# have none for the Python (default https://download.pytorch.org/whl/cpu; `none`: nowhere else).
+# What only the tests need from the system (Chromium, Slurm) the test run installs (tests/helpers/fixtures.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -265,17 +265,6 @@ PY
         exit ;;
 esac
 
-# Chromium for the browser end-to-end test (Linux, Debian packages; optional elsewhere), installed by apt in the
-# background while uv installs .venv (both mostly download: on a fresh machine ~1 min each), waited for at the end
-chromium_pid=""
-if [ "${DLRMFLOW_SKIP_CHROMIUM:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 &&
-    ! command -v chromium >/dev/null 2>&1; then
-    chromium_log=$(mktemp -t dlrmflow-chromium.XXXXXX)
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >"$chromium_log" 2>&1 &
-    chromium_pid=$!
-    trap 'wait "$chromium_pid" 2>/dev/null || true' EXIT   # apt is never left running (nor killed halfway)
-fi
-
 # the interpreter: .venv's own while it is a supported one, else a new .venv from pick_python
 venv_info=$( [ -x .venv/bin/python ] && probe .venv/bin/python || true )
 read -r maj min _ impl _ <<<"${venv_info:-0 0 0 none x}"
@@ -291,8 +280,11 @@ fi
 ensure_uv "$py"
 set_index_args "$py" "$min" sync
 echo "install: .venv on $(.venv/bin/python -V) ($py), uv $UV_VERSION ($UV), torch's CPU wheel from ${torch_from:-the indexes}"
-# uv checks every hash in the lock (--require-hashes itself would reject the editable project line)
-"$UV" pip sync --python .venv/bin/python --compile-bytecode "${index_args[@]}" "$LOCK"
+# uv checks every hash in the lock (--require-hashes itself would reject the editable project line); no
+# --compile-bytecode: it compiled all 20,331 files (52 CPU-s, 35-100 s here), most of them never imported; the last
+# check below caches the bytecode of what every command imports, the rest is cached when first imported (where
+# $PYTHONDONTWRITEBYTECODE allows; the test run always lets it: tests/conftest.py)
+"$UV" pip sync --python .venv/bin/python "${index_args[@]}" "$LOCK"
 
 # Nothing the installed packages require may be missing, except torchrec's CUDA fbgemm-gpu, left out
 # on purpose (infra/uv-excludes.txt). A sync does not resolve, so this catches a lock whose markers
@@ -304,12 +296,14 @@ if [ -n "$problems" ]; then
     exit 1
 fi
 
-if [ -n "$chromium_pid" ]; then
-    wait "$chromium_pid" || echo "warning: could not install chromium (the UI tests will be skipped): $(tail -n 3 "$chromium_log")" >&2
-    rm -f "$chromium_log"
-fi
-
-.venv/bin/python - <<'PY'
-import torch, fbgemm_gpu, torchrec, prefect, polars
-print(f"ok: torch {torch.__version__}, torchrec {torchrec.__version__ if hasattr(torchrec, '__version__') else '?'}, prefect {prefect.__version__}, polars {polars.__version__}")
-PY
+# The last check: the stack imports, in two interpreters at once (the torch side, Prefect's), each caching the
+# bytecode of what it imports (one interpreter took 31 s here, two 16 s)
+imports() { PYTHONDONTWRITEBYTECODE= .venv/bin/python -c "$1"; }
+torch_side=$(mktemp)
+imports "import torch, fbgemm_gpu, torchrec
+print(f'torch {torch.__version__}, torchrec {getattr(torchrec, \"__version__\", \"?\")}')" >"$torch_side" &
+prefect_side=$(imports "import prefect, polars, prefect.server.api.server
+print(f'prefect {prefect.__version__}, polars {polars.__version__}')") || { wait; rm -f "$torch_side"; exit 1; }
+wait $! || { rm -f "$torch_side"; exit 1; }
+echo "ok: $(cat "$torch_side"), $prefect_side"
+rm -f "$torch_side"

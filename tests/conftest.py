@@ -14,12 +14,17 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # one OpenMP thread in every process of the suite (the workers' torch and every rank, server and command they start):
 # the workers share two cores, where a second thread only waits for a core (a rank of one job got two otherwise)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the suite caches bytecode (__pycache__, ignored by git) where the environment says not to ($PYTHONDONTWRITEBYTECODE,
+# set on CI's machines): else each of a run's ~230 plain Python processes compiles our modules again (~0.35 CPU-s) and
+# each worker rewrites every test module's assertions again (~6 CPU-s)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 pytest_plugins = ["helpers.fixtures"]
 
 _started: list[str] = []      # what the running test started that makes a test slow
 _recording = False
-_slurm_install: list = []     # the run's background install of Slurm (helpers.fixtures.install_slurm_early)
+_early_install: list = []     # the run's background install of packages (helpers.fixtures.install_test_packages_early)
 _in_memory: list = []         # the run's temporary folder on /dev/shm (helpers.fixtures.temporary_folder_in_memory)
 
 
@@ -65,23 +70,23 @@ def _suffix_group(item, group: str) -> None:
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
-def _install_slurm_early(config, nodeids) -> None:
-    """Once per run, in the process that runs the session (the xdist controller, or pytest itself), as soon as a
-    Slurm test is known to be collected."""
-    if not _slurm_install and any("/test_slurm" in i for i in nodeids):
-        from helpers.fixtures import install_slurm_early
+def _install_packages_early(config, nodeids) -> None:
+    """Once per run, in the process that runs the session (the xdist controller, or pytest itself), as soon as an
+    end-to-end test (Slurm, Chromium) is known to be collected."""
+    if not _early_install and any(i.startswith("tests/e2e/") for i in nodeids):
+        from helpers.fixtures import install_test_packages_early
 
-        _slurm_install.append(install_slurm_early(config._tmp_path_factory.getbasetemp()))
+        _early_install.append(install_test_packages_early(config._tmp_path_factory.getbasetemp()))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
-    _install_slurm_early(node.config, ids)
+    _install_packages_early(node.config, ids)
 
 
 def pytest_collection_finish(session):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        _install_slurm_early(session.config, [item.nodeid for item in session.items])
+        _install_packages_early(session.config, [item.nodeid for item in session.items])
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest's tmp_path plugin reads --basetemp
@@ -107,7 +112,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_unconfigure(config):
-    for proc in filter(None, _slurm_install):   # apt is not killed halfway: the run waits for it
+    if not os.environ.get("PYTEST_XDIST_WORKER") and hasattr(config, "_tmp_path_factory"):
+        from helpers.prefect_api import stop_harness
+
+        stop_harness(config._tmp_path_factory.getbasetemp())   # the run's one, if a worker started it
+    for proc in filter(None, _early_install):   # apt is not killed halfway: the run waits for it
         proc.wait(900)
     for folder in _in_memory:   # a passed run's files leave memory with it
         import shutil

@@ -12,7 +12,7 @@ import yaml
 
 from flows import artifacts
 from flows.pipeline import pipeline
-from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
+from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline, worker_logs
 from training import RunDir
 from training.launchers.output import KNOWN
 
@@ -82,13 +82,8 @@ def test_pipeline_outputs_artifacts_and_rerun(prefect_harness, tmp_path):
 
 
 def _logs_of(text: str) -> list:
-    """The Prefect log records (all runs of the harness) whose message contains ``text``."""
-    from prefect import get_client
-    from prefect.logging.handlers import APILogHandler
-
-    APILogHandler().flush()
-    with get_client(sync_client=True) as client:
-        return [log for log in client.read_logs(limit=200, sort="TIMESTAMP_DESC") if text in log.message]
+    """The Prefect log records (this worker's runs of the harness), newest first, whose message contains ``text``."""
+    return worker_logs(text, newest_first=True)
 
 
 @pytest.mark.parametrize("case", ["wrong split", "missing input"])

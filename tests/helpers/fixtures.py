@@ -15,7 +15,7 @@ import pytest
 from helpers import fake_cluster
 from helpers.datasets import write_dataset
 from helpers.paths import ADULT, BIN, CRITEO_10K, REPO, need
-from helpers.prefect_api import prefect_schema, prefect_server as start_prefect_server
+from helpers.prefect_api import WORKER_TAG, prefect_schema, prefect_server as start_prefect_server, start_harness
 from helpers.processes import free_port, one_rank, process_group, wait_for_port
 from helpers.runs import TrainedRuns
 from helpers.slow import slow_fixture
@@ -44,28 +44,39 @@ def _shared_folder(tmp_path_factory) -> Path:
 
 @slow_fixture(scope="session")
 def prefect_harness(tmp_path_factory):
-    """A temporary Prefect API with a SQLite database, shared by the session's in-process flow tests. Prefect's
-    harness makes its database in a new temporary folder; it gets one holding a copy of the run's schema
-    (``prefect_schema``), so that its server does not migrate one of its own."""
-    import tempfile
+    """The run's temporary Prefect API (a SQLite database; ``helpers.prefect_api.start_harness``: one server for all
+    xdist workers) for the session's in-process flow tests, as Prefect's ``prefect_test_harness`` sets it: this
+    process's API address, not its environment (a command a test starts makes its own server). Every flow run of
+    this worker carries ``WORKER_TAG``, by which ``logs_matching`` and ``latest_artifacts`` read back only its own."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    import prefect.testing.utilities as harness
-
-    schema = prefect_schema(_shared_folder(tmp_path_factory))
-
-    def folder_with_schema() -> str:
-        folder = tempfile.mkdtemp()
-        shutil.copyfile(schema, Path(folder) / "prefect-test.db")   # the harness's database file name
-        return folder
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(harness, "mkdtemp", folder_with_schema)
-        started = harness.prefect_test_harness(server_startup_timeout=120)
-        started.__enter__()
-    try:
+    api = start_harness(_shared_folder(tmp_path_factory))
+    with temporary_settings(updates={PREFECT_API_URL: api}), \
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()), \
+            prefect.tags(WORKER_TAG):
         yield
-    finally:
-        started.__exit__(None, None, None)
+        _drain_to_the_api()
+
+
+def _drain_to_the_api() -> None:
+    """Send this process's queued logs and events before its API address goes (as ``prefect_test_harness`` ends)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain():
+        try:
+            if inspect.isawaitable(result := APILogWorker.instance().drain()):
+                await result
+        except RuntimeError:   # never started
+            pass
+        if inspect.isawaitable(result := EventsWorker.drain_all()):
+            await result
+
+    run_coro_as_sync(drain())
 
 
 @slow_fixture(scope="session")
@@ -107,50 +118,74 @@ def temporary_folder_in_memory() -> Path | None:
 
 
 SLURM_SCRIPT = REPO / "infra" / "slurm" / "local-cluster.sh"
-SLURM_INSTALL_LOCK = "slurm-install.lock"   # in the run's shared temporary folder, held while apt installs
+# what the end-to-end tests (tests/e2e/) need from the system's packages: the programs that tell they are there, and
+# the Debian packages that bring them (Slurm's as infra/slurm/local-cluster.sh installs them)
+TEST_PACKAGES = {"slurm": (("slurmctld", "munged"), ("slurm-wlm", "munge")), "chromium": (("chromium",), ("chromium",))}
+PACKAGES_INSTALL_LOCK = "packages-install.lock"   # in the run's shared temporary folder, held while apt installs
 
 
-def _slurm_installable() -> bool:
-    return os.geteuid() == 0 and bool(shutil.which("apt-get")) and \
-        not (shutil.which("slurmctld") and shutil.which("munged"))
+def _missing_packages() -> list[str]:
+    """The Debian packages of ``TEST_PACKAGES`` whose programs are missing, where apt can install them (root);
+    Chromium not where ``$DLRMFLOW_SKIP_CHROMIUM`` is 1."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return []
+    wanted = [name for name in TEST_PACKAGES if name != "chromium" or os.environ.get("DLRMFLOW_SKIP_CHROMIUM") != "1"]
+    return [package for name in wanted if not all(map(shutil.which, TEST_PACKAGES[name][0]))
+            for package in TEST_PACKAGES[name][1]]
 
 
-def install_slurm_early(shared: Path) -> subprocess.Popen | None:
-    """Where slurm-wlm and munge are missing (a fresh CI machine), start installing them now, in the background, so
-    that the apt download overlaps the tests before the Slurm test instead of adding to the worker that runs it:
-    the install holds a lock (``SLURM_INSTALL_LOCK`` in ``shared``, the run's temporary folder) that
-    ``slurm_script`` waits on. Called once per run, by the process that runs the session (tests/conftest.py), once
-    it knows a Slurm test is collected; None where nothing is to be installed."""
+def install_test_packages_early(shared: Path) -> subprocess.Popen | None:
+    """Where Slurm's or Chromium's packages are missing (a fresh CI machine), start installing them now, with one apt
+    run in the background, so that the download overlaps the tests instead of adding to the install or to the worker
+    that runs the test needing them: the install holds a lock (``PACKAGES_INSTALL_LOCK`` in ``shared``, the run's
+    temporary folder) that ``slurm_script`` and ``chromium`` wait on. Called once per run, by the process that runs
+    the session (tests/conftest.py), once it knows an end-to-end test is collected; None where nothing is to be
+    installed."""
     import fcntl
 
-    if not _slurm_installable():
+    if not (packages := _missing_packages()):
         return None
-    lock = open(shared / SLURM_INSTALL_LOCK, "w")   # noqa: SIM115 (handed to the child, which holds the lock)
+    lock = open(shared / PACKAGES_INSTALL_LOCK, "w")   # noqa: SIM115 (handed to the child, which holds the lock)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        with open(shared / "slurm-install.log", "wb") as log:
-            return subprocess.Popen([str(SLURM_SCRIPT), "install"], stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, pass_fds=(lock.fileno(),))
+        with open(shared / "packages-install.log", "wb") as log:
+            return subprocess.Popen(["sh", "-c", 'apt-get update -qq && apt-get install -y -qq "$@"', "apt", *packages],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+                                    pass_fds=(lock.fileno(),))
     finally:
         lock.close()   # the child's copy of the descriptor keeps the lock until it exits
 
 
 def _wait_for_an_early_install(shared: Path, timeout: float = 900) -> None:
-    """Until the background install of ``install_slurm_early`` (if one runs) has ended."""
+    """Until the background install of ``install_test_packages_early`` (if one runs) has ended."""
     import fcntl
     import time
 
-    if not (shared / SLURM_INSTALL_LOCK).exists():
+    if not (shared / PACKAGES_INSTALL_LOCK).exists():
         return
-    with open(shared / SLURM_INSTALL_LOCK) as lock:
+    with open(shared / PACKAGES_INSTALL_LOCK) as lock:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
-                assert time.monotonic() < deadline, f"the background install of Slurm took over {timeout} s"
+                assert time.monotonic() < deadline, f"the background install of packages took over {timeout} s"
                 time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory) -> str:
+    """Headless Chromium's program (helpers/browser.py), once the run's background install of it has ended where
+    it was missing; skips the test where it is not installed."""
+    from helpers.browser import CHROMIUM
+
+    _wait_for_an_early_install(_shared_folder(tmp_path_factory))
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Chromium is not installed (the test run installs it with apt as root: "
+                    "tests/helpers/fixtures.py, install_test_packages_early)")
+    return CHROMIUM
 
 
 def slurm_script(tmp_path_factory) -> str:

@@ -33,27 +33,108 @@ def small_pipeline(store: str, **overrides):
                           launcher={"kind": "local", "nproc": 2}, **overrides)
 
 
-def logs_matching(text: str) -> list[str]:
-    """Messages of the Prefect logs (all runs of the harness) that contain ``text``."""
+# every flow run of this worker carries this tag (helpers/fixtures.py ``prefect_harness``): the harness's server is
+# shared by the run's workers, so a test reads back only what its own worker's runs wrote
+WORKER_TAG = f"pytest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+HARNESS = "prefect-harness.json"   # in the run's shared folder: the harness server's API address and process
+
+
+def start_harness(shared: Path) -> str:
+    """The API address of the run's one test harness server (``shared``: the pytest run's folder, which its xdist
+    workers share): the first worker to ask starts it (a copy of ``prefect_schema``'s database, in a process group
+    of its own that the run's controller stops at its end: tests/conftest.py ``stop_harness``), the others use it.
+    A server like ``prefect.testing.utilities.prefect_test_harness``'s (its settings, no UI), but one for the run
+    instead of one per worker (a start costs ~9 CPU-seconds, each idle minute ~1)."""
+    import sys
+
+    import prefect
+
+    with open(shared / "prefect-harness.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # the first worker starts it, the others wait for it
+        if (shared / HARNESS).exists():
+            return json.loads((shared / HARNESS).read_text())["api"]
+        folder = shared / "prefect-harness"
+        folder.mkdir(exist_ok=True)
+        shutil.copyfile(prefect_schema(shared), folder / "prefect.db")
+        port = free_port()
+        env = {**os.environ, "PREFECT_HOME": str(folder), "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+               "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{folder / 'prefect.db'}",
+               # events stored every 0.5 s, not every 5 s: a test reading an event back waits that long
+               "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5"}
+        with open(folder / "server.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+                                     "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                                     "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+                                    env=env, process_group=0, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        api = f"http://127.0.0.1:{port}/api"
+        (shared / HARNESS).write_text(json.dumps({"api": api, "pid": proc.pid}))   # stopped at the run's end
+        wait_for_port(port, proc, 120)
+        until(lambda: answer(get, f"{api}/health"), 60, "the test harness server", proc)
+        return api
+
+
+def stop_harness(shared: Path) -> None:
+    """Stop the run's test harness server, if one was started (by the run's controller, at its end)."""
+    import signal
+
+    if (shared / HARNESS).exists():
+        pid = json.loads((shared / HARNESS).read_text())["pid"]
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _worker_runs(client) -> list:
+    """The ids of this worker's flow runs (tagged ``WORKER_TAG``)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    ids, runs = [], FlowRunFilter(tags=FlowRunFilterTags(all_=[WORKER_TAG]))
+    while page := client.read_flow_runs(flow_run_filter=runs, limit=200, offset=len(ids)):
+        ids += [r.id for r in page]
+    return ids
+
+
+def worker_logs(text: str, newest_first: bool = False) -> list:
+    """The Prefect log records of this worker's flow runs (and their tasks) whose message contains ``text``."""
     from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
     from prefect.logging.handlers import APILogHandler
 
     APILogHandler().flush()  # send the queued logs first
     found, offset = [], 0
+    sort = LogSort.TIMESTAMP_DESC if newest_first else LogSort.TIMESTAMP_ASC
     with get_client(sync_client=True) as client:  # (the server's text search needs a newer SQLite)
-        while page := client.read_logs(limit=200, offset=offset):
-            found += [log.message for log in page if text in log.message]
+        mine = LogFilter(flow_run_id=LogFilterFlowRunId(any_=_worker_runs(client)))
+        while page := client.read_logs(log_filter=mine, limit=200, offset=offset, sort=sort):
+            found += [log for log in page if text in log.message]
             offset += len(page)
     return found
 
 
-def latest_artifacts() -> dict:
-    """The data of the latest artifact of every key, by key (tables decoded)."""
-    from prefect import get_client
+def logs_matching(text: str) -> list[str]:
+    """Messages of the Prefect logs of this worker's runs that contain ``text``."""
+    return [log.message for log in worker_logs(text)]
 
+
+def latest_artifacts() -> dict:
+    """The data of the latest artifact of every key, by key (tables decoded), of those this worker's flow runs
+    made or that were made outside any flow run."""
+    from prefect import get_client
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    latest, offset = {}, 0
     with get_client(sync_client=True) as client:
-        return {a.key: json.loads(a.data) if a.type == "table" else a.data
-                for a in client.read_latest_artifacts(limit=200)}
+        mine = set(_worker_runs(client))
+        while page := client.read_artifacts(sort=ArtifactSort.CREATED_DESC, limit=200, offset=offset):
+            for a in page:
+                if a.key and a.key not in latest and (a.flow_run_id is None or a.flow_run_id in mine):
+                    latest[a.key] = json.loads(a.data) if a.type == "table" else a.data
+            offset += len(page)
+    return latest
 
 
 # ---------------------------------------------------------------- a real server's REST API

@@ -65,15 +65,15 @@ def run_dlrmflow(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(dlrmflow_command(*args), process_group=0, **kwargs)
 
 
-def until(check, timeout: float, what: str, *procs):
-    """Poll ``check()`` every second until it returns something true (returned); fail after ``timeout`` s or as
-    soon as one of ``procs`` has exited."""
+def until(check, timeout: float, what: str, *procs, every: float = 1.0):
+    """Poll ``check()`` every ``every`` seconds until it returns something true (returned); fail after ``timeout`` s
+    or as soon as one of ``procs`` has exited."""
     deadline = time.time() + timeout
     while not (value := check()):
         for p in procs:
             assert p.poll() is None, f"{p.args[0]} exited with {p.returncode} while waiting for {what}"
         assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
+        time.sleep(every)
     return value
 
 
