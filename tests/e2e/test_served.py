@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from flows import artifacts
-from helpers.browser import needs_chromium, page, visible_text
+from helpers.browser import Browser, all_of, needs_chromium, visible_text
 from helpers.datasets import assert_same_files
 from helpers.prefect_api import answer, get, post, stamp
 from helpers.processes import until
@@ -48,7 +48,7 @@ def _parsed(store: Path) -> dict[str, float]:
             for p in store.glob("_files/*/parsed.json")}
 
 
-def _check_the_ui_view_of_a_run(server, night: dict, run: Path, store: Path, tmp_path) -> None:
+def _check_the_ui_view_of_a_run(server, browser: Browser, night: dict, run: Path) -> None:
     """While training ran, the curve was published and then updated; every evaluation reached the logs at INFO,
     library warnings at WARNING; a plot's page; the metrics table's rows."""
     api, ui, run_id = server.api, server.ui, night["id"]
@@ -74,17 +74,18 @@ def _check_the_ui_view_of_a_run(server, night: dict, run: Path, store: Path, tmp
     # a plot's page (a markdown artifact's embedded PNG survives the UI's sanitizer); the table's rows through the
     # API (the run's Artifacts tab, with the model's page, lists it: _check_the_model_page)
     [roc] = server.artifacts("roc-curve", run_id)
-    dom = page(f"{ui}/artifacts/artifact/{roc['id']}", tmp_path, "roc")
-    assert re.search(r'<img [^>]*src="data:image/png;base64,iVBOR', dom) and "Image URL" not in dom
+    dom = browser.open(f"{ui}/artifacts/artifact/{roc['id']}", r'<img [^>]*src="data:image/png;base64,iVBOR', "roc")
+    assert "Image URL" not in dom
+    browser.leave()   # (night 2 runs on)
     [table] = server.artifacts("pipeline-metrics", run_id)
     assert {"ROC AUC", "normalized entropy"} <= {str(v) for row in json.loads(table["data"]) for v in row.values()}
 
 
-def _check_the_model_page(server, nights: tuple[dict, ...], store: Path, tmp_path) -> None:
+def _check_the_model_page(server, browser: Browser, nights: tuple[dict, ...], store: Path) -> None:
     """The model's page (issue 44): serve said where the UI and the page are; the Artifacts page lists it by the
     model's name; its key's page leads to its latest version, which links each night's row to the night's flow run,
-    whose page that link opens, on its Artifacts tab (DOMs kept in tmp_path: artifacts, model-versions, model-page,
-    night; screenshots of the last two, taken by the same Chromium runs)."""
+    whose page that link opens, on its Artifacts tab (DOMs kept in the browser's folder: artifacts, model-versions,
+    model-page, night; screenshots of the last two)."""
     ui = server.ui
     said = server.log("serve-nights")   # serve's output
     assert f"Prefect UI: {ui} " in said and f"{ui}/artifacts/key/model-demo" in said, said[-3000:]
@@ -94,10 +95,7 @@ def _check_the_model_page(server, nights: tuple[dict, ...], store: Path, tmp_pat
         "a day is complete with a _SUCCESS marker in the day's folder" in said, said[-3000:]
 
     def loaded(url: str, name: str, pattern: str, picture: bool = False) -> str:   # the DOM once the UI drew it
-        found = until(lambda: (dom := page(f"{ui}{url}", tmp_path, name, picture)) and re.search(pattern, dom) and dom,
-                      60, f"{url} to show {pattern}")
-        (tmp_path / f"{name}.html").write_text(found)
-        return found
+        return browser.open(f"{ui}{url}", pattern, name, picture)
 
     loaded("/artifacts", "artifacts", r">\s*model-demo\s*<")   # the Artifacts page: a card per key, by the name
     versions = loaded("/artifacts/key/model-demo", "model-versions", r"/artifacts/artifact/")   # newest first
@@ -105,18 +103,24 @@ def _check_the_model_page(server, nights: tuple[dict, ...], store: Path, tmp_pat
     [newest] = post(f"{server.api}/artifacts/filter", {"artifacts": {"key": {"any_": ["model-demo"]}},
                                                       "sort": "CREATED_DESC", "limit": 1})
     assert latest == newest["id"]
-    dom = loaded(f"/artifacts/artifact/{latest}", "model-page", r"/runs/flow-run/", picture=True)
+    dom = loaded(f"/artifacts/artifact/{latest}", "model-page", all_of(
+        "Champion", "Latest night", "The last nights", *(f'href="/runs/flow-run/{n["id"]}"' for n in nights)),
+        picture=True)
     text = visible_text(dom)
     assert "Champion" in text and "Latest night" in text and "The last nights" in text, text[:3000]
     links = dict(re.findall(r'<a href="(/runs/flow-run/[0-9a-f-]{36})"[^>]*>([^<]+)</a>', dom))
     for night in nights:
         assert links.get(f"/runs/flow-run/{night['id']}") == night["name"], links
     # the link's run, opened on its Artifacts tab (the V2 UI honours ?tab=): the night's name and its own plots
-    dom = loaded(f"/v2/runs/flow-run/{nights[0]['id']}?tab=Artifacts", "night", r"pipeline-outputs", picture=True)
+    dom = loaded(f"/v2/runs/flow-run/{nights[0]['id']}?tab=Artifacts", "night", all_of(
+        "pipeline-outputs", nights[0]["name"], "pipeline-metrics", "Metrics on split 'test'", "roc-curve",
+        "calibration-plot", "training-curve", artifacts.runs_key(str(store))), picture=True)
     assert nights[0]["name"] in dom and "pipeline-metrics" in dom and "Metrics on split 'test'" in dom
     for key in ("roc-curve", "calibration-plot", "training-curve", artifacts.runs_key(str(store))):
         assert key in dom, key
-    assert (tmp_path / "model-page.png").stat().st_size > 10_000 and (tmp_path / "night.png").stat().st_size > 10_000
+    assert (browser.folder / "model-page.png").stat().st_size > 10_000 and \
+        (browser.folder / "night.png").stat().st_size > 10_000
+    browser.leave()
 
 
 def _emit(api: str, event: str, resource: dict, payload: dict) -> None:
@@ -149,7 +153,7 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
                   "--data.batch-size", "256", "--data.eval-batch-size", "1024", "--log-every", "8",
                   "--eval-every", "8", "--checkpoint-every", "none",
                   "--nproc", "1"]   # every rank job on 1 rank (2 ranks: test_scoring, test_flows_pipeline)
-    with server.serve(*serve_args, name="serve-nights") as serve:
+    with server.serve(*serve_args, name="serve-nights") as serve, Browser(tmp_path / "browser") as browser:
         def served():
             found = {k: v for k, v in server.deployments().items() if k.endswith("-demo")}   # (a shared server)
             return found if len(found) == 9 and not any(d["paused"] for d in found.values()) else None
@@ -175,10 +179,11 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
         [action] = automation["actions"]
         assert (action["type"], action["deployment_id"]) == ("run-deployment", pipeline["id"])
         assert "event.payload.day" in json.dumps(action["parameters"]["date"]), action
-        dom = page(f"{server.ui}/deployments", tmp_path, "deployments")
+        dom = browser.open(f"{server.ui}/deployments", all_of(*found, "02:00 AM", "February"), "deployments")
         for name in found:
             assert name in dom
         assert "02:00 AM" in dom and "February" in dom, visible_text(dom)[:3000]   # the cron, in words
+        browser.leave()   # (the nights run on)
 
         # the server's scheduler makes the weekly re-tune's next runs (the nights' cron is years ahead, past the 100
         # days it schedules): with whenever 0.10 it made none (docs/install.md, "What is pinned and why")
@@ -211,10 +216,12 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
             runs = post(f"{api}/flow_runs/filter", {"deployments": {"id": {"any_": [pipeline["id"]]}}})
             return sorted([r for r in runs if stamp(r["expected_start_time"]).year < 2028], key=lambda r: r["created"])
 
-        def look() -> list[str]:   # one look of the sensor: what it said (its logs, the last one in)
+        def look(started: str | None = None) -> list[str]:   # one look of the sensor (``started``: its run, if
+            # started already): what it said (its logs, the last one in)
             for _ in range(3):   # a look started while a scheduled one runs is cancelled (one at a time): again
-                if (run := final(start(sensor, {})))["state"]["type"] != "CANCELLED":
+                if (run := final(started or start(sensor, {})))["state"]["type"] != "CANCELLED":
                     break
+                started = None
             assert run["state"]["type"] == "COMPLETED", server.log("serve-nights")[-4000:]
             return until(lambda: (said := [m for _, m in server.logs(run["id"])]) and any(
                 m.startswith("Finished in state") for m in said) and said, 30, "the look's logs")
@@ -232,28 +239,30 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
             f"day {NIGHTS[1]} landed: 1 file(s), a _SUCCESS marker in the day's folder"]
         [_, second] = until(lambda: len(runs := nights()) == 2 and runs, 60, "the trigger's night", serve)
         assert second["parameters"]["date"] == NIGHTS[1] and second["created_by"]["type"] == "AUTOMATION", second
-        until(lambda: get(f"{api}/flow_runs/{second['id']}")["state"]["name"] == "AwaitingConcurrencySlot", 60,
-              "night 2 to queue", serve)
-        first, second = finish(first_id), finish(second["id"])
+        first, model = finish(first_id), store / "models" / "demo"
+        # night 1 as the UI shows a run, while night 2 runs (once night 1's last logs are in: its final line)
+        until(lambda: any(m.startswith("Finished in state") for _, m in server.logs(first_id)), 30, "night 1's logs")
+        _check_the_ui_view_of_a_run(server, browser, first, Path(registry.history(str(model))[0]["run"]))
+        second = finish(second["id"])
         assert stamp(first["end_time"]) <= stamp(second["start_time"]), "two nights ran at once"
+        # the runner's first try to start night 2, while night 1 ran, was queued by the deployment's limit (the
+        # automation's action can also come after a quick night 1 has ended: seen 32 s after the event)
+        states = sorted(get(f"{api}/flow_run_states/?flow_run_id={second['id']}"), key=lambda s: stamp(s["timestamp"]))
+        if stamp(states[1]["timestamp"]) < stamp(first["end_time"]):
+            assert states[1]["name"] == "AwaitingConcurrencySlot", [s["name"] for s in states]
         # the last night's dataset is the one preprocessing its window from scratch gives (now: the day dropped
         # again below is another version of its input file, so another fingerprint)
-        model = store / "models" / "demo"
         config = yaml.safe_load((Path(registry.history(str(model))[-1]["run"]) / RunDir.PIPELINE).read_text())
         fresh = Preprocessing(PreprocessConfig(inputs=config["preprocess"]["inputs"], out=str(tmp_path / "fresh"),
                                                progress=False)).run()
         assert_same_files(Path(config["train"]["dataset"]), Path(fresh))
 
         # the day again, unchanged: the sensor tells nothing; a duplicate event starts a run that ends at once,
-        # saying so (the night ran; checked at the end: it runs while the UI is read); no night runs twice
+        # saying so (the night ran); no night runs twice. Both checked at the end: they run while the UI is read
         history = registry.history(str(model))   # resolved against the store
         drop(NIGHTS[1])
         _emit(api, "dlrmflow.day.landed", {"prefect.resource.id": "dlrmflow.model.demo"}, {"day": NIGHTS[1]})
-        assert not [m for m in look() if m.startswith("day ")] and len(told()) == 1
-        part = logs / NIGHTS[1] / "part-00000.tsv"
-        assert [(line["day"], line["state"], line["files"]) for line in registry.landed(str(model))] == [
-            (NIGHTS[1], "landed", {str(part): f"{part.stat().st_size}:mtime={part.stat().st_mtime_ns}"})]
-        # (the cron fallback's night of D is refused on the same path: tests/flows/test_landed.py)
+        looking = start(sensor, {})
         [duplicate] = until(lambda: len(runs := nights()) == 3 and runs[2:], 60, "the duplicate's run")
         assert duplicate["created_by"]["type"] == "AUTOMATION" and duplicate["parameters"]["date"] == NIGHTS[1]
 
@@ -275,7 +284,6 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
         assert all(h["run"].startswith("runs/") for h in recorded)   # store-relative: a moved store keeps them
         assert [h["date"] for h in history] == list(NIGHTS)
         assert history[0]["decision"] == "first" and history[0]["champion"] is None
-        _check_the_ui_view_of_a_run(server, first, Path(history[0]["run"]), store, tmp_path)
         champion_run = history[0]["run"]
         for h in history[1:]:
             assert h["champion_run"] == champion_run
@@ -312,7 +320,13 @@ def test_two_nights_served_one_started_by_its_day_landing_and_the_ui(prefect_ser
         [checks] = server.artifacts("data-checks", second["id"])
         assert len(json.loads(checks["data"])) == history[1]["data_checks"]["checks"]
         assert server.artifacts("model-demo-drift", second["id"])
-        _check_the_model_page(server, (first, second), store, tmp_path)
+        _check_the_model_page(server, browser, (first, second), store)
+
+        assert not [m for m in look(looking) if m.startswith("day ")] and len(told()) == 1
+        part = logs / NIGHTS[1] / "part-00000.tsv"
+        assert [(line["day"], line["state"], line["files"]) for line in registry.landed(str(model))] == [
+            (NIGHTS[1], "landed", {str(part): f"{part.stat().st_size}:mtime={part.stat().st_mtime_ns}"})]
+        # (the cron fallback's night of D is refused on the same path: tests/flows/test_landed.py)
 
         finish(duplicate["id"])   # the duplicate's run: ended at once, saying why
         refused = until(lambda: [m for _, m in server.logs(duplicate["id"]) if "already ran" in m], 30, "its reason")

@@ -34,6 +34,8 @@ from training.rundir import RunDir
 DATE = "2026-11-03"   # the test day: trains on 11-01, validates on 11-02
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 STEPS = 256   # 2,000 rows a day, 2 ranks x 32 rows a step: 31 steps an epoch; the cancel lands long before
+CHECKPOINT_EVERY = 32   # the kill and the cancel each land ~1 s after a checkpoint: ~30-60 steps on 2 loaded cores
+POLL = 0.2   # the test's own waits on files and processes (a flow run's state: every 0.5 s), so that each lands soon
 SLURM = ["--launcher", "slurm", "--launcher.nodes", "2", "--launcher.nproc-per-node", "1",
          "--launcher.gpus-per-node", "0", "--launcher.cpus-per-task", "1", "--launcher.no-exclusive",
          "--launcher.partition", "local", "--launcher.python", sys.executable]
@@ -91,11 +93,11 @@ def test_pipeline_on_slurm_fails_on_a_killed_rank_is_cancelled_then_resumes(slur
             "--night.on-data-check", "off", "--promote.min-test-rows", "1000000", "--evaluate.split", "val",
             "--eval-split", "holdout",
             "--data.batch-size", "32", "--data.eval-batch-size", "512", "--max-steps", str(STEPS), "--epochs", "9",
-            "--checkpoint-every", "16", "--eval-every", "128", "--log-every", "10", *SLURM,
+            "--checkpoint-every", str(CHECKPOINT_EVERY), "--eval-every", "128", "--log-every", "10", *SLURM,
             "--launcher.work-dir", str(work)]
     with server.serve(*args, name="serve-slurm", env=env) as serve:
         pipeline = until(lambda: server.deployments().get("dlrmflow-pipeline-slurm"), 120, "the deployment",
-                         server.proc, serve)
+                         server.proc, serve, every=0.5)
 
         def trigger() -> str:
             return until(lambda: answer(post, f"{api}/deployments/{pipeline['id']}/create_flow_run",
@@ -103,7 +105,7 @@ def test_pipeline_on_slurm_fails_on_a_killed_rank_is_cancelled_then_resumes(slur
 
         def finish(run_id: str, timeout: float = 300) -> dict:
             return until(lambda: (r := get(f"{api}/flow_runs/{run_id}"))["state"]["type"] in FINAL and r,
-                         timeout, "the flow run to end", server.proc, serve)
+                         timeout, "the flow run to end", server.proc, serve, every=0.5)
 
         def run_logs(run_id: str) -> list[str]:   # the pipeline's and its subflows' (train, evaluate...)
             return [message for _, message in server.logs(run_id, subflows=True)]
@@ -111,10 +113,11 @@ def test_pipeline_on_slurm_fails_on_a_killed_rank_is_cancelled_then_resumes(slur
         # 1. rank on n2 killed: the flow run fails naming the node, its exit code and the rank's last lines
         first = trigger()
         runs = until(lambda: list(store.glob("runs/*/checkpoints/*/_COMPLETE")), 300, "a complete checkpoint",
-                     serve)
+                     serve, every=POLL)
         run = runs[0].parents[2]
         [job_log] = work.glob("dlrmflow-train-*.out")
-        tagged = until(lambda: re.findall(r"\[n2 rank(\d+)\]:", job_log.read_text()), 30, "a line of n2's rank")
+        tagged = until(lambda: re.findall(r"\[n2 rank(\d+)\]:", job_log.read_text()), 30, "a line of n2's rank",
+                       every=POLL)
         rank = int(tagged[0])   # which rank runs on n2 is the rendezvous's choice
         [pid] = [p for p, r in _ranks(run).items() if r == rank]
         assert _node_of(pid) == "n2" and len(_ranks(run)) == 2
@@ -127,25 +130,26 @@ def test_pipeline_on_slurm_fails_on_a_killed_rank_is_cancelled_then_resumes(slur
                          rf"node n2: (Exited with exit code 1|Terminated)\. Last lines of rank {rank}:\n", message), \
             message
         assert "Run the pipeline again to resume from the checkpoint at step" in message
-        until(lambda: not _jobs(squeue_env) and not _ranks(run), 30, "no job queued and no rank running")
+        until(lambda: not _jobs(squeue_env) and not _ranks(run), 30, "no job queued and no rank running", every=POLL)
         killed_at = _checkpoints(run)[-1]
 
         # 2. the next flow run resumes, then is cancelled as the UI does: the job is cancelled and gone
         second = trigger()
-        until(lambda: _checkpoints(run)[-1] > killed_at, 300, "a later checkpoint", serve)
+        until(lambda: _checkpoints(run)[-1] > killed_at, 300, "a later checkpoint", serve, every=POLL)
         post(f"{api}/flow_runs/{second}/set_state", {"state": {"type": "CANCELLING", "name": "Cancelling"}})
         cancelled = finish(second, 120)
         assert cancelled["state"]["type"] == "CANCELLED", server.log("serve-slurm")[-4000:]
         assert not _jobs(squeue_env) and not _ranks(run)   # the flow's process waited for the job to end
+        latest = _checkpoints(run)[-1]
+        assert latest > killed_at
+
+        # 3. the last resumes from the latest checkpoint and completes train -> evaluate -> score on Slurm (started
+        # before the second's logs are read: its process starts meanwhile)
+        third = trigger()
         second_logs = run_logs(second)
         assert f"resuming training from the checkpoint at step {killed_at}: {run}" in second_logs
         assert any(re.fullmatch(r"dlrmflow: cancelled Slurm job \d+; it has ended on every node", m)
                    for m in second_logs), second_logs[-30:]
-        latest = _checkpoints(run)[-1]
-        assert latest > killed_at
-
-        # 3. the last resumes from the latest checkpoint and completes train -> evaluate -> score on Slurm
-        third = trigger()
         done = finish(third, 400)
         assert done["state"]["type"] == "COMPLETED", server.log("serve-slurm")[-4000:]
         third_logs = run_logs(third)

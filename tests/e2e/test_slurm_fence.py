@@ -33,6 +33,8 @@ from training.rundir import RunDir
 
 CTLD_PORT = 16847   # the cluster's ports (slurmctld; the two slurmd on the next two): not the session cluster's
 STALE_S = 3.0   # the holder's lease: renewed every 0.6 s while it lives, stale 3 s after it died
+NEW_LINES = 5   # the re-run's job: writes 5 lines (~0.5 s), then ends
+POLL = 0.2   # the test's waits on the lease file and squeue
 # the ranks' Python: writes "<job id> <time>" to the run every 0.1 s, FENCE_LINES times (0: until stopped)
 WRITER = r"""
 import os, sys, time
@@ -104,11 +106,11 @@ def test_a_rerun_cancels_the_killed_holders_slurm_job_before_it_takes_the_lease_
                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     old = new = None
     try:
-        job = until(lambda: _lease(run).get("job"), 60, "the holder's job in the lease", holder)
+        job = until(lambda: _lease(run).get("job"), 60, "the holder's job in the lease", holder, every=POLL)
         old = job["id"]
         assert job == {"kind": "slurm", "id": old, "cluster": None, "what": f"Slurm job {old}"}
         until(lambda: _state(old, env) == "RUNNING" and any(j == old for j, _ in _writes(writes)), 60,
-              "the job to run and write", holder)
+              "the job to run and write", holder, every=POLL)
 
         # the flow's process killed: its Slurm job goes on writing the run
         os.kill(holder.pid, signal.SIGKILL)
@@ -118,9 +120,9 @@ def test_a_rerun_cancels_the_killed_holders_slurm_job_before_it_takes_the_lease_
         assert _state(old, env) == "RUNNING"
         assert any(j == old and at > killed_at for j, at in _writes(writes)), "the job did not outlive its holder"
 
-        # the re-run: takes the stale lease over after cancelling that job, then runs its own (20 lines, ~2 s)
+        # the re-run: takes the stale lease over after cancelling that job, then runs its own (NEW_LINES lines)
         said, codes = [], []
-        rerun = build_launcher({**settings, "env": {**settings["env"], "FENCE_LINES": "20"}})
+        rerun = build_launcher({**settings, "env": {**settings["env"], "FENCE_LINES": str(NEW_LINES)}})
 
         def again() -> None:
             with rerun.lease(RunDir(str(run)), "training", wait_s=60, say=said.append) as held:
@@ -132,7 +134,7 @@ def test_a_rerun_cancels_the_killed_holders_slurm_job_before_it_takes_the_lease_
             thread = threading.Thread(target=again)
             thread.start()
             recorded = until(lambda: (j := _lease(run).get("job")) and j["id"] != old and j, 60,
-                             "the re-run's job in the lease")
+                             "the re-run's job in the lease", every=POLL)
             new = recorded["id"]
             assert recorded == {"kind": "slurm", "id": new, "cluster": None, "what": f"Slurm job {new}"}
             assert _state(old, env) == ""   # cancelled and ended before the take-over: squeue no longer lists it
@@ -155,7 +157,7 @@ def test_a_rerun_cancels_the_killed_holders_slurm_job_before_it_takes_the_lease_
     lines = _writes(writes)
     last_old = max(at for j, at in lines if j == old)
     first_new = min(at for j, at in lines if j == new)
-    assert last_old < first_new and sum(j == new for j, _ in lines) == 20   # never both at once
+    assert last_old < first_new and sum(j == new for j, _ in lines) == NEW_LINES   # never both at once
     old_log = (work / f"dlrmflow-train-r-{old}.out").read_text()
     assert f"JOB {old} ON n1 CANCELLED AT" in old_log or f"JOB {old} ON n2 CANCELLED AT" in old_log, old_log[-2000:]
     assert not (run / RunDir.LEASE).exists()   # released at the block's end

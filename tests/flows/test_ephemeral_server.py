@@ -156,7 +156,7 @@ def test_the_ephemeral_server_ends_with_dlrmflow_run(sig, code, tmp_path, tmp_pa
                "--nproc", "1", "--max-steps", "2"]
     with open(tmp_path / "run.log", "w") as log, process_group(command, cwd=tmp_path, env=env, stdout=log,
                                                                stderr=subprocess.STDOUT) as proc:
-        server = until(lambda: _server_of(proc.pid), 60, "the ephemeral server", proc)
+        server = until(lambda: _server_of(proc.pid), 60, "the ephemeral server", proc, every=0.2)
         try:
             if sig == signal.SIGINT:   # one of the two waits for the server to answer
                 _owner_only(proc.pid, server, tmp_path / "prefect")

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from common.errors import UserError
+from common.process import LAUNCH_PREFIX
 from flows.cli import build_parser
 from flows.pipeline import pipeline
 from helpers.prefect_api import logs_matching, small_pipeline
@@ -67,7 +68,9 @@ def _materialized(prefix: str, last: str, timeout_s: float = 30) -> tuple[dict[s
         time.sleep(0.5)
 
 
-def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, plain_launches, tmp_path):
+def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, tmp_path):
+    """Only the killed night launches its ranks plainly (found by their command lines); the nights run in this
+    process fork theirs, and the export child, from the warm launcher (helpers/warm_launcher.py)."""
     logs, store = tmp_path / "logs", tmp_path / "store"
     write_days(SynthConfig(out=str(logs), days=7, start="2026-11-01", rows_per_day=3000, seed=11, workers=1))
     bad = next((logs / "2026-11-05").glob("part-*"))
@@ -94,6 +97,7 @@ def test_a_bad_day_stays_one_bad_day_through_a_killed_night(prefect_harness, pla
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}   # the harness's server: no server to start
+    env.pop(LAUNCH_PREFIX, None)   # plain ranks: their command lines name the store
     killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not _ranks_running(store):

@@ -67,7 +67,7 @@ def _events(name: str, model: str, timeout_s: float = 30) -> list:
             found = client.read_events(filter=flt, limit=50).events
         if found or time.monotonic() > deadline:
             return found
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def _failing_night(tmp_path, model: str, block: str):

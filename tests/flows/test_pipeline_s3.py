@@ -12,10 +12,13 @@ from helpers.prefect_api import latest_artifacts, logs_matching, small_pipeline
 from preprocessing.writer import VERIFIED
 
 
-def _objects(s3) -> dict[str, bytes]:
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="store")
+def _keys(s3) -> list[str]:
+    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="store")
             for o in page.get("Contents", [])]
-    return {k: s3.get_object(Bucket="store", Key=k)["Body"].read() for k in keys}
+
+
+def _objects(s3) -> dict[str, bytes]:
+    return {k: s3.get_object(Bucket="store", Key=k)["Body"].read() for k in _keys(s3)}
 
 
 def test_pipeline_on_s3(prefect_harness, s3_server):
@@ -36,17 +39,18 @@ def test_pipeline_on_s3(prefect_harness, s3_server):
 
     secret = S3_ENV["AWS_SECRET_ACCESS_KEY"].encode()
     assert not [k for k, body in objects.items() if secret in body]
-    assert not [k for k, data in latest_artifacts().items() if secret.decode() in str(data)]
+    arts = latest_artifacts()
+    assert not [k for k, data in arts.items() if secret.decode() in str(data)]
 
     endpoint = s3_server.meta.endpoint_url
-    assert latest_artifacts()["evaluation-location"] == (f"Evaluation folder: `{out['run']}/eval/test` "
-                                                         f"([open]({endpoint}/store?prefix={run}/eval/test/))")
-    [row] = latest_artifacts()[artifacts.runs_key("s3://store/dlrm")]
+    assert arts["evaluation-location"] == (f"Evaluation folder: `{out['run']}/eval/test` "
+                                           f"([open]({endpoint}/store?prefix={run}/eval/test/))")
+    [row] = arts[artifacts.runs_key("s3://store/dlrm")]
     assert row["run"] == out["run"].rsplit("/", 1)[-1] and row["test AUC"] == round(out["metrics"]["auc"], 4)
 
     again = pipeline(config)
     assert again["run"] == out["run"] and again["metrics"]["auc"] == pytest.approx(out["metrics"]["auc"])
-    assert _objects(s3_server).keys() == objects.keys() | {f"{dataset}/{VERIFIED}"}   # the reuse's verification
+    assert set(_keys(s3_server)) == objects.keys() | {f"{dataset}/{VERIFIED}"}   # the reuse's verification
     assert logs_matching(f"skipping preprocessing: {out['dataset']}")
     assert logs_matching(f"training already complete, skipping: {out['run']}")
     assert not logs_matching(secret.decode())

@@ -81,14 +81,14 @@ def test_dask_run_on_s3_with_a_killed_worker_matches_the_threads_run(inputs, s3_
     config = FlowPreprocessConfig(**_config(inputs, "s3://store/k", task_runner="dask",
                                             work_dir=str(tmp_path / "cache")))
     fs, _ = fsspec.core.url_to_fs("s3://store")
-    with dask_cluster(slow_s=1.0) as (address, workers):
-        def kill_when_parsing():
+    with dask_cluster(slow_s=0.5) as (address, workers):
+        def kill_when_parsing():   # a store listing per poll; 0.2 s lies well inside a stage's 0.5 s pause
             deadline = time.time() + 60
             while time.time() < deadline:
                 fs.invalidate_cache()
                 if fs.glob("store/k/_files/*/entry.json"):
                     break
-                time.sleep(0.05)
+                time.sleep(0.2)
             workers[0].kill()   # the worker process itself (--no-nanny: nothing restarts it)
 
         killer = threading.Thread(target=kill_when_parsing)

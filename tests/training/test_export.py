@@ -31,30 +31,48 @@ from training.export import MANIFEST, WEIGHTS, export_bundle, load_bundle, unsha
 from training.rundir import RunDir
 from training.trainer import Trainer
 
-FRESH = """
-import json, sys
-import numpy as np, polars as pl, torch
-bundle, dataset, split, dtypes = sys.argv[1:5]
-dtypes = json.loads(dtypes)
-manifest = json.load(open(f"{bundle}/manifest.json"))
-config = json.load(open(f"{bundle}/model.json"))
-model = torch.jit.load(f"{bundle}/{manifest['module']}").eval()
-program = torch.export.load(f"{bundle}/{manifest['program']['file']}").module()
-cat = np.stack([np.fromfile(f"{dataset}/{split}/cat_{f}.bin", dtypes[f]) for f in config["categorical"]], 1)
-num = np.fromfile(f"{dataset}/{split}/numerical.bin", dtypes[config["numerical"][0]])
-num = num.reshape(len(cat), len(config["numerical"])).astype(np.float32)
-with torch.inference_mode():
-    p = model(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
-    p2 = program(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torchrec", "fbgemm_gpu", "training", "flows"))
-print(json.dumps({"p": p.tolist(), "p2": p2.tolist(), "loaded": loaded}))
+# a bundle's two models (model.pt: TorchScript, the program of model.pt2) on a dataset's encoded split
+PREDICT = """
+import json
+import numpy as np, torch
+def predictions(bundle, dataset, split, dtypes):
+    manifest = json.load(open(f"{bundle}/manifest.json"))
+    config = json.load(open(f"{bundle}/model.json"))
+    model = torch.jit.load(f"{bundle}/{manifest['module']}").eval()
+    program = torch.export.load(f"{bundle}/{manifest['program']['file']}").module()
+    cat = np.stack([np.fromfile(f"{dataset}/{split}/cat_{f}.bin", dtypes[f]) for f in config["categorical"]], 1)
+    num = np.fromfile(f"{dataset}/{split}/numerical.bin", dtypes[config["numerical"][0]])
+    num = num.reshape(len(cat), len(config["numerical"])).astype(np.float32)
+    with torch.inference_mode():
+        p = model(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
+        p2 = program(torch.from_numpy(cat.astype(np.int64)), torch.from_numpy(num))
+    return {"p": p.tolist(), "p2": p2.tolist()}
 """
+FRESH = PREDICT + """
+import sys
+import polars as pl
+got = predictions(*sys.argv[1:4], json.loads(sys.argv[4]))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torchrec", "fbgemm_gpu", "training", "flows"))
+print(json.dumps({**got, "loaded": loaded}))
+"""
+
+
+def _dtypes(dataset: Path) -> dict[str, str]:
+    return {f: v.dtype for f, v in fspec.load(str(dataset)).feature_spec.items()}
+
+
+def _bundle_predictions(bundle: Path, dataset: Path, split: str) -> dict[str, np.ndarray]:
+    """``PREDICT`` in this process: the probabilities of the bundle's TorchScript model and program."""
+    namespace: dict = {}
+    exec(PREDICT, namespace)
+    got = namespace["predictions"](str(bundle), str(dataset), split, _dtypes(dataset))
+    return {k: np.array(v, np.float32) for k, v in got.items()}
 
 
 def _fresh(bundle: Path, dataset: Path, split: str) -> dict:
     """Run ``FRESH`` outside the repository (nothing of dlrmflow importable): the dataset's encoded split
     through the bundle's model.pt; the probabilities and the modules of torchrec/fbgemm/dlrmflow it loaded."""
-    dtypes = {f: v.dtype for f, v in fspec.load(str(dataset)).feature_spec.items()}
+    dtypes = _dtypes(dataset)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     proc = subprocess.run([sys.executable, "-c", FRESH, str(bundle), str(dataset), split, json.dumps(dtypes)],
                           cwd="/", env=env,
@@ -63,14 +81,20 @@ def _fresh(bundle: Path, dataset: Path, split: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def criteo_bundle(criteo_run, tmp_path_factory) -> tuple[Path, dict]:
+    """The bundle of ``criteo_run``'s evaluated checkpoint, exported once for this module: (folder, manifest)."""
+    out = tmp_path_factory.mktemp("criteo-bundle") / "bundle"
+    return out, export_bundle(str(criteo_run["run"]), criteo_run["evaluation"]["step"], str(out))
+
+
 @pytest.mark.slow
-def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo, criteo_run, tmp_path):
+def test_bundle_in_a_fresh_process_predicts_what_the_checkpoint_predicts(criteo, criteo_run, criteo_bundle):
     """Real Criteo rows: the torch.export program (model.pt2) and the deprecated TorchScript model, loaded where
     neither torchrec nor fbgemm is imported, give the DCP model's probabilities of the test split (777 rows, not the
     program's sample); the manifest records both, verified; a second export is a no-op."""
     step = criteo_run["evaluation"]["step"]
-    out = tmp_path / "bundle"
-    manifest = export_bundle(str(criteo_run["run"]), step, str(out))
+    out, manifest = criteo_bundle
     assert manifest["source"] == {"run": str(criteo_run["run"]), "step": step, "dataset": str(criteo["dataset"])}
     files = set(manifest["files"])
     assert {"weights.pt", "model.pt", "model.pt2", "model.json", "feature_spec.yaml"} <= files
@@ -122,9 +146,10 @@ def test_score_bundle_equals_score_run_on_raw_rows(criteo, criteo_run, tmp_path)
     np.testing.assert_allclose(a["probability"].to_numpy()[:200], criteo_run["p"][:200], rtol=0, atol=1e-6)
 
 
-def test_altered_or_missing_files_fail_with_the_files_name(criteo, criteo_run, tmp_path):
+def test_altered_or_missing_files_fail_with_the_files_name(criteo, criteo_bundle, tmp_path):
     bundle = tmp_path / "bundle"
-    export_bundle(str(criteo_run["run"]), criteo_run["evaluation"]["step"], str(bundle))
+    shutil.copytree(criteo_bundle[0], bundle)   # a copy of its own to damage
+    assert load_bundle(str(bundle)).manifest == criteo_bundle[1]
     vocab = bundle / "vocab" / "C3.parquet"
     data = bytearray(vocab.read_bytes())
     data[len(data) // 2] ^= 1
@@ -160,9 +185,10 @@ def test_a_two_rank_checkpoint_exports_as_the_same_weights_resaved_by_one_rank(s
     resaved = tmp_path / "run1"
     resaved.mkdir()
     shutil.copy(run / "config.yaml", resaved / "config.yaml")
-    with one_rank():   # loaded by 1 rank (another plan), saved again
+    with one_rank():   # loaded by 1 rank (another plan), saved again; its predictions are the 2-rank model's
         trainer = Trainer.from_run(str(run), step)
         Checkpointer(RunDir(str(resaved))).save(step, trainer.state_dict(model_only=True))
+        expected, _ = trainer.predict("test")
     assert len(list((resaved / "checkpoints" / str(step)).glob("*.distcp"))) == 1
 
     a, b = export_bundle(str(run), step, str(tmp_path / "b2")), export_bundle(str(resaved), step, str(tmp_path / "b1"))
@@ -176,11 +202,12 @@ def test_a_two_rank_checkpoint_exports_as_the_same_weights_resaved_by_one_rank(s
         assert torch.equal(state[key], value), key
     assert state["sparse_arch.embedding_bag_collection.embedding_bags.t_c3.weight"].shape[0] == 120
 
-    with one_rank():
-        expected, _ = Trainer.from_run(str(run), step).predict("test")
-    got = _fresh(tmp_path / "b2", dataset, "test")
-    assert got["loaded"] == []
-    np.testing.assert_allclose(np.array(got["p"], np.float32), expected, rtol=0, atol=1e-5)
+    # the bundle's programs in this process (a fresh one's loading: the test above)
+    bundle = load_bundle(str(tmp_path / "b2"))
+    got = _bundle_predictions(tmp_path / "b2", dataset, "test")
+    np.testing.assert_allclose(got["p"], expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got["p2"], got["p"], rtol=0, atol=1e-6)
+    assert bundle.manifest == a
 
 
 def test_a_manifest_is_pinned_and_names_only_files_inside_its_bundle(tmp_path):

@@ -41,21 +41,6 @@ ONE_HOT = {"interaction": "dot", "embedding_dim": 8, "bottom_mlp": [16, 8], "top
            "calibration": {"a": 1.3, "b": -0.2}}
 DCN = {**ONE_HOT, "interaction": "dcn", "dcn_layers": 2, "dcn_rank": 4, "bottom_mlp": [8], "calibration": None}
 
-FRESH = """
-import json, sys
-import torch
-program, inputs = sys.argv[1:3]
-model = torch.export.load(program).module()
-args = [torch.tensor(a, dtype=torch.int64 if i < n else torch.float32) for i, a, n in
-        [(i, a, len(json.loads(inputs)) - 1) for i, a in enumerate(json.loads(inputs))]]
-with torch.inference_mode():
-    p = model(*args)
-ours = sorted(m for m in sys.modules if m.split(".")[0] in ("torchrec", "fbgemm_gpu", "training", "flows", "models",
-                                                            "common", "feature_spec", "preprocessing"))
-print(json.dumps({"p": p.tolist(), "loaded": ours}))
-"""
-
-
 def _module(config: dict, seed: int = 0) -> DLRMInference:
     torch.manual_seed(seed)
     module = DLRMInference(config).eval()
@@ -84,14 +69,28 @@ def _list_config(root: Path) -> dict:
             "pooling": [spec.feature_spec[f].pooling or "sum" for f in spec.categorical_features]}
 
 
+@pytest.fixture(scope="module")
+def programs(list_data, tmp_path_factory) -> dict[bool, tuple[DLRMInference, Path, dict]]:
+    """The list model's (True) and the ONE_HOT model's (False) programs, each written once for this module's tests:
+    (eager module, program file, write_program's entry)."""
+    found = {}
+    for lists, module in ((True, _module(_list_config(list_data))), (False, _module(ONE_HOT))):
+        path = tmp_path_factory.mktemp("lists" if lists else "one-hot") / "model.pt2"
+        found[lists] = (module, path, write_program(module, lists, path))
+    return found
+
+
 @pytest.mark.parametrize("config", [ONE_HOT, DCN], ids=["dot", "dcn"])
-def test_one_hot_program_equals_eager_and_torchscript(config, tmp_path):
-    module = _module(config)
-    entry = write_program(module, False, tmp_path / "model.pt2")
+def test_one_hot_program_equals_eager_and_torchscript(config, programs, tmp_path):
+    if config is ONE_HOT:
+        module, path, entry = programs[False]
+    else:
+        module, path = _module(config), tmp_path / "model.pt2"
+        entry = write_program(module, False, path)
     assert entry["file"] == "model.pt2" and entry["format"].startswith("torch.export (PT2)")
     assert entry["inputs"] == {"categorical": ["int64", 3], "numerical": ["float32", 3]}
     assert 0 <= entry["max_abs_diff"] <= VERIFY_TOLERANCE
-    program, scripted = torch.export.load(str(tmp_path / "model.pt2")).module(), _scripted(module)
+    program, scripted = torch.export.load(str(path)).module(), _scripted(module)
     with torch.no_grad():
         for rows in (1, 7, 1000):   # traced on 8 rows
             categorical, numerical = sample_inputs(module, False, rows, seed=100 + rows)
@@ -102,13 +101,12 @@ def test_one_hot_program_equals_eager_and_torchscript(config, tmp_path):
                                        scripted(categorical, numerical).numpy(), rtol=0, atol=1e-6)
 
 
-def test_list_program_equals_eager_and_torchscript_on_a_real_list_dataset(list_data, tmp_path):
+def test_list_program_equals_eager_and_torchscript_on_a_real_list_dataset(list_data, programs):
     """Fixed-hotness (sum) and variable-length (mean, with empty lists) features, KJT batches as the scorer reads
     them, at 1, 7 and 1000 rows (traced on 8), int32 lengths as the loader gives them."""
-    module = _module(_list_config(list_data))
-    entry = write_program(module, True, tmp_path / "model.pt2")
+    module, path, entry = programs[True]
     assert set(entry["inputs"]) == {"values", "lengths", "numerical"}
-    program, scripted = torch.export.load(str(tmp_path / "model.pt2")).module(), _scripted(module)
+    program, scripted = torch.export.load(str(path)).module(), _scripted(module)
     data = SplitBinaryDataset(str(list_data), "val")
     with torch.no_grad():
         for rows in (1, 7, 1000):
@@ -120,24 +118,6 @@ def test_list_program_equals_eager_and_torchscript_on_a_real_list_dataset(list_d
             np.testing.assert_allclose(program(values, lengths, numerical).numpy(), want.numpy(), rtol=0, atol=1e-6)
             np.testing.assert_allclose(scripted.forward_lists(values, lengths, numerical).numpy(), want.numpy(),
                                        rtol=0, atol=1e-6)
-
-
-def test_program_loads_in_a_fresh_interpreter_with_only_torch(list_data, tmp_path):
-    """Outside the repository (nothing of dlrmflow importable): the list and one-hot programs load with
-    torch.export.load and predict what the eager modules predict; no module of torchrec or dlrmflow is loaded."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
-    for lists, module in ((True, _module(_list_config(list_data))), (False, _module(ONE_HOT))):
-        write_program(module, lists, tmp_path / f"{lists}.pt2")
-        inputs = sample_inputs(module, lists, rows=5, seed=9)
-        with torch.no_grad():
-            want = (module.forward_lists(*inputs) if lists else module(*inputs)).numpy()
-        proc = subprocess.run([sys.executable, "-c", FRESH, str(tmp_path / f"{lists}.pt2"),
-                               json.dumps([t.tolist() for t in inputs])], cwd="/", env=env, capture_output=True,
-                              text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert got["loaded"] == []
-        np.testing.assert_allclose(np.array(got["p"], np.float32), want, rtol=0, atol=1e-6)
 
 
 def test_a_bundle_without_a_program_falls_back_to_torchscript_with_one_warning(tmp_path, monkeypatch):
@@ -176,7 +156,8 @@ SCORED = 60   # rows scored: neither the raw program's traced batch (8) nor 1 or
 
 # outside the repository, with dlrmflow's packages, torchrec and fbgemm_gpu unimportable: for each (bundle, rows file,
 # its columns or None: a header) given, the bundle's client.py reads the rows and its raw.pt2 scores them at batch 1
-# (the first rows), 7 and all of them
+# (the first rows), 7 and all of them; then each (program, its inputs) given, loaded with torch.export.load, predicts
+# (one interpreter for both: a torch start-up costs ~4 CPU-seconds)
 FRESH_RAW = """
 import csv, importlib.abc, json, sys
 BLOCKED = {"torchrec", "fbgemm_gpu", "training", "models", "preprocessing", "feature_spec", "common", "flows",
@@ -201,6 +182,12 @@ for bundle, path, columns in json.loads(sys.argv[1]):
         every = program(*c.tensors(rows)).tolist()
     found[bundle] = {"one": one, "seven": seven, "all": every}
     del sys.modules["client"], sys.path[0]
+found["programs"] = []
+for program, inputs in json.loads(sys.argv[2]):
+    model = torch.export.load(program).module()
+    args = [torch.tensor(a, dtype=torch.int64 if i < len(inputs) - 1 else torch.float32) for i, a in enumerate(inputs)]
+    with torch.inference_mode():
+        found["programs"].append(model(*args).tolist())
 found["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 print(json.dumps(found))
 """
@@ -336,20 +323,30 @@ def test_the_raw_program_encodes_raw_rows_as_dlrmflow_score_does(raw_bundles, tm
         assert missing.any() and torch.isnan(numerical).any()
 
 
-def test_the_raw_program_in_a_fresh_interpreter_scores_as_dlrmflow_score(raw_bundles, tmp_path):
+def test_the_programs_in_a_fresh_interpreter_with_only_torch_score_as_dlrmflow_score(raw_bundles, programs, tmp_path):
     """`dlrmflow score --bundle` on raw rows (unseen values, missing fields and list elements) and the bundle's
     raw.pt2 fed by its client.py, where only torch is importable, at batch 1, 7 and 60 (traced on 8): the same
-    probabilities within 1e-6, for the one-hot (real Criteo) and the list model."""
+    probabilities within 1e-6, for the one-hot (real Criteo) and the list model. In the same interpreter (outside
+    the repository, nothing of dlrmflow importable) the list and one-hot model programs (model.pt2) load with
+    torch.export.load and predict what the eager modules predict; no module of torchrec or dlrmflow is loaded."""
     from models.config import ScoreConfig
     from models.scoring import score
 
+    given_programs, wants = [], []
+    for lists, (module, path, _) in programs.items():
+        inputs = sample_inputs(module, lists, rows=5, seed=9)
+        with torch.no_grad():
+            wants.append((module.forward_lists(*inputs) if lists else module(*inputs)).numpy())
+        given_programs.append([str(path), [t.tolist() for t in inputs]])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     given = [[str(bundle), str(path), columns] for bundle, path, columns in raw_bundles.values()]
-    proc = subprocess.run([sys.executable, "-I", "-c", FRESH_RAW, json.dumps(given)], cwd="/", env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-I", "-c", FRESH_RAW, json.dumps(given), json.dumps(given_programs)],
+                          cwd="/", env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["loaded"] == []
+    assert got["loaded"] == [] and len(got["programs"]) == len(wants) == 2
+    for p, want in zip(got["programs"], wants):
+        np.testing.assert_allclose(np.array(p, np.float32), want, rtol=0, atol=1e-6)
     for bundle, path, _ in given:
         out = tmp_path / f"{Path(bundle).name}.parquet"
         score(ScoreConfig(bundle=bundle, inputs=[path], out=str(out), progress=False), on_line=lambda _: None)

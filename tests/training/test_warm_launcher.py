@@ -84,7 +84,7 @@ def test_a_job_through_the_warm_launcher_is_the_plain_one_and_dies_with_its_comm
                                 *ARGS, "--set", "epochs=200"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
+        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command, every=0.1)
         client = int(Path(f"/proc/{command.pid}/task/{command.pid}/children").read_text().split()[0])
         group = live_processes(group=client)   # the client leads the job's group (the local launcher's process_group=0)
         forked = [pid for pid, parent in group.items() if parent == server]
@@ -114,7 +114,7 @@ def test_a_command_of_another_session_gets_a_warm_job_that_ends_before_it(warm_l
                                 *ARGS, "--set", "epochs=200"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command)
+        until(lambda: (long / "metrics.jsonl").exists(), 120, "the long job's first steps", command, every=0.1)
         forked = [int(p) for p in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
         job = [pid for pid in forked if live_processes(session=pid)]
         # the forked launcher leads a session of its own, its two ranks in it
